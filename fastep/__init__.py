@@ -1,0 +1,8 @@
+"""fastep: fast, compiled Expectation Propagation for Gaussian-process models."""
+from . import kernels, likelihoods
+from .inference import ConvergenceWarning, EPNumericalWarning, EPResult, ep
+
+__version__ = "0.1.0"
+
+__all__ = ["ep", "EPResult", "ConvergenceWarning", "EPNumericalWarning", "kernels",
+           "likelihoods", "__version__"]

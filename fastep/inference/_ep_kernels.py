@@ -1,0 +1,163 @@
+"""Compiled hot loops of dense EP.
+
+Site update from the derivatives of log Z (GPML's form, which never forms the
+tilted variance by subtraction): with cavity variance ``v`` and
+``d1 = dlogZ/dmu``, ``d2 = d2logZ/dmu2``::
+
+    tau_new = -d2 / (1 + d2 v)        nu_new = (d1 - mu_cav d2) / (1 + d2 v)
+"""
+from __future__ import annotations
+
+import math
+
+from numba import prange, types
+
+from .._jit import TiltedFn, f8, f8_1d, jit, pjit
+
+i8 = types.int64
+b1 = types.boolean
+
+
+@jit("UniTuple(f8, 2)(f8, f8, f8, f8)")
+def site_from_derivatives(d1, d2, mu_cav, var_cav):
+    """The one place where tilted-moment derivatives become site parameters."""
+    den = 1.0 + d2 * var_cav
+    return -d2 / den, (d1 - mu_cav * d2) / den
+
+
+@pjit(i8(TiltedFn, f8_1d, f8[:, ::1], f8_1d, f8_1d, f8_1d, f8_1d, f8_1d, f8, b1,
+         f8_1d, f8_1d, f8_1d, f8_1d, f8_1d))
+def parallel_sites(tilted, y, extra, params, mean, var, tau, nu, damping, clip,
+                   new_tau, new_nu, log_z, mu_cav, var_cav):
+    """All sites from the same marginals: cavities, tilted log Z at the cavities
+    (for the evidence of the *current* sites) and damped proposals.
+    A site whose cavity variance would be non-positive keeps its parameters;
+    the number of such sites is returned.  Each iteration owns index i."""
+    skipped = 0
+    for i in prange(y.shape[0]):
+        tc = 1.0 / var[i] - tau[i]
+        if not tc > 0.0:
+            new_tau[i] = tau[i]
+            new_nu[i] = nu[i]
+            log_z[i] = math.nan
+            mu_cav[i] = math.nan
+            var_cav[i] = math.nan
+            skipped += 1
+            continue
+        vc = 1.0 / tc
+        mc = (mean[i] / var[i] - nu[i]) * vc
+        lz, d1, d2 = tilted(y[i], extra[i], mc, vc, 1.0, params)
+        t, n = site_from_derivatives(d1, d2, mc, vc)
+        if clip and t < 0.0:
+            t = 0.0
+        if not (math.isfinite(t) and math.isfinite(n)):
+            t = tau[i]
+            n = nu[i]
+            skipped += 1
+        new_tau[i] = (1.0 - damping) * tau[i] + damping * t
+        new_nu[i] = (1.0 - damping) * nu[i] + damping * n
+        log_z[i] = lz
+        mu_cav[i] = mc
+        var_cav[i] = vc
+    return skipped
+
+
+@jit(i8(TiltedFn, f8_1d, f8[:, ::1], f8_1d, f8[:, ::1], f8_1d, f8_1d, f8_1d, f8, b1,
+        f8_1d, f8_1d))
+def sequential_block(tilted, y, extra, params, cov, mean, tau, nu, damping, clip,
+                     dtau, dnu):
+    """Sequential EP over one block of sites, in order.
+
+    ``cov`` (b x b) and ``mean`` (b) are the block's posterior, updated in place
+    by a rank-one update after every site::
+
+        Sigma <- Sigma - c s s^T,  mu <- mu + (dnu - dtau mu_i) / (1 + dtau Sigma_ii) s,
+        c = dtau / (1 + dtau Sigma_ii),  s = Sigma[:, i]
+
+    ``tau``/``nu`` are updated in place; ``dtau``/``dnu`` receive the total
+    change of each site, which the caller applies to the rest of the posterior
+    as one rank-b (BLAS-3) update.  Returns the number of skipped sites.
+    """
+    b = y.shape[0]
+    skipped = 0
+    col = cov[:, 0].copy()
+    for i in range(b):
+        dtau[i] = 0.0
+        dnu[i] = 0.0
+        v = cov[i, i]
+        tc = 1.0 / v - tau[i]
+        if not tc > 0.0:
+            skipped += 1
+            continue
+        vc = 1.0 / tc
+        mc = (mean[i] / v - nu[i]) * vc
+        _, d1, d2 = tilted(y[i], extra[i], mc, vc, 1.0, params)
+        t, n = site_from_derivatives(d1, d2, mc, vc)
+        if clip and t < 0.0:
+            t = 0.0
+        if not (math.isfinite(t) and math.isfinite(n)):
+            skipped += 1
+            continue
+        t = (1.0 - damping) * tau[i] + damping * t
+        n = (1.0 - damping) * nu[i] + damping * n
+        dt = t - tau[i]
+        dn = n - nu[i]
+        den = 1.0 + dt * v
+        if not den > 0.0:
+            skipped += 1
+            continue
+        for k in range(b):
+            col[k] = cov[k, i]
+        c = dt / den
+        g = (dn - dt * mean[i]) / den
+        for k in range(b):
+            ck = c * col[k]
+            for j in range(b):
+                cov[k, j] -= ck * col[j]
+            mean[k] += g * col[k]
+        tau[i] = t
+        nu[i] = n
+        dtau[i] = dt
+        dnu[i] = dn
+    return skipped
+
+
+@pjit
+def build_b(kmat, s, out):
+    """out = I + diag(s) K diag(s) (both triangles), out C-ordered."""
+    n = kmat.shape[0]
+    for i in prange(n):
+        si = s[i]
+        for j in range(n):
+            out[i, j] = si * kmat[i, j] * s[j]
+        out[i, i] += 1.0
+
+
+@pjit
+def scale_columns(kmat, s, out):
+    """out[i, j] = K[i, j] * s[j]."""
+    n = kmat.shape[0]
+    for i in prange(n):
+        for j in range(n):
+            out[i, j] = kmat[i, j] * s[j]
+
+
+@pjit
+def row_sumsq(a, out):
+    """out[i] = sum_j a[i, j]^2."""
+    for i in prange(a.shape[0]):
+        acc = 0.0
+        for j in range(a.shape[1]):
+            acc += a[i, j] * a[i, j]
+        out[i] = acc
+
+
+@jit
+def evidence_site_terms(log_z, mu_cav, var_cav, mean, var):
+    """sum_i [log Z_i + 1/2 log(v_cav/v) + mu_cav^2/(2 v_cav) - mu^2/(2 v)]: the part of
+    log Z_EP that lives on the sites, written without 1/tau_tilde (R&W eq. 3.65)."""
+    acc = 0.0
+    for i in range(log_z.shape[0]):
+        acc += (log_z[i] + 0.5 * math.log(var_cav[i] / var[i])
+                + 0.5 * mu_cav[i] * mu_cav[i] / var_cav[i] - 0.5 * mean[i] * mean[i] / var[i])
+    return acc

@@ -1,0 +1,410 @@
+"""Dense Expectation Propagation for latent Gaussian models (Rasmussen & Williams §3.6).
+
+Prior ``f ~ N(0, K)``; sites ``t_i(f_i) ∝ exp(-tau_i f_i^2 / 2 + nu_i f_i)``.
+
+Posterior refresh ("B form", every site precision >= 0)::
+
+    B = I + S^1/2 K S^1/2 = L L^T,   V = L^-1 S^1/2 K,   Sigma = K - V^T V,   mu = Sigma nu
+
+Negative site precisions (likelihoods that are not log-concave) use the *split
+form*: the sites with tau >= 0 go through the B form above, giving Sigma_+; the
+k sites with tau < 0 enter by Woodbury through the k x k Cholesky factor of
+``C = I - U^T Sigma_+ U`` (``U = E_neg diag(sqrt(-tau_neg))``)::
+
+    Sigma = Sigma_+ + Sigma_+ U C^-1 U^T Sigma_+,   log|I + K S| = log|B_+| + log|C|
+
+No square root of a negative number is taken, and ``C`` is positive definite
+exactly when the EP posterior is a proper Gaussian (otherwise a clear error).
+
+Log evidence (R&W eq. 3.65, written without ``1 / tau`` so tau -> 0 is safe)::
+
+    log Z_EP = sum_i [log Z_i + 1/2 log(v_-i / v_i) + mu_-i^2 / (2 v_-i) - mu_i^2 / (2 v_i)]
+               + 1/2 nu^T mu - 1/2 log|B|
+
+with the cavities ``(mu_-i, v_-i)`` recomputed from the refreshed posterior.
+Its gradient for kernel parameters at the fixed point is
+``1/2 tr((b b^T - R) dK)``, ``b = nu - tau * mu``, ``R = (K + S^-1)^-1``.
+"""
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.linalg import cho_solve, lapack
+
+from .._linalg import NotPositiveDefiniteError, cholesky_inplace, solve_lower_inplace
+from . import _ep_kernels as kern
+
+SEQUENTIAL_BLOCK = 256
+
+
+class ConvergenceWarning(UserWarning):
+    """EP stopped at ``max_iter`` sweeps without meeting ``tol``."""
+
+
+class EPNumericalWarning(UserWarning):
+    """Sites were skipped because their cavity distribution was improper."""
+
+
+class _Posterior:
+    """Posterior N(mu, Sigma) of f given the sites, plus what predictions need."""
+
+    def __init__(self, K, tau, nu, need_cov=False, work=None):
+        n = K.shape[0]
+        self.n = n
+        self.K = K
+        self.tau = tau
+        w1, w2 = work if work is not None else (np.empty((n, n)), np.empty((n, n)))
+        tau_pos = np.maximum(tau, 0.0)
+        s = np.sqrt(tau_pos)
+        kern.build_b(K, s, w1)
+        try:
+            L = cholesky_inplace(w1.T, "B = I + S^1/2 K S^1/2")
+        except NotPositiveDefiniteError as exc:
+            raise NotPositiveDefiniteError(
+                "EP posterior refresh failed: B = I + S^1/2 K S^1/2 is not positive definite, "
+                "so K is not a valid covariance matrix. Add jitter to the kernel's diagonal "
+                "(e.g. a WhiteKernel(1e-6)) or check K for NaN/negative eigenvalues.") from exc
+        kern.scale_columns(K, s, w2)
+        solve_lower_inplace(L, w2.T)          # w2.T = V = L^-1 S^1/2 K, so w2 = V^T
+        self.L, self.s, self.vt = L, s, w2
+        var = np.empty(n)
+        kern.row_sumsq(w2, var)
+        var = np.diag(K) - var
+        self.half_logdet = float(np.sum(np.log(np.diagonal(L))))
+        self.neg = np.flatnonzero(tau < 0.0)
+        self.Q = None
+        if self.neg.size:
+            self._split_form(var)
+        self.var = var
+        self.mean = self.apply_cov(nu[:, None])[:, 0]
+        self.cov = None
+        if need_cov:
+            cov = np.matmul(w2, w2.T)
+            np.subtract(K, cov, out=cov)
+            if self.Q is not None:
+                cov += self.Q @ self.Q.T
+            self.cov = cov
+        if np.any(~(self.var > 0.0)):
+            raise NotPositiveDefiniteError(
+                "EP produced non-positive posterior variances; K is numerically singular "
+                "or indefinite. Add jitter to the kernel diagonal (a WhiteKernel(1e-6)) or "
+                "increase damping.")
+
+    def _split_form(self, var):
+        neg = self.neg
+        r = np.sqrt(-self.tau[neg])
+        p = self.K[:, neg] - self.vt @ self.vt[neg, :].T      # Sigma_+[:, neg]
+        p *= r
+        c = np.eye(neg.size) - r[:, None] * p[neg, :]
+        try:
+            lc = cholesky_inplace(np.asfortranarray(c), "C = I - U^T Sigma_+ U")
+        except NotPositiveDefiniteError as exc:
+            raise NotPositiveDefiniteError(
+                "EP with negative site precisions reached an improper posterior "
+                "(I - U^T Sigma_+ U is not positive definite). Increase damping "
+                "(e.g. damping=0.5) so site updates are smaller.") from exc
+        lc = np.tril(lc)
+        self.Q = np.ascontiguousarray(solve_lower_inplace(lc, np.asfortranarray(p.T)).T)
+        self.half_logdet += float(np.sum(np.log(np.diagonal(lc))))
+        var += np.einsum("ij,ij->i", self.Q, self.Q)
+
+    def apply_cov(self, z):
+        """Sigma @ z for an (n, m) array."""
+        out = self.K @ z - self.vt @ (self.vt.T @ z)
+        if self.Q is not None:
+            out += self.Q @ (self.Q.T @ z)
+        return out
+
+    def apply_r(self, z):
+        """R @ z with R = (K + S^-1)^-1 = S^1/2 B^-1 S^1/2 (B form) or S - S Sigma S."""
+        if self.Q is None:
+            sz = self.s[:, None] * z
+            return self.s[:, None] * cho_solve((self.L, True), sz, check_finite=False)
+        tz = self.tau[:, None] * z
+        return tz - self.tau[:, None] * self.apply_cov(tz)
+
+    def dense_r(self):
+        """R as a dense (n, n) array."""
+        if self.Q is not None:
+            return self.apply_r(np.eye(self.n))
+        inv, info = lapack.dpotri(self.L.copy(order="F"), lower=1)
+        inv = np.tril(inv)
+        inv = inv + np.tril(inv, -1).T
+        return self.s[:, None] * inv * self.s[None, :]
+
+
+@dataclass
+class EPResult:
+    """Output of :func:`ep`: the EP posterior at the training inputs and its evidence.
+
+    Attributes
+    ----------
+    mean, var : ndarray (n,)
+        Marginals of the EP posterior of f.
+    site_tau, site_nu : ndarray (n,)
+        Site natural parameters (precision, precision times mean).
+    log_marginal_likelihood : float
+        log Z_EP at the returned sites.
+    n_iter : int
+        Sweeps performed.
+    converged : bool
+    n_skipped : int
+        Site updates skipped in the last sweep (improper cavity).
+    cavity_mean, cavity_var : ndarray (n,)
+        Cavity moments at the returned posterior (used for likelihood gradients).
+    """
+
+    mean: np.ndarray
+    var: np.ndarray
+    site_tau: np.ndarray
+    site_nu: np.ndarray
+    log_marginal_likelihood: float
+    n_iter: int
+    converged: bool
+    n_skipped: int
+    cavity_mean: np.ndarray
+    cavity_var: np.ndarray
+    method: str
+    history: list = field(default_factory=list, repr=False)
+    _posterior: _Posterior = field(default=None, repr=False)
+
+    @property
+    def b(self):
+        """b = (K + S^-1)^-1 mu_tilde = nu - tau * mean; predictive mean is k*^T b."""
+        return self.site_nu - self.site_tau * self.mean
+
+    def predict_latent(self, k_cross, k_diag):
+        """Latent predictive mean and variance at test points.
+
+        ``k_cross``: (n_train, m) cross-covariance; ``k_diag``: (m,) prior variances.
+        mean = k*^T b, var = k** - k*^T (K + S^-1)^-1 k*  (R&W eqs. 3.60, 3.61).
+        """
+        k_cross = np.asarray(k_cross, dtype=float)
+        mean = k_cross.T @ self.b
+        var = np.asarray(k_diag, dtype=float) - np.einsum(
+            "ij,ij->j", k_cross, self._posterior.apply_r(k_cross))
+        return mean, np.maximum(var, 0.0)
+
+    def kernel_gradient_weights(self):
+        """G = (b b^T - R) / 2, so that d log Z_EP / d theta = sum(G * dK/dtheta)."""
+        g = self._posterior.dense_r()
+        b = self.b
+        g *= -0.5
+        g += 0.5 * np.outer(b, b)
+        return g
+
+
+def _validate(K, y, method, damping, tol, max_iter):
+    K = np.asarray(K, dtype=float)
+    if K.ndim != 2 or K.shape[0] != K.shape[1]:
+        raise ValueError(f"K must be a square (n, n) covariance matrix; got shape {K.shape}.")
+    if not np.all(np.isfinite(K)):
+        raise ValueError("K contains NaN or infinity; check the kernel hyperparameters and X.")
+    n = K.shape[0]
+    if n == 0:
+        raise ValueError("K is empty; EP needs at least one observation.")
+    if np.asarray(y).shape[0] != n:
+        raise ValueError(f"y has {np.asarray(y).shape[0]} entries but K is {n} x {n}; "
+                         "they must describe the same observations.")
+    if method not in ("parallel", "sequential"):
+        raise ValueError(f"method must be 'parallel' or 'sequential'; got {method!r}.")
+    if not (0.0 < damping <= 1.0):
+        raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
+    if not tol > 0:
+        raise ValueError(f"tol must be positive; got {tol!r}.")
+    if int(max_iter) != max_iter or max_iter < 1:
+        raise ValueError(f"max_iter must be an integer >= 1; got {max_iter!r}.")
+    return np.ascontiguousarray(K)
+
+
+def check_covariance(K, name="K"):
+    """Raise ValueError unless K is symmetric positive semi-definite (to rounding)."""
+    asym = np.max(np.abs(K - K.T)) if K.shape[0] <= 8192 else 0.0
+    scale = max(float(np.max(np.abs(np.diag(K)))), 1e-300)
+    if asym > 1e-8 * scale:
+        raise ValueError(f"{name} must be symmetric; max |{name} - {name}^T| = {asym:.3g}.")
+    a = np.array(K, order="F")
+    a[np.diag_indices_from(a)] += 1e-8 * scale
+    try:
+        cholesky_inplace(a, name)
+    except NotPositiveDefiniteError:
+        raise ValueError(f"{name} is not positive semi-definite (its Cholesky factorisation "
+                         f"fails even with 1e-8 * max(diag) jitter). Pass a valid covariance "
+                         f"matrix, e.g. add jitter: {name} + 1e-6 * I.") from None
+
+
+def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-6, max_iter=100,
+       site_tau=None, site_nu=None, extra=None, check_psd=True, callback=None):
+    """Run Expectation Propagation for ``f ~ N(0, K)``, ``y_i ~ p(y_i | f_i)``.
+
+    Parameters
+    ----------
+    K : ndarray (n, n)
+        Prior covariance (symmetric positive semi-definite).
+    y : ndarray (n,)
+        Targets in the likelihood's encoding (binary likelihoods: -1/+1).
+    likelihood : fastep.likelihoods.Likelihood
+    method : {"parallel", "sequential"}
+        Parallel EP updates all sites from the same marginals (compiled
+        ``prange`` loop) then refreshes the posterior with one Cholesky of B;
+        sequential EP updates sites one at a time with rank-one updates applied
+        in delayed blocks of 256 sites (BLAS-3), then refreshes from scratch.
+    damping : float in (0, 1], optional
+        Step in natural parameters; default 0.8 for parallel, 1.0 for sequential.
+    tol : float
+        Converged when the change of log Z_EP and the largest relative site change
+        ``|d tau| / (1 + |tau|)``, ``|d nu| / (1 + |nu|)`` both fall below ``tol``
+        (after at least 2 sweeps).
+    max_iter : int
+        Maximum number of sweeps; a :class:`ConvergenceWarning` is issued if hit.
+    site_tau, site_nu : ndarray (n,), optional
+        Warm start (e.g. the sites of a previous fit).
+    extra : ndarray (n, k), optional
+        Per-site extras for the likelihood (default: ``likelihood.site_extra(n)``).
+    check_psd : bool
+        Verify that K is positive semi-definite first (one extra Cholesky).
+    callback : callable, optional
+        Called as ``callback(sweep, log_Z)`` after every sweep (progress reporting).
+
+    Returns
+    -------
+    EPResult
+
+    Examples
+    --------
+    >>> import numpy as np, fastep
+    >>> from fastep.kernels import RBF
+    >>> X = np.linspace(-2, 2, 20)[:, None]
+    >>> y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    >>> res = fastep.ep(RBF(lengthscale=1.0)(X), y, fastep.likelihoods.Probit())
+    >>> bool(res.converged), bool(res.mean[-1] > 0)
+    (True, True)
+    """
+    if damping is None:
+        damping = 0.8 if method == "parallel" else 1.0
+    K = _validate(K, y, method, damping, tol, max_iter)
+    n = K.shape[0]
+    if check_psd:
+        check_covariance(K)
+    y = likelihood.encode_targets(y)
+    extra = likelihood.site_extra(n) if extra is None else np.ascontiguousarray(extra, float)
+    params = likelihood.params
+    tilted = likelihood._tilted
+    clip = bool(likelihood.log_concave)
+    work = (np.empty((n, n)), np.empty((n, n)))
+
+    tau, nu = np.zeros(n), np.zeros(n)
+    if site_tau is not None or site_nu is not None:
+        tau = np.array(site_tau, dtype=float).ravel()
+        nu = np.array(site_nu, dtype=float).ravel()
+        if tau.shape != (n,) or nu.shape != (n,) or not (np.all(np.isfinite(tau)) and
+                                                        np.all(np.isfinite(nu))):
+            raise ValueError(f"site_tau and site_nu must be finite arrays of shape ({n},).")
+        if clip:
+            tau = np.maximum(tau, 0.0)
+    need_cov = method == "sequential"
+    try:
+        post = _Posterior(K, tau, nu, need_cov, work)
+    except NotPositiveDefiniteError:
+        if not np.any(tau):
+            raise
+        tau, nu = np.zeros(n), np.zeros(n)            # warm start unusable: start cold
+        post = _Posterior(K, tau, nu, need_cov, work)
+
+    new_tau, new_nu = np.empty(n), np.empty(n)
+    log_z, mu_cav, var_cav = np.empty(n), np.empty(n), np.empty(n)
+    prev = math.nan
+    change = math.inf
+    history = []
+    sweeps = 0
+    converged = False
+    while True:
+        skipped = kern.parallel_sites(tilted, y, extra, params, post.mean, post.var, tau, nu,
+                                      damping, clip, new_tau, new_nu, log_z, mu_cav, var_cav)
+        ok = np.isfinite(log_z)
+        log_ev = (kern.evidence_site_terms(log_z[ok], mu_cav[ok], var_cav[ok], post.mean[ok],
+                                           post.var[ok])
+                  + 0.5 * float(nu @ post.mean) - post.half_logdet)
+        history.append(log_ev)
+        if callback is not None and sweeps:
+            callback(sweeps, log_ev)
+        if sweeps >= 2 and abs(log_ev - prev) < tol and change < tol:
+            converged = True
+            break
+        if sweeps >= max_iter:
+            break
+        if method == "parallel":
+            change = _site_change(tau, nu, new_tau, new_nu)
+            tau, new_tau = new_tau, tau
+            nu, new_nu = new_nu, nu
+        else:
+            old_tau, old_nu = tau.copy(), nu.copy()
+            skipped = _sequential_sweep(tilted, y, extra, params, post, tau, nu, damping, clip)
+            change = _site_change(old_tau, old_nu, tau, nu)
+        sweeps += 1
+        prev = log_ev
+        post = _Posterior(K, tau, nu, need_cov, work)
+
+    n_bad = int(np.count_nonzero(~ok))
+    if n_bad:
+        warnings.warn(f"EP: {n_bad} site(s) have an improper cavity (negative variance) and "
+                      "were left out of the update and of log Z_EP; increase damping "
+                      "(e.g. damping=0.5).", EPNumericalWarning, stacklevel=2)
+        mu_cav = np.where(ok, mu_cav, post.mean)
+        var_cav = np.where(ok, var_cav, post.var)
+    if not converged:
+        warnings.warn(f"EP did not converge in max_iter={max_iter} sweeps (last change of "
+                      f"log Z_EP {abs(log_ev - prev):.2e}, largest site change {change:.2e}, "
+                      f"tol={tol:g}). Increase max_iter, or use a smaller damping "
+                      f"(now {damping:g}) if EP oscillates.", ConvergenceWarning, stacklevel=2)
+    if post.cov is not None:
+        post.cov = None                               # not needed after the sweeps
+    post.vt = post.vt.copy() if post.vt is work[1] else post.vt
+    return EPResult(mean=post.mean, var=post.var, site_tau=tau, site_nu=nu,
+                    log_marginal_likelihood=float(log_ev), n_iter=sweeps, converged=converged,
+                    n_skipped=int(skipped), cavity_mean=mu_cav.copy(), cavity_var=var_cav.copy(),
+                    method=method, history=history, _posterior=post)
+
+
+def _site_change(tau0, nu0, tau1, nu1):
+    return float(max(np.max(np.abs(tau1 - tau0) / (1.0 + np.abs(tau0))),
+                     np.max(np.abs(nu1 - nu0) / (1.0 + np.abs(nu0)))))
+
+
+def _sequential_sweep(tilted, y, extra, params, post, tau, nu, damping, clip,
+                      block=SEQUENTIAL_BLOCK):
+    """One sequential sweep in natural order with delayed rank-b updates.
+
+    Within a block the b x b posterior is updated site by site; the block's net
+    change (dtau, dnu) then reaches the rest of the posterior at once:
+    ``Sigma_TT -= Sigma_TB M Sigma_BT``, ``M = D (I + Sigma_BB D)^-1``, ``D = diag(dtau)``,
+    and ``mu_T += Sigma_TB (dnu - M (mu_B + Sigma_BB dnu))``.  Only the trailing
+    part T (sites after the block) is kept current, as in a right-looking Cholesky.
+    """
+    cov, mean = post.cov, post.mean.copy()
+    n = y.shape[0]
+    skipped = 0
+    dtau, dnu = np.empty(block), np.empty(block)
+    for b0 in range(0, n, block):
+        b1 = min(n, b0 + block)
+        nb = b1 - b0
+        s0 = cov[b0:b1, b0:b1].copy()
+        m0 = mean[b0:b1].copy()
+        sb, mb = s0.copy(), m0.copy()
+        skipped += kern.sequential_block(tilted, y[b0:b1], extra[b0:b1], params, sb, mb,
+                                         tau[b0:b1], nu[b0:b1], damping, clip,
+                                         dtau[:nb], dnu[:nb])
+        if b1 == n or not (np.any(dtau[:nb]) or np.any(dnu[:nb])):
+            continue
+        d = dtau[:nb]
+        m = np.linalg.solve(np.eye(nb) + d[:, None] * s0, np.diag(d))
+        m = 0.5 * (m + m.T)
+        g = dnu[:nb] - m @ (m0 + s0 @ dnu[:nb])
+        p = cov[b1:, b0:b1]
+        cov[b1:, b1:] -= (p @ m) @ p.T
+        mean[b1:] += p @ g
+    return skipped

@@ -1,0 +1,116 @@
+"""Compiled Gram builders and gradient contractions for stationary kernels.
+
+A stationary kernel here is ``k(x, x') = variance * g(r)`` with
+``r^2 = sum_d ((x_d - x'_d) / l_d)^2``.  For every shape ``g`` we also need
+``h`` with ``dk/d log l_d = variance * h(r) * ((x_d - x'_d) / l_d)^2``:
+
+============  ==========================================  =====================================
+kind          g(r)                                        h(r)
+============  ==========================================  =====================================
+RBF (0)       exp(-r^2/2)                                 exp(-r^2/2)
+Matern12 (1)  exp(-r)                                     exp(-r)/r  (0 at r = 0)
+Matern32 (2)  (1 + sqrt3 r) exp(-sqrt3 r)                  3 exp(-sqrt3 r)
+Matern52 (3)  (1 + sqrt5 r + 5 r^2/3) exp(-sqrt5 r)        5/3 (1 + sqrt5 r) exp(-sqrt5 r)
+============  ==========================================  =====================================
+
+Gradients are contracted with a weight matrix ``G`` inside the compiled loop,
+``out_p = sum_jk G_jk dK_jk / d theta_p``, so no ``n x n x p`` tensor is formed.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import prange
+
+from .._jit import jit, pjit
+
+RBF, MATERN12, MATERN32, MATERN52 = 0, 1, 2, 3
+_SQRT3 = math.sqrt(3.0)
+_SQRT5 = math.sqrt(5.0)
+
+
+@jit("f8(i8, f8)")
+def shape(kind, r2):
+    """g(r) for the given kind, as a function of r^2."""
+    if kind == RBF:
+        return math.exp(-0.5 * r2)
+    r = math.sqrt(r2)
+    if kind == MATERN12:
+        return math.exp(-r)
+    if kind == MATERN32:
+        return (1.0 + _SQRT3 * r) * math.exp(-_SQRT3 * r)
+    return (1.0 + _SQRT5 * r + (5.0 / 3.0) * r2) * math.exp(-_SQRT5 * r)
+
+
+@jit("f8(i8, f8)")
+def shape_grad(kind, r2):
+    """h(r) such that dk/d log l_d = variance * h(r) * scaled_diff_d^2."""
+    if kind == RBF:
+        return math.exp(-0.5 * r2)
+    r = math.sqrt(r2)
+    if kind == MATERN12:
+        return math.exp(-r) / r if r > 0.0 else 0.0
+    if kind == MATERN32:
+        return 3.0 * math.exp(-_SQRT3 * r)
+    return (5.0 / 3.0) * (1.0 + _SQRT5 * r) * math.exp(-_SQRT5 * r)
+
+
+@pjit
+def stationary_gram(x1, x2, inv_ls, variance, kind, symmetric, out):
+    """out[i, j] = variance * g(r(x1_i, x2_j)); symmetric=True mirrors j < i."""
+    n1, d = x1.shape
+    n2 = x2.shape[0]
+    for i in prange(n1):
+        stop = i + 1 if symmetric else n2
+        for j in range(stop):
+            r2 = 0.0
+            for c in range(d):
+                t = (x1[i, c] - x2[j, c]) * inv_ls[c]
+                r2 += t * t
+            out[i, j] = variance * shape(kind, r2)
+    if symmetric:
+        for i in prange(n1):
+            for j in range(i + 1, n2):
+                out[i, j] = out[j, i]
+
+
+@pjit
+def stationary_contract(x, inv_ls, variance, kind, g, out_rows):
+    """Row-wise contraction: out_rows[i, 0] = sum_j G_ij K_ij (d/d log variance),
+    out_rows[i, 1 + c] = sum_j G_ij dK_ij/d log l_c.  Each row owns its output."""
+    n, d = x.shape
+    for i in prange(n):
+        acc0 = 0.0
+        for c in range(d):
+            out_rows[i, 1 + c] = 0.0
+        for j in range(n):
+            gij = g[i, j]
+            if gij == 0.0:
+                continue
+            r2 = 0.0
+            for c in range(d):
+                t = (x[i, c] - x[j, c]) * inv_ls[c]
+                r2 += t * t
+            acc0 += gij * variance * shape(kind, r2)
+            hg = gij * variance * shape_grad(kind, r2)
+            for c in range(d):
+                t = (x[i, c] - x[j, c]) * inv_ls[c]
+                out_rows[i, 1 + c] += hg * t * t
+        out_rows[i, 0] = acc0
+
+
+def gram(x1, x2, inv_ls, variance, kind):
+    """Dense Gram matrix (C order) of a stationary kernel."""
+    symmetric = x2 is None
+    x2 = x1 if symmetric else x2
+    out = np.empty((x1.shape[0], x2.shape[0]))
+    stationary_gram(x1, x2, inv_ls, float(variance), kind, symmetric, out)
+    return out
+
+
+def contract(x, inv_ls, variance, kind, g):
+    """[sum G*dK/dlog variance, sum G*dK/dlog l_1, ...]."""
+    rows = np.empty((x.shape[0], 1 + x.shape[1]))
+    stationary_contract(x, inv_ls, float(variance), kind, np.ascontiguousarray(g, dtype=float), rows)
+    return rows.sum(axis=0)

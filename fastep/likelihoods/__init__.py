@@ -1,0 +1,20 @@
+"""EP likelihoods: each supplies a scalar compiled tilted-moment function."""
+from ._base import GaussHermite, Likelihood, gh_tilted, tilted_batch
+from .binary import Logistic, Probit
+from .gaussian import Gaussian
+
+_TYPES = {c.__name__: c for c in (Gaussian, Probit, Logistic)}
+
+
+def likelihood_from_dict(d):
+    """Rebuild a built-in likelihood saved with ``Likelihood.to_dict``."""
+    if d["type"] not in _TYPES:
+        raise ValueError(f"cannot load likelihood of type {d['type']!r}")
+    kw = dict(d["params"])
+    kw.update({f"{k}_bounds": (b if isinstance(b, str) else tuple(b))
+               for k, b in d["bounds"].items()})
+    return _TYPES[d["type"]](**kw)
+
+
+__all__ = ["Likelihood", "GaussHermite", "Gaussian", "Probit", "Logistic", "gh_tilted",
+           "tilted_batch", "likelihood_from_dict"]
