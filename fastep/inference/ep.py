@@ -256,7 +256,8 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-6, max_iter=100
     damping : float in (0, 1], optional
         Step in natural parameters; default 0.8 for parallel, 1.0 for sequential.
     tol : float
-        Converged when the change of log Z_EP and the largest relative site change
+        Converged when the change of log Z_EP (relative to max(1, |log Z_EP|)) and the
+        largest relative site change
         ``|d tau| / (1 + |tau|)``, ``|d nu| / (1 + |nu|)`` both fall below ``tol``
         (after at least 2 sweeps).
     max_iter : int
@@ -332,7 +333,7 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-6, max_iter=100
         history.append(log_ev)
         if callback is not None and sweeps:
             callback(sweeps, log_ev)
-        if sweeps >= 2 and abs(log_ev - prev) < tol and change < tol:
+        if sweeps >= 2 and abs(log_ev - prev) < tol * max(1.0, abs(log_ev)) and change < tol:
             converged = True
             break
         if sweeps >= max_iter:
