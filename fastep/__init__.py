@@ -1,8 +1,10 @@
 """fastep: fast, compiled Expectation Propagation for Gaussian-process models."""
 from . import kernels, likelihoods
 from .inference import ConvergenceWarning, EPNumericalWarning, EPResult, ep
+from .models import EPGaussianProcessClassifier
+from ._precompile import precompile
 
 __version__ = "0.1.0"
 
-__all__ = ["ep", "EPResult", "ConvergenceWarning", "EPNumericalWarning", "kernels",
+__all__ = ["ep", "EPGaussianProcessClassifier", "precompile", "EPResult", "ConvergenceWarning", "EPNumericalWarning", "kernels",
            "likelihoods", "__version__"]

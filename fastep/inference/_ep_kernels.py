@@ -5,6 +5,11 @@ tilted variance by subtraction): with cavity variance ``v`` and
 ``d1 = dlogZ/dmu``, ``d2 = d2logZ/dmu2``::
 
     tau_new = -d2 / (1 + d2 v)        nu_new = (d1 - mu_cav d2) / (1 + d2 v)
+
+Every ``prange`` kernel is compiled twice from one source, serial and parallel
+(:class:`KernelSet`): below :data:`PARALLEL_MIN_N` sites the parallel launch
+costs more than it saves, because Numba's and OpenBLAS's thread pools take turns
+on the same cores between the BLAS calls of a sweep.
 """
 from __future__ import annotations
 
@@ -25,8 +30,10 @@ def site_from_derivatives(d1, d2, mu_cav, var_cav):
     return -d2 / den, (d1 - mu_cav * d2) / den
 
 
-@pjit(i8(TiltedFn, f8_1d, f8[:, ::1], f8_1d, f8_1d, f8_1d, f8_1d, f8_1d, f8, b1,
-         f8_1d, f8_1d, f8_1d, f8_1d, f8_1d))
+_PARALLEL_SITES_SIG = i8(TiltedFn, f8_1d, f8[:, ::1], f8_1d, f8_1d, f8_1d, f8_1d, f8_1d, f8, b1,
+                        f8_1d, f8_1d, f8_1d, f8_1d, f8_1d)
+
+
 def parallel_sites(tilted, y, extra, params, mean, var, tau, nu, damping, clip,
                    new_tau, new_nu, log_z, mu_cav, var_cav):
     """All sites from the same marginals: cavities, tilted log Z at the cavities
@@ -122,7 +129,6 @@ def sequential_block(tilted, y, extra, params, cov, mean, tau, nu, damping, clip
     return skipped
 
 
-@pjit
 def build_b(kmat, s, out):
     """out = I + diag(s) K diag(s) (both triangles), out C-ordered."""
     n = kmat.shape[0]
@@ -133,7 +139,6 @@ def build_b(kmat, s, out):
         out[i, i] += 1.0
 
 
-@pjit
 def scale_columns(kmat, s, out):
     """out[i, j] = K[i, j] * s[j]."""
     n = kmat.shape[0]
@@ -142,7 +147,6 @@ def scale_columns(kmat, s, out):
             out[i, j] = kmat[i, j] * s[j]
 
 
-@pjit
 def row_sumsq(a, out):
     """out[i] = sum_j a[i, j]^2."""
     for i in prange(a.shape[0]):
@@ -161,3 +165,26 @@ def evidence_site_terms(log_z, mu_cav, var_cav, mean, var):
         acc += (log_z[i] + 0.5 * math.log(var_cav[i] / var[i])
                 + 0.5 * mu_cav[i] * mu_cav[i] / var_cav[i] - 0.5 * mean[i] * mean[i] / var[i])
     return acc
+
+
+PARALLEL_MIN_N = 2048
+
+
+class KernelSet:
+    """The per-sweep kernels, compiled serial (``parallel=False``) or parallel."""
+
+    def __init__(self, parallel):
+        wrap = pjit if parallel else jit
+        self.parallel_sites = wrap(_PARALLEL_SITES_SIG)(parallel_sites)
+        self.build_b = wrap(build_b)
+        self.scale_columns = wrap(scale_columns)
+        self.row_sumsq = wrap(row_sumsq)
+
+
+SERIAL = KernelSet(parallel=False)
+PARALLEL = KernelSet(parallel=True)
+
+
+def select(n):
+    """Kernels for a problem with n sites."""
+    return PARALLEL if n >= PARALLEL_MIN_N else SERIAL

@@ -58,9 +58,10 @@ class _Posterior:
         self.K = K
         self.tau = tau
         w1, w2 = work if work is not None else (np.empty((n, n)), np.empty((n, n)))
+        ks = kern.select(n)
         tau_pos = np.maximum(tau, 0.0)
         s = np.sqrt(tau_pos)
-        kern.build_b(K, s, w1)
+        ks.build_b(K, s, w1)
         try:
             L = cholesky_inplace(w1.T, "B = I + S^1/2 K S^1/2")
         except NotPositiveDefiniteError as exc:
@@ -68,11 +69,11 @@ class _Posterior:
                 "EP posterior refresh failed: B = I + S^1/2 K S^1/2 is not positive definite, "
                 "so K is not a valid covariance matrix. Add jitter to the kernel's diagonal "
                 "(e.g. a WhiteKernel(1e-6)) or check K for NaN/negative eigenvalues.") from exc
-        kern.scale_columns(K, s, w2)
+        ks.scale_columns(K, s, w2)
         solve_lower_inplace(L, w2.T)          # w2.T = V = L^-1 S^1/2 K, so w2 = V^T
         self.L, self.s, self.vt = L, s, w2
         var = np.empty(n)
-        kern.row_sumsq(w2, var)
+        ks.row_sumsq(w2, var)
         var = np.diag(K) - var
         self.half_logdet = float(np.sum(np.log(np.diagonal(L))))
         self.neg = np.flatnonzero(tau < 0.0)
@@ -324,12 +325,8 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-6, max_iter=100
     sweeps = 0
     converged = False
     while True:
-        skipped = kern.parallel_sites(tilted, y, extra, params, post.mean, post.var, tau, nu,
-                                      damping, clip, new_tau, new_nu, log_z, mu_cav, var_cav)
-        ok = np.isfinite(log_z)
-        log_ev = (kern.evidence_site_terms(log_z[ok], mu_cav[ok], var_cav[ok], post.mean[ok],
-                                           post.var[ok])
-                  + 0.5 * float(nu @ post.mean) - post.half_logdet)
+        skipped, ok, log_ev = _evaluate(tilted, y, extra, params, post, tau, nu, damping, clip,
+                                        new_tau, new_nu, log_z, mu_cav, var_cav)
         history.append(log_ev)
         if callback is not None and sweeps:
             callback(sweeps, log_ev)
@@ -369,6 +366,41 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-6, max_iter=100
                     log_marginal_likelihood=float(log_ev), n_iter=sweeps, converged=converged,
                     n_skipped=int(skipped), cavity_mean=mu_cav.copy(), cavity_var=var_cav.copy(),
                     method=method, history=history, _posterior=post)
+
+
+def _evaluate(tilted, y, extra, params, post, tau, nu, damping, clip, new_tau, new_nu, log_z,
+              mu_cav, var_cav):
+    """Cavities and tilted log Z at the current posterior, log Z_EP of the current
+    sites, and (as a by-product) damped parallel proposals for every site."""
+    skipped = kern.select(y.shape[0]).parallel_sites(tilted, y, extra, params, post.mean, post.var, tau, nu,
+                                                    damping, clip, new_tau, new_nu, log_z, mu_cav,
+                                                    var_cav)
+    ok = np.isfinite(log_z)
+    log_ev = (kern.evidence_site_terms(log_z[ok], mu_cav[ok], var_cav[ok], post.mean[ok],
+                                       post.var[ok])
+              + 0.5 * float(nu @ post.mean) - post.half_logdet)
+    return skipped, ok, log_ev
+
+
+def posterior_from_sites(K, y, likelihood, site_tau, site_nu, extra=None):
+    """The EP posterior and log Z_EP for *given* sites, without any sweep.
+
+    Used to restore a saved model: the result equals the one the sites came from.
+    """
+    K = _validate(K, y, "parallel", 1.0, 1.0, 1)
+    n = K.shape[0]
+    y = likelihood.encode_targets(y)
+    extra = likelihood.site_extra(n) if extra is None else np.ascontiguousarray(extra, float)
+    tau = np.array(site_tau, dtype=float)
+    nu = np.array(site_nu, dtype=float)
+    post = _Posterior(K, tau, nu)
+    buf = [np.empty(n) for _ in range(5)]
+    skipped, _, log_ev = _evaluate(likelihood._tilted, y, extra, likelihood.params, post, tau,
+                                   nu, 1.0, bool(likelihood.log_concave), *buf)
+    return EPResult(mean=post.mean, var=post.var, site_tau=tau, site_nu=nu,
+                    log_marginal_likelihood=float(log_ev), n_iter=0, converged=True,
+                    n_skipped=int(skipped), cavity_mean=buf[3], cavity_var=buf[4],
+                    method="parallel", history=[log_ev], _posterior=post)
 
 
 def _site_change(tau0, nu0, tau1, nu1):

@@ -1,0 +1,409 @@
+"""Dense EP (fastep.ep) against independent truth.
+
+Truth: exact GP regression (EP is exact for a Gaussian likelihood), the slow NumPy
+sequential EP of R&W Algorithm 3.5 (tests/reference.py), central finite differences of
+log Z_EP, adaptive quadrature of the tilted moments, a dense inverse for the posterior
+from the sites, and closed forms (n = 1, independent sites).
+"""
+import math
+import warnings
+
+import numpy as np
+import pytest
+import scipy.special as sc
+
+import fastep
+import reference as ref
+from fastep.kernels import RBF, Matern32
+from fastep.likelihoods import Gaussian, GaussHermite, Logistic, Probit
+
+METHODS = ["parallel", "sequential"]
+TIGHT = dict(tol=1e-10, max_iter=1000)
+
+
+def _data(n, d=2, seed=0, flip=0.3):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = np.where(X[:, 0] + flip * rng.normal(size=n) > 0, 1.0, -1.0)
+    return X, y
+
+
+def _ep_quiet(*args, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fastep.ConvergenceWarning)
+        return fastep.ep(*args, **kw)
+
+
+# --------------------------------------------------------------------------------------
+# Gaussian likelihood: EP is exact GP regression
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("method", METHODS)
+def test_gaussian_likelihood_is_exact_regression(method):
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-3, 3, size=(40, 1))
+    Xs = np.linspace(-4, 4, 15)[:, None]
+    y = np.sin(2 * X[:, 0]) + 0.2 * rng.normal(size=40)
+    kern = RBF(variance=1.3, lengthscale=0.7)
+    K, Ks = kern(X), kern(X, Xs)
+    s2 = 0.05
+    exact = ref.exact_gp_regression(K, y, s2, K_star=Ks, k_star_diag=kern.diag(Xs))
+    res = _ep_quiet(K, y, Gaussian(s2), method=method, **TIGHT)
+    assert res.converged
+    np.testing.assert_allclose(res.mean, exact["mean"], rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(res.var, exact["var"], rtol=1e-8)
+    assert res.log_marginal_likelihood == pytest.approx(exact["log_marginal_likelihood"],
+                                                        rel=1e-8)
+    # sites of the Gaussian likelihood are the likelihood itself: tau = 1/s2, nu = y/s2
+    np.testing.assert_allclose(res.site_tau, 1.0 / s2, rtol=1e-8)
+    np.testing.assert_allclose(res.site_nu, y / s2, rtol=1e-8, atol=1e-10)
+    mean_s, var_s = res.predict_latent(Ks, kern.diag(Xs))
+    np.testing.assert_allclose(mean_s, exact["mean_star"], rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(var_s, exact["var_star"], rtol=1e-8, atol=1e-14)
+
+
+# --------------------------------------------------------------------------------------
+# Probit EP against the slow reference (R&W Algorithm 3.5)
+# --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module", params=[40, 260], ids=["n40", "n260"])
+def probit_problem(request):
+    n = request.param
+    X, y = _data(n, seed=n)
+    K = RBF(variance=2.0, lengthscale=1.0)(X)
+    if n > 256:          # the sequential engine works in blocks of 256 sites
+        K += 1e-8 * np.eye(n)
+    r = ref.ep_probit_reference(K, y, tol=1e-11)
+    assert r["converged"]
+    results = {m: _ep_quiet(K, y, Probit(), method=m, **TIGHT) for m in METHODS}
+    return K, y, r, results
+
+
+def _close(a, b, what):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9, err_msg=what)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_probit_matches_reference(probit_problem, method):
+    K, y, r, results = probit_problem
+    res = results[method]
+    assert res.converged and res.method == method
+    for key in ("mean", "var", "site_tau", "site_nu"):
+        _close(getattr(res, key), r[key], key)
+    assert res.log_marginal_likelihood == pytest.approx(r["log_marginal_likelihood"], rel=1e-6)
+    # the evidence formula applied to fastep's own sites (independent code path)
+    lz = ref.ep_log_evidence_from_sites(K, res.site_tau, res.site_nu,
+                                        lambda m, v: ref.probit_log_Z_tilted(y, m, v))
+    assert res.log_marginal_likelihood == pytest.approx(lz, rel=1e-9)
+    # cavities are those of the returned posterior (R&W eq. 3.56)
+    tau_c = 1.0 / res.var - res.site_tau
+    np.testing.assert_allclose(res.cavity_var, 1.0 / tau_c, rtol=1e-9)
+    np.testing.assert_allclose(res.cavity_mean, (res.mean / res.var - res.site_nu) / tau_c,
+                               rtol=1e-8, atol=1e-10)
+
+
+def test_probit_methods_same_fixed_point(probit_problem):
+    _, _, _, results = probit_problem
+    a, b = results["parallel"], results["sequential"]
+    for key in ("mean", "var", "site_tau", "site_nu"):
+        np.testing.assert_allclose(getattr(a, key), getattr(b, key), rtol=1e-7, atol=1e-9,
+                                   err_msg=key)
+    assert a.log_marginal_likelihood == pytest.approx(b.log_marginal_likelihood, rel=1e-9)
+
+
+# --------------------------------------------------------------------------------------
+# Gradients of log Z_EP
+# --------------------------------------------------------------------------------------
+KERNELS = {
+    "rbf_ard": lambda: RBF(1.5, [0.8, 1.6]),
+    "matern32": lambda: Matern32(1.2, 0.9),
+    "sum": lambda: RBF(1.0, 1.0) + Matern32(0.5, [0.5, 2.0]),
+}
+GRAD = dict(method="sequential", tol=1e-12, max_iter=1000)
+
+
+@pytest.mark.parametrize("lik_cls", [Probit, Logistic])
+@pytest.mark.parametrize("kname", list(KERNELS))
+def test_kernel_gradient_matches_fd(kname, lik_cls):
+    X, y = _data(25, seed=3)
+    kern, lik = KERNELS[kname](), lik_cls()
+    res = _ep_quiet(kern(X), y, lik, **GRAD)
+    grad = kern.gradient_contract(X, res.kernel_gradient_weights())
+    theta, h = kern.theta, 1e-4
+    fd = np.empty(theta.size)
+    for p in range(theta.size):
+        lz = []
+        for sgn in (1, -1):
+            t = theta.copy()
+            t[p] += sgn * h
+            lz.append(_ep_quiet(kern.clone_with_theta(t)(X), y, lik, **GRAD)
+                      .log_marginal_likelihood)
+        fd[p] = (lz[0] - lz[1]) / (2 * h)
+    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-7)
+
+
+def test_gaussian_noise_gradient_matches_fd():
+    rng = np.random.default_rng(8)
+    X = rng.uniform(-2, 2, size=(30, 1))
+    y = np.cos(X[:, 0]) + 0.3 * rng.normal(size=30)
+    K = Matern32(1.1, 0.8)(X)
+    s2, h = 0.2, 1e-4
+    res = _ep_quiet(K, y, Gaussian(s2), **TIGHT)
+    grad = float(np.sum(Gaussian(s2).tilted_dparams(y, res.cavity_mean, res.cavity_var)))
+
+    def lz_ep(log_s2):
+        return _ep_quiet(K, y, Gaussian(math.exp(log_s2)), **TIGHT).log_marginal_likelihood
+
+    def lz_exact(log_s2):
+        return ref.exact_gp_regression(K, y, math.exp(log_s2))["log_marginal_likelihood"]
+
+    for lz in (lz_ep, lz_exact):
+        fd = (lz(math.log(s2) + h) - lz(math.log(s2) - h)) / (2 * h)
+        assert grad == pytest.approx(fd, rel=1e-5)
+
+
+# --------------------------------------------------------------------------------------
+# Robustness
+# --------------------------------------------------------------------------------------
+def _assert_finite(res):
+    for key in ("mean", "var", "site_tau", "site_nu", "cavity_mean", "cavity_var"):
+        assert np.all(np.isfinite(getattr(res, key))), key
+    assert np.all(res.var > 0)
+    assert np.isfinite(res.log_marginal_likelihood)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_independent_sites_huge_variance(method):
+    # points 100 lengthscales apart: K = 1600 I exactly, so every site is an n = 1 problem
+    # with Z_i = Phi(0) = 1/2 for either label.
+    X = np.arange(6)[:, None] * 100.0
+    K = RBF(1600.0, 1.0)(X)
+    np.testing.assert_array_equal(K, 1600.0 * np.eye(6))
+    y = np.array([1.0, 1.0, -1.0, 1.0, -1.0, -1.0])
+    res = _ep_quiet(K, y, Probit(), method=method, **TIGHT)
+    _assert_finite(res)
+    assert res.log_marginal_likelihood == pytest.approx(6 * math.log(0.5), rel=1e-12)
+    # exact posterior moments of Phi(y f) N(f | 0, k) (R&W eq. 3.58 with z = 0)
+    k, r0 = 1600.0, math.sqrt(2.0 / math.pi)
+    np.testing.assert_allclose(res.mean, y * k * r0 / math.sqrt(1 + k), rtol=1e-8)
+    np.testing.assert_allclose(res.var, k - k * k * r0 * r0 / (1 + k), rtol=1e-8)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_logistic_independent_sites_wide_prior(method):
+    # sigma(f) + sigma(-f) = 1 and N(0, k) is symmetric: Z_i = 1/2 exactly for any k, so
+    # log Z_EP = n log(1/2) (one independent site per point).
+    for k in (1.0, 25.0, 1600.0):
+        K = k * np.eye(4)
+        res = _ep_quiet(K, np.array([1.0, -1.0, 1.0, 1.0]), Logistic(), method=method, **TIGHT)
+        _assert_finite(res)
+        assert res.log_marginal_likelihood == pytest.approx(4 * math.log(0.5), rel=1e-8), k
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_margins_of_40_standard_deviations(method):
+    # A tight cluster under a huge prior variance (1600), warm-started from sites that all
+    # push f to about -200: the first cavities sit 40+ likelihood standard deviations from
+    # the decision boundary (|z| >= 40, z = y mu_cav / sqrt(1 + v_cav)), most of them on
+    # the wrong side.  EP must stay finite and still reach the fixed point of the
+    # reference (which starts cold).
+    rng = np.random.default_rng(2)
+    n = 12
+    X = rng.normal(size=(n, 1)) * 0.05
+    K = RBF(1600.0, 1.0)(X) + 1e-6 * np.eye(n)
+    y = np.ones(n)
+    y[[2, 7]] = -1.0
+    tau0 = np.full(n, 0.05)
+    nu0 = -200.0 * tau0
+    # the initial cavities, computed here with the B form (R&W Algorithm 3.5)
+    Sigma, mu, _ = ref._posterior_from_sites(K, tau0, nu0)
+    v = np.diag(Sigma)
+    tc = 1.0 / v - tau0
+    z0 = y * ((mu / v - nu0) / tc) / np.sqrt(1.0 + 1.0 / tc)
+    assert np.abs(z0).min() >= 40.0 and z0.min() <= -40.0
+    r = ref.ep_probit_reference(K, y, tol=1e-11)
+    res = _ep_quiet(K, y, Probit(), method=method, site_tau=tau0, site_nu=nu0, **TIGHT)
+    _assert_finite(res)
+    np.testing.assert_allclose(res.mean, r["mean"], rtol=1e-6)
+    np.testing.assert_allclose(res.var, r["var"], rtol=1e-6)
+    assert res.log_marginal_likelihood == pytest.approx(r["log_marginal_likelihood"], rel=1e-6)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_duplicated_inputs_singular_gram(method):
+    X, _ = _data(10, seed=4)
+    X = np.vstack([X, X[:4], X[:2]])                  # 16 points, 10 distinct
+    K = RBF(2.0, 1.0)(X)
+    assert np.linalg.matrix_rank(K) <= 10
+    rng = np.random.default_rng(4)
+    y = np.where(rng.normal(size=16) > 0, 1.0, -1.0)  # duplicates may even disagree
+    res = _ep_quiet(K, y, Probit(), method=method, **TIGHT)
+    _assert_finite(res)
+    r = ref.ep_probit_reference(K, y, tol=1e-11)
+    np.testing.assert_allclose(res.mean, r["mean"], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(res.var, r["var"], rtol=1e-6)
+    assert res.log_marginal_likelihood == pytest.approx(r["log_marginal_likelihood"], rel=1e-6)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("k", [1e-8, 0.3, 1600.0, 1e8])
+def test_single_site_is_exact(method, k):
+    for y in (1.0, -1.0):
+        res = _ep_quiet(np.array([[k]]), np.array([y]), Probit(), method=method, **TIGHT)
+        _assert_finite(res)
+        # Z = int Phi(y f) N(f | 0, k) df = Phi(0) = 1/2, exactly, for any k
+        assert abs(res.log_marginal_likelihood - math.log(0.5)) <= 1e-14
+        r0 = math.sqrt(2.0 / math.pi)
+        # (moments: the convergence test on sites is absolute for tiny site precisions
+        # ~1/k, so only ~1e-6 is promised at k = 1e8)
+        assert res.mean[0] == pytest.approx(y * k * r0 / math.sqrt(1 + k), rel=1e-6)
+        assert res.var[0] == pytest.approx(k - k * k * r0 * r0 / (1 + k), rel=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# Input validation
+# --------------------------------------------------------------------------------------
+def _good():
+    X, y = _data(5, seed=9)
+    return RBF(1.0, 1.0)(X), y
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf"])
+def test_non_finite_kernel(bad):
+    K, y = _good()
+    K[1, 2] = K[2, 1] = float(bad)
+    with pytest.raises(ValueError, match="K"):
+        fastep.ep(K, y, Probit())
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_targets(bad):
+    K, y = _good()
+    y[3] = bad
+    with pytest.raises(ValueError, match="y"):
+        fastep.ep(K, y, Probit())
+    with pytest.raises(ValueError, match="y"):
+        fastep.ep(K, y, Gaussian(1.0))
+
+
+def test_mismatched_lengths():
+    K, y = _good()
+    with pytest.raises(ValueError, match="y"):
+        fastep.ep(K, y[:-1], Probit())
+    with pytest.raises(ValueError, match="K"):
+        fastep.ep(K[:, :-1], y, Probit())
+
+
+@pytest.mark.parametrize("labels", [[0, 1, 0, 1, 1], [1, 2, 1, 2, 1], [1, -1, 1, 0.5, -1]])
+def test_bad_labels(labels):
+    K, _ = _good()
+    with pytest.raises(ValueError, match="-1"):
+        fastep.ep(K, np.array(labels, float), Probit())
+
+
+def test_not_positive_definite():
+    with pytest.raises(ValueError, match="positive"):
+        fastep.ep(np.array([[1.0, 2.0], [2.0, 1.0]]), np.array([1.0, -1.0]), Probit())
+
+
+def test_not_symmetric():
+    K = np.array([[1.0, 0.5, 0.0], [0.1, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    with pytest.raises(ValueError, match="symmetric"):
+        fastep.ep(K, np.array([1.0, -1.0, 1.0]), Probit())
+
+
+@pytest.mark.parametrize("kw,name", [
+    ({"method": "foo"}, "method"),
+    ({"damping": 0.0}, "damping"),
+    ({"damping": 1.5}, "damping"),
+    ({"damping": -0.5}, "damping"),
+    ({"max_iter": 0}, "max_iter"),
+    ({"max_iter": 2.5}, "max_iter"),
+    ({"tol": 0.0}, "tol"),
+])
+def test_bad_arguments_named(kw, name):
+    K, y = _good()
+    with pytest.raises(ValueError, match=name):
+        fastep.ep(K, y, Probit(), **kw)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_max_iter_warning(method):
+    X, y = _data(20, seed=6)
+    K = RBF(2.0, 1.0)(X)
+    with pytest.warns(fastep.ConvergenceWarning, match="max_iter"):
+        res = fastep.ep(K, y, Probit(), method=method, tol=1e-10, max_iter=1)
+    assert not res.converged
+    assert res.n_iter == 1
+    _assert_finite(res)
+
+
+# --------------------------------------------------------------------------------------
+# Warm start
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("lik_cls", [Probit, Logistic])
+@pytest.mark.parametrize("method", METHODS)
+def test_warm_start(method, lik_cls):
+    X, y = _data(30, seed=7)
+    K = RBF(1.5, 0.9)(X)
+    cold = _ep_quiet(K, y, lik_cls(), method=method, **TIGHT)
+    assert cold.n_iter > 3
+    warm = _ep_quiet(K, y, lik_cls(), method=method, site_tau=cold.site_tau,
+                     site_nu=cold.site_nu, **TIGHT)
+    assert warm.converged and warm.n_iter <= 3
+    assert warm.log_marginal_likelihood == pytest.approx(cold.log_marginal_likelihood,
+                                                         rel=1e-10)
+    np.testing.assert_allclose(warm.mean, cold.mean, rtol=1e-8, atol=1e-10)
+
+
+# --------------------------------------------------------------------------------------
+# Non-log-concave likelihood: negative site precisions
+# --------------------------------------------------------------------------------------
+A_MIX, B_MIX = 0.8, 0.2     # p(y | f) = b + (a - b) Phi(y f): a probit with label noise
+
+
+def _mixture_log_lik(y, extra, f, params):
+    return math.log(0.2 + 0.6 * 0.5 * math.erfc(-y * f / math.sqrt(2.0)))
+
+
+@pytest.fixture(scope="module")
+def mixture():
+    return GaussHermite(_mixture_log_lik, log_concave=False, binary=True)
+
+
+@pytest.fixture(scope="module")
+def mislabelled():
+    X = np.linspace(-3, 3, 24)[:, None]
+    y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    y[[4, 18, 20]] *= -1                         # mislabelled points in confident regions
+    K = RBF(variance=9.0, lengthscale=2.0)(X) + 1e-3 * np.eye(24)
+    return K, y
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_negative_site_precisions_fixed_point(mixture, mislabelled, method):
+    K, y = mislabelled
+    res = _ep_quiet(K, y, mixture, method=method, **TIGHT)
+    assert res.converged
+    _assert_finite(res)
+    assert res.site_tau.min() < 0             # the fixture really exercises tau < 0
+    assert res.n_skipped == 0
+    # 1. posterior from the sites, by a dense inverse
+    Sigma = np.linalg.inv(np.linalg.inv(K) + np.diag(res.site_tau))
+    np.testing.assert_allclose(res.mean, Sigma @ res.site_nu, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(res.var, np.diag(Sigma), rtol=1e-8)
+    # 2. EP fixed point: every posterior marginal equals the tilted moments at its cavity
+    for i in range(y.size):
+        yi = y[i]
+        mc, vc = res.cavity_mean[i], res.cavity_var[i]
+        _, d1, d2 = ref.tilted_moments_quad(
+            lambda f: np.log(B_MIX + (A_MIX - B_MIX) * sc.ndtr(yi * f)), mc, vc)
+        assert res.mean[i] == pytest.approx(mc + vc * d1, rel=1e-6, abs=1e-6), i
+        assert res.var[i] == pytest.approx(vc + vc * vc * d2, rel=1e-6), i
+
+
+def test_negative_site_precisions_methods_agree(mixture, mislabelled):
+    K, y = mislabelled
+    a = _ep_quiet(K, y, mixture, method="parallel", **TIGHT)
+    b = _ep_quiet(K, y, mixture, method="sequential", **TIGHT)
+    np.testing.assert_allclose(a.site_tau, b.site_tau, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(a.site_nu, b.site_nu, rtol=1e-6, atol=1e-8)
+    assert a.log_marginal_likelihood == pytest.approx(b.log_marginal_likelihood, rel=1e-8)

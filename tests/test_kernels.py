@@ -1,0 +1,219 @@
+"""Kernels against scikit-learn's equivalents and finite differences.
+
+Truth: scikit-learn's kernels (an independent implementation of the same formulas) for the
+Gram matrices, and central finite differences of sum(G * K(theta)) in log-theta space for
+``gradient_contract``.
+"""
+import numpy as np
+import pytest
+from sklearn.gaussian_process import kernels as sk
+
+from fastep.kernels import (RBF, ConstantKernel, Linear, Matern12, Matern32, Matern52, Product,
+                            SklearnKernel, Sum, WhiteKernel, as_kernel)
+
+D = 3
+RNG = np.random.default_rng(1234)
+X = RNG.normal(size=(9, D))
+Y = RNG.normal(size=(5, D))
+ARD = [0.7, 1.3, 2.1]
+
+
+def _sk_const(c):
+    return sk.ConstantKernel(c, constant_value_bounds="fixed")
+
+
+# (fastep kernel factory, equivalent scikit-learn kernel or None)
+CASES = {
+    "rbf_iso": (lambda: RBF(variance=1.7, lengthscale=0.9),
+                lambda: _sk_const(1.7) * sk.RBF(0.9)),
+    "rbf_ard": (lambda: RBF(variance=0.6, lengthscale=ARD),
+                lambda: _sk_const(0.6) * sk.RBF(ARD)),
+    "m12_iso": (lambda: Matern12(variance=1.3, lengthscale=1.1),
+                lambda: _sk_const(1.3) * sk.Matern(1.1, nu=0.5)),
+    "m12_ard": (lambda: Matern12(variance=0.8, lengthscale=ARD),
+                lambda: _sk_const(0.8) * sk.Matern(ARD, nu=0.5)),
+    "m32_iso": (lambda: Matern32(variance=2.2, lengthscale=0.8),
+                lambda: _sk_const(2.2) * sk.Matern(0.8, nu=1.5)),
+    "m32_ard": (lambda: Matern32(variance=0.9, lengthscale=ARD),
+                lambda: _sk_const(0.9) * sk.Matern(ARD, nu=1.5)),
+    "m52_iso": (lambda: Matern52(variance=1.1, lengthscale=1.4),
+                lambda: _sk_const(1.1) * sk.Matern(1.4, nu=2.5)),
+    "m52_ard": (lambda: Matern52(variance=1.9, lengthscale=ARD),
+                lambda: _sk_const(1.9) * sk.Matern(ARD, nu=2.5)),
+    "linear": (lambda: Linear(variance=0.7),
+               lambda: _sk_const(0.7) * sk.DotProduct(sigma_0=0.0, sigma_0_bounds="fixed")),
+    "constant": (lambda: ConstantKernel(2.5), lambda: sk.ConstantKernel(2.5)),
+    "white": (lambda: WhiteKernel(0.3), lambda: sk.WhiteKernel(0.3)),
+    "sum": (lambda: RBF(1.2, ARD) + WhiteKernel(0.1),
+            lambda: _sk_const(1.2) * sk.RBF(ARD) + sk.WhiteKernel(0.1)),
+    "product": (lambda: Matern32(1.5, 0.9) * Linear(0.4),
+                lambda: (_sk_const(1.5) * sk.Matern(0.9, nu=1.5))
+                * (_sk_const(0.4) * sk.DotProduct(sigma_0=0.0, sigma_0_bounds="fixed"))),
+    "nested": (lambda: (ConstantKernel(0.8) * Matern52(1.0, ARD) + Linear(0.2)) * RBF(1.3, 2.0)
+               + WhiteKernel(0.05), None),
+    "sum_scalar": (lambda: 2.0 * Matern12(1.0, 0.6) + RBF(0.5, 1.5),
+                   lambda: _sk_const(2.0) * sk.Matern(0.6, nu=0.5) + _sk_const(0.5) * sk.RBF(1.5)),
+}
+
+
+def test_cases_cover_every_kernel_class():
+    from fastep import kernels as fk
+    seen = set()
+
+    def walk(k):
+        seen.add(type(k))
+        if isinstance(k, (Sum, Product)):
+            walk(k.k1)
+            walk(k.k2)
+
+    for make, _ in CASES.values():
+        walk(make())
+    assert set(fk._TYPES.values()) | {Sum, Product} <= seen
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gram_matches_sklearn_and_diag(name):
+    make, make_sk = CASES[name]
+    k = make()
+    K = k(X)
+    assert K.shape == (9, 9)
+    np.testing.assert_allclose(K, K.T, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(k.diag(X), np.diag(K), rtol=1e-14, atol=1e-15)
+    if make_sk is not None:
+        ks = make_sk()
+        np.testing.assert_allclose(K, ks(X), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(k(X, Y), ks(X, Y), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(k.diag(X), ks.diag(X), rtol=1e-12, atol=1e-14)
+
+
+def _fd_contract(k, X, G, h=1e-5):
+    theta = k.theta
+    out = np.empty(theta.size)
+    for p in range(theta.size):
+        tp, tm = theta.copy(), theta.copy()
+        tp[p] += h
+        tm[p] -= h
+        out[p] = (np.sum(G * k.clone_with_theta(tp)(X)) - np.sum(G * k.clone_with_theta(tm)(X))) \
+            / (2 * h)
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gradient_contract_matches_fd(name):
+    k = CASES[name][0]()
+    G = np.random.default_rng(7).normal(size=(9, 9))
+    got = k.gradient_contract(X, G)
+    assert got.shape == (k.n_dims,) == k.theta.shape
+    fd = _fd_contract(k, X, G)
+    # central differences: truncation ~h^2, rounding ~1e-16 * sum|G K| / h
+    scale = np.sum(np.abs(G * k(X)))
+    np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-9 * scale)
+
+
+@pytest.mark.parametrize("name", ["rbf_ard", "m32_iso", "sum", "product", "nested"])
+def test_theta_bounds_clone_round_trip(name):
+    k = CASES[name][0]()
+    K0 = k(X)
+    theta = k.theta
+    assert theta.shape == (k.n_dims,)
+    b = k.bounds
+    assert b.shape == (k.n_dims, 2)
+    # default bounds (1e-5, 1e5) in log space
+    np.testing.assert_allclose(b, np.tile(np.log([1e-5, 1e5]), (k.n_dims, 1)))
+    same = k.clone_with_theta(theta)
+    np.testing.assert_array_equal(same.theta, theta)
+    np.testing.assert_allclose(same(X), K0, rtol=1e-14)
+    new = theta + np.linspace(-0.3, 0.4, theta.size)
+    k2 = k.clone_with_theta(new)
+    np.testing.assert_allclose(k2.theta, new, rtol=1e-14)
+    np.testing.assert_array_equal(k.theta, theta)      # the original is untouched
+    np.testing.assert_allclose(k(X), K0, rtol=0)
+    assert not np.allclose(k2(X), K0)
+    # setting theta in place equals cloning
+    k.theta = new
+    np.testing.assert_allclose(k(X), k2(X), rtol=1e-14)
+    with pytest.raises(ValueError):
+        k.theta = np.zeros(theta.size + 1)
+
+
+def test_theta_maps_to_parameters_in_log_space():
+    k = RBF(variance=2.0, lengthscale=ARD, variance_bounds=(1e-2, 1e3))
+    np.testing.assert_allclose(k.theta, np.log([2.0] + ARD))
+    np.testing.assert_allclose(k.bounds[0], np.log([1e-2, 1e3]))
+    k2 = k.clone_with_theta(np.log([3.0, 1.0, 1.0, 1.0]))
+    # variance 3, unit lengthscales: compare with the closed form
+    d2 = np.sum((X[:, None, :] - X[None, :, :]) ** 2, axis=-1)
+    np.testing.assert_allclose(k2(X), 3.0 * np.exp(-0.5 * d2), rtol=1e-13)
+
+
+def test_fixed_bounds_remove_parameter():
+    free = RBF(variance=2.0, lengthscale=ARD)
+    fixed = RBF(variance=2.0, lengthscale=ARD, variance_bounds="fixed")
+    assert fixed.n_dims == free.n_dims - 1 == 3
+    np.testing.assert_allclose(fixed.theta, np.log(ARD))
+    assert fixed.bounds.shape == (3, 2)
+    np.testing.assert_allclose(fixed(X), free(X), rtol=0)
+    G = np.random.default_rng(3).normal(size=(9, 9))
+    np.testing.assert_allclose(fixed.gradient_contract(X, G), free.gradient_contract(X, G)[1:],
+                               rtol=1e-14)
+    np.testing.assert_allclose(fixed.gradient_contract(X, G), _fd_contract(fixed, X, G), rtol=1e-6)
+    # a new theta leaves the fixed variance alone
+    k2 = fixed.clone_with_theta(np.zeros(3))
+    np.testing.assert_allclose(np.diag(k2(X)), 2.0)
+    # in a composite kernel, too
+    s = fixed + WhiteKernel(0.1, noise_level_bounds="fixed")
+    assert s.n_dims == 3
+    np.testing.assert_allclose(s.gradient_contract(X, G), _fd_contract(s, X, G), rtol=1e-6)
+    all_fixed = ConstantKernel(1.0, constant_bounds="fixed")
+    assert all_fixed.n_dims == 0 and all_fixed.theta.shape == (0,)
+    assert all_fixed.gradient_contract(X, G).shape == (0,)
+
+
+def test_sklearn_kernel_adapter():
+    ks = sk.ConstantKernel(1.4) * sk.Matern([0.8, 1.2, 1.9], nu=1.5) + sk.WhiteKernel(0.2)
+    k = as_kernel(ks)
+    assert isinstance(k, SklearnKernel)
+    np.testing.assert_allclose(k(X), ks(X), rtol=1e-14)
+    np.testing.assert_allclose(k(X, Y), ks(X, Y), rtol=1e-14)
+    np.testing.assert_allclose(k.diag(X), np.diag(ks(X)), rtol=1e-14)
+    np.testing.assert_allclose(k.theta, ks.theta)
+    np.testing.assert_allclose(k.bounds, ks.bounds)
+    G = np.random.default_rng(11).normal(size=(9, 9))
+    np.testing.assert_allclose(k.gradient_contract(X, G), _fd_contract(k, X, G), rtol=1e-6)
+    # equals the native fastep kernel's contraction
+    native = ConstantKernel(1.4) * Matern32(1.0, [0.8, 1.2, 1.9], variance_bounds="fixed") \
+        + WhiteKernel(0.2)
+    np.testing.assert_allclose(native(X), ks(X), rtol=1e-12)
+    np.testing.assert_allclose(native.gradient_contract(X, G), k.gradient_contract(X, G),
+                               rtol=1e-9)
+    # composes with fastep kernels
+    mixed = k + RBF(0.5, 1.0)
+    np.testing.assert_allclose(mixed(X), ks(X) + RBF(0.5, 1.0)(X), rtol=1e-14)
+    assert as_kernel(native) is native
+    with pytest.raises(ValueError):
+        as_kernel("rbf")
+
+
+@pytest.mark.parametrize("cls,kw,pname", [
+    (RBF, {"lengthscale": -1.0}, "lengthscale"),
+    (RBF, {"lengthscale": 0.0}, "lengthscale"),
+    (RBF, {"variance": 0.0}, "variance"),
+    (Matern12, {"variance": -2.0}, "variance"),
+    (Matern32, {"lengthscale": [1.0, 0.0, 2.0]}, "lengthscale"),
+    (Matern52, {"lengthscale": np.nan}, "lengthscale"),
+    (Linear, {"variance": -1.0}, "variance"),
+    (ConstantKernel, {"constant": 0.0}, "constant"),
+    (WhiteKernel, {"noise_level": -0.1}, "noise_level"),
+])
+def test_invalid_parameters_raise(cls, kw, pname):
+    with pytest.raises(ValueError, match=pname):
+        cls(**kw)
+
+
+@pytest.mark.parametrize("cls", [RBF, Matern12, Matern32, Matern52])
+def test_ard_lengthscale_count_mismatch(cls):
+    k = cls(lengthscale=[1.0, 2.0])
+    with pytest.raises(ValueError, match="lengthscale"):
+        k(X)
+    with pytest.raises(ValueError, match="lengthscale"):
+        k.gradient_contract(X, np.eye(9))

@@ -1,0 +1,230 @@
+"""Likelihood tilted moments against adaptive quadrature (tests/reference.py) and closed forms.
+
+Truth: ``reference.tilted_moments_quad`` (scipy.integrate.quad on the tilted integrand),
+scipy.special.log_ndtr / scipy.stats.norm for closed forms, central finite differences of
+closed forms for parameter derivatives, and scipy.integrate.quad for predictive
+probabilities.
+"""
+import math
+
+import numpy as np
+import pytest
+import scipy.integrate
+import scipy.special as sc
+from scipy.stats import norm
+
+import fastep.likelihoods as fl
+import reference as ref
+from fastep.likelihoods import Gaussian, GaussHermite, Logistic, Probit
+
+NOISE = 0.3
+MUS = [-30.0, -3.0, 0.0, 1.5, 30.0]
+VARS = np.logspace(-4.0, 4.0, 5)       # 1e-4 ... 1e4
+
+
+def _probit_ll(y):
+    return lambda f: sc.log_ndtr(y * f)
+
+
+def _logistic_ll(y):
+    return lambda f: -np.logaddexp(0.0, -y * f)
+
+
+def _gaussian_ll(y):
+    return lambda f: norm.logpdf(y, loc=f, scale=math.sqrt(NOISE))
+
+
+# (name, likelihood factory, reference log-likelihood factory, alpha, targets)
+CASES = [
+    ("probit-a1", Probit, _probit_ll, 1.0, [-1.0, 1.0]),
+    ("probit-a0.5", Probit, _probit_ll, 0.5, [-1.0, 1.0]),
+    ("logistic-a1", Logistic, _logistic_ll, 1.0, [-1.0, 1.0]),
+    ("logistic-a0.5", Logistic, _logistic_ll, 0.5, [-1.0, 1.0]),
+    # (quadrature is slowest here: one real target per alpha)
+    ("gaussian-a1", lambda: Gaussian(NOISE), _gaussian_ll, 1.0, [-1.3]),
+    ("gaussian-a0.5", lambda: Gaussian(NOISE), _gaussian_ll, 0.5, [2.0]),
+]
+
+
+def test_cases_cover_every_builtin_likelihood():
+    covered = {type(make()) for _, make, _, _, _ in CASES}
+    assert set(fl._TYPES.values()) <= covered
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_tilted_matches_quadrature(case):
+    name, make, ll, alpha, targets = case
+    lik = make()
+    bad = []
+    for y in targets:
+        for mu in MUS:
+            mu_arr = np.full(VARS.size, mu)
+            got = lik.tilted(y, mu_arr, VARS, alpha)
+            for k, var in enumerate(VARS):
+                r = ref.tilted_moments_quad(ll(y), mu, var, alpha)
+                a = (got[0][k], got[1][k], got[2][k])
+                # Absolute floors, because the quadrature reference itself is not exact there:
+                # log Z: quad's relative accuracy (1e-13) becomes absolute near log Z = 0;
+                # d1 = E_t[x]/s and d2 = (Var_t[x] - 1)/var are formed from moments in the
+                # standardised variable x (accurate to ~1e-11), which the 1/sqrt(var) and
+                # 1/var factors amplify at tiny cavity variances.
+                floors = (1e-13, 1e-10 / math.sqrt(var), 1e-11 / var)
+                for j, what in enumerate(("logZ", "d1", "d2")):
+                    if not abs(a[j] - r[j]) <= 1e-8 * abs(r[j]) + floors[j]:
+                        bad.append(f"{what} y={y} mu={mu} var={var:g}: got {a[j]!r}, "
+                                   f"quadrature {r[j]!r}")
+    assert not bad, f"{name}: {len(bad)} mismatches:\n" + "\n".join(bad)
+
+
+def test_logistic_symmetry_wide_cavity():
+    # sigma(f) + sigma(-f) = 1 and N(0, v) is symmetric, so Z = 1/2 exactly for mu = 0
+    # and any cavity variance.
+    var = np.array([1e-4, 1e-2, 1.0, 10.0, 1e2, 1e4])
+    logz = Logistic().tilted(1.0, np.zeros(var.size), var)[0]
+    np.testing.assert_allclose(logz, math.log(0.5), rtol=1e-8)
+
+
+def _probit_by_hand(y, extra, f, params):
+    return math.log(0.5 * math.erfc(-y * f / math.sqrt(2.0)))
+
+
+def _scaled_probit(y, extra, f, params):
+    return math.log(0.5 * math.erfc(-y * f / (params[0] * math.sqrt(2.0))))
+
+
+@pytest.fixture(scope="module")
+def hand_probit():
+    return GaussHermite(_probit_by_hand, binary=True)
+
+
+@pytest.fixture(scope="module")
+def scaled_probit():
+    return GaussHermite(_scaled_probit, params={"s": 0.7}, binary=True)
+
+
+def test_gauss_hermite_user_likelihood_equals_probit(hand_probit):
+    mu = np.repeat(np.linspace(-3.0, 3.0, 7), 4)
+    var = np.tile([0.1, 0.5, 1.0, 2.0], 7)
+    for y in (-1.0, 1.0):
+        got = hand_probit.tilted(y, mu, var)
+        exp = Probit().tilted(y, mu, var)
+        # and both against the textbook closed form (R&W eq. 3.58)
+        z = y * mu / np.sqrt(1 + var)
+        np.testing.assert_allclose(exp[0], sc.log_ndtr(z), rtol=1e-12)
+        for j in range(3):
+            np.testing.assert_allclose(got[j], exp[j], rtol=1e-8, atol=1e-12)
+
+
+def test_gaussian_tilted_dparams_equals_fd():
+    lik = Gaussian(NOISE)
+    y = np.linspace(-2.0, 2.0, 9)
+    mu = np.linspace(1.0, -1.5, 9)
+    var = np.logspace(-3, 2, 9)
+    got = lik.tilted_dparams(y, mu, var)
+    assert got.shape == (9, 1)
+    h = 1e-5
+
+    def logz(log_s2):
+        return norm.logpdf(y, loc=mu, scale=np.sqrt(var + math.exp(log_s2)))
+
+    fd = (logz(math.log(NOISE) + h) - logz(math.log(NOISE) - h)) / (2 * h)
+    np.testing.assert_allclose(got[:, 0], fd, rtol=1e-7, atol=1e-10)
+    # also against the likelihood's own log Z at perturbed noise (alpha = 1)
+    fd2 = (Gaussian(NOISE * math.exp(h)).tilted(y, mu, var)[0]
+           - Gaussian(NOISE * math.exp(-h)).tilted(y, mu, var)[0]) / (2 * h)
+    np.testing.assert_allclose(got[:, 0], fd2, rtol=1e-6, atol=1e-9)
+
+
+def test_base_class_fd_tilted_dparams(scaled_probit):
+    lik = scaled_probit
+    s = 0.7
+    assert lik.n_dims == 1
+    np.testing.assert_allclose(lik.theta, [math.log(s)])
+    mu = np.repeat(np.linspace(-3.0, 3.0, 7), 4)
+    var = np.tile([0.1, 0.5, 1.0, 2.0], 7)
+    y = np.where(np.arange(mu.size) % 2 == 0, 1.0, -1.0)
+    got = lik.tilted_dparams(y, mu, var)
+    assert got.shape == (mu.size, 1)
+    np.testing.assert_allclose(lik.theta, [math.log(s)])    # parameters restored
+
+    # int Phi(y f / s) N(f | mu, v) df = Phi(y mu / sqrt(s^2 + v)): FD of that in log s
+    def logz(log_s):
+        return sc.log_ndtr(y * mu / np.sqrt(math.exp(2 * log_s) + var))
+
+    h = 1e-5
+    fd = (logz(math.log(s) + h) - logz(math.log(s) - h)) / (2 * h)
+    np.testing.assert_allclose(got[:, 0], fd, rtol=1e-6, atol=1e-7)
+    # analytic: d log Phi(z)/d log s = mills(z) * (-z s^2 / (s^2 + v))
+    z = y * mu / np.sqrt(s * s + var)
+    exact = np.exp(norm.logpdf(z) - sc.log_ndtr(z)) * (-z * s * s / (s * s + var))
+    np.testing.assert_allclose(got[:, 0], exact, rtol=1e-6, atol=1e-7)
+
+
+MEANS = np.array([-8.0, -1.0, 0.0, 0.4, 2.5, 6.0])
+PVARS = np.array([1e-3, 0.5, 3.0, 30.0])
+
+
+def _quad_proba(lik_fn, m, v):
+    s = math.sqrt(v)
+    val = scipy.integrate.quad(lambda x: lik_fn(m + s * x) * norm.pdf(x), -40, 40,
+                               points=sorted({-m / s, 0.0}) if abs(m / s) < 40 else [0.0],
+                               epsabs=1e-15, epsrel=1e-13, limit=500)[0]
+    return val
+
+
+def test_predict_proba_probit():
+    m, v = np.meshgrid(MEANS, PVARS)
+    m, v = m.ravel(), v.ravel()
+    p = Probit().predict_proba(m, v)
+    exp = np.array([_quad_proba(sc.ndtr, a, b) for a, b in zip(m, v)])
+    np.testing.assert_allclose(p, exp, rtol=1e-9, atol=1e-14)
+    np.testing.assert_allclose(p, sc.ndtr(m / np.sqrt(1 + v)), rtol=1e-12)
+
+
+def test_predict_proba_logistic():
+    m, v = np.meshgrid(MEANS, PVARS)
+    m, v = m.ravel(), v.ravel()
+    p = Logistic().predict_proba(m, v)
+    exp = np.array([_quad_proba(sc.expit, a, b) for a, b in zip(m, v)])
+    np.testing.assert_allclose(p, exp, rtol=1e-8, atol=1e-14)
+
+
+@pytest.mark.parametrize("make", [Probit, Logistic])
+def test_predict_proba_in_unit_interval(make):
+    m = np.array([-1e3, -50.0, -5.0, 0.0, 5.0, 50.0, 1e3])
+    for v in (1e-8, 1.0, 1e4, 1e8):
+        p = make().predict_proba(m, np.full(m.size, v))
+        assert np.all(np.isfinite(p))
+        assert np.all((p >= 0.0) & (p <= 1.0))
+        assert np.all(np.diff(p) >= 0)            # increasing in the mean
+    np.testing.assert_allclose(make().predict_proba([0.0], [2.0]), 0.5, rtol=1e-10)
+
+
+def test_predict_proba_rejects_non_binary():
+    with pytest.raises(ValueError):
+        Gaussian(1.0).predict_proba([0.0], [1.0])
+
+
+@pytest.mark.parametrize("make", [Probit, Logistic])
+def test_encode_targets_binary(make):
+    lik = make()
+    np.testing.assert_array_equal(lik.encode_targets([1, -1, 1]), [1.0, -1.0, 1.0])
+    for bad in ([1.0, np.nan], [1.0, 0.0], [0, 1], [1.0, 2.0], [1.0, -0.5], [np.inf, 1.0]):
+        with pytest.raises(ValueError):
+            lik.encode_targets(bad)
+
+
+def test_encode_targets_gaussian():
+    lik = Gaussian(1.0)
+    np.testing.assert_array_equal(lik.encode_targets([0.3, -2.0]), [0.3, -2.0])
+    for bad in ([1.0, np.nan], [np.inf, 0.0]):
+        with pytest.raises(ValueError):
+            lik.encode_targets(bad)
+
+
+def test_invalid_likelihood_parameters():
+    for value in (0.0, -1.0, np.nan, np.inf):
+        with pytest.raises(ValueError, match="noise_variance"):
+            Gaussian(value)
+    with pytest.raises(ValueError):
+        Probit().tilted(1.0, [0.0], [0.0])
