@@ -18,9 +18,16 @@ Numba can cache (a plain dispatcher argument would defeat the on-disk cache).
 from __future__ import annotations
 
 import functools
+import os
 
-import numba
-from numba import types
+# Numba's OpenMP threading layer spins its idle threads by default; between the
+# BLAS calls of an EP sweep they then starve OpenBLAS's threads on the same cores
+# (10-100x slowdowns seen on 2 cores).  Passive waiting removes that; set
+# OMP_WAIT_POLICY yourself before importing fastep to override.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numba  # noqa: E402
+from numba import types  # noqa: E402
 
 jit = functools.partial(numba.njit, cache=True, error_model="numpy")
 pjit = functools.partial(numba.njit, cache=True, error_model="numpy", parallel=True)

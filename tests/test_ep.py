@@ -15,7 +15,7 @@ import scipy.special as sc
 import fastep
 import reference as ref
 from fastep.kernels import RBF, Matern32
-from fastep.likelihoods import Gaussian, GaussHermite, Logistic, Probit
+from fastep.likelihoods import Gaussian, CustomLikelihood, Logistic, Probit
 
 METHODS = ["parallel", "sequential"]
 TIGHT = dict(tol=1e-10, max_iter=1000)
@@ -366,7 +366,7 @@ def _mixture_log_lik(y, extra, f, params):
 
 @pytest.fixture(scope="module")
 def mixture():
-    return GaussHermite(_mixture_log_lik, log_concave=False, binary=True)
+    return CustomLikelihood(_mixture_log_lik, log_concave=False, binary=True)
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.linalg import cho_solve, lapack
 
-from .._linalg import NotPositiveDefiniteError, cholesky_inplace, solve_lower_inplace
+from .._linalg import (NotPositiveDefiniteError, blas_threads_for, cholesky_inplace,
+                       solve_lower_inplace)
 from . import _ep_kernels as kern
 
 SEQUENTIAL_BLOCK = 256
@@ -185,14 +186,16 @@ class EPResult:
         mean = k*^T b, var = k** - k*^T (K + S^-1)^-1 k*  (R&W eqs. 3.60, 3.61).
         """
         k_cross = np.asarray(k_cross, dtype=float)
-        mean = k_cross.T @ self.b
-        var = np.asarray(k_diag, dtype=float) - np.einsum(
-            "ij,ij->j", k_cross, self._posterior.apply_r(k_cross))
+        with blas_threads_for(k_cross.shape[0]):
+            mean = k_cross.T @ self.b
+            var = np.asarray(k_diag, dtype=float) - np.einsum(
+                "ij,ij->j", k_cross, self._posterior.apply_r(k_cross))
         return mean, np.maximum(var, 0.0)
 
     def kernel_gradient_weights(self):
         """G = (b b^T - R) / 2, so that d log Z_EP / d theta = sum(G * dK/dtheta)."""
-        g = self._posterior.dense_r()
+        with blas_threads_for(self.mean.shape[0]):
+            g = self._posterior.dense_r()
         b = self.b
         g *= -0.5
         g += 0.5 * np.outer(b, b)
@@ -289,6 +292,13 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-6, max_iter=100
     if damping is None:
         damping = 0.8 if method == "parallel" else 1.0
     K = _validate(K, y, method, damping, tol, max_iter)
+    with blas_threads_for(K.shape[0]):
+        return _ep(K, y, likelihood, method, damping, tol, max_iter, site_tau, site_nu, extra,
+                   check_psd, callback)
+
+
+def _ep(K, y, likelihood, method, damping, tol, max_iter, site_tau, site_nu, extra, check_psd,
+        callback):
     n = K.shape[0]
     if check_psd:
         check_covariance(K)
@@ -351,14 +361,14 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-6, max_iter=100
     if n_bad:
         warnings.warn(f"EP: {n_bad} site(s) have an improper cavity (negative variance) and "
                       "were left out of the update and of log Z_EP; increase damping "
-                      "(e.g. damping=0.5).", EPNumericalWarning, stacklevel=2)
+                      "(e.g. damping=0.5).", EPNumericalWarning, stacklevel=3)
         mu_cav = np.where(ok, mu_cav, post.mean)
         var_cav = np.where(ok, var_cav, post.var)
     if not converged:
         warnings.warn(f"EP did not converge in max_iter={max_iter} sweeps (last change of "
                       f"log Z_EP {abs(log_ev - prev):.2e}, largest site change {change:.2e}, "
                       f"tol={tol:g}). Increase max_iter, or use a smaller damping "
-                      f"(now {damping:g}) if EP oscillates.", ConvergenceWarning, stacklevel=2)
+                      f"(now {damping:g}) if EP oscillates.", ConvergenceWarning, stacklevel=3)
     if post.cov is not None:
         post.cov = None                               # not needed after the sweeps
     post.vt = post.vt.copy() if post.vt is work[1] else post.vt

@@ -1,5 +1,5 @@
 """EP likelihoods: each supplies a scalar compiled tilted-moment function."""
-from ._base import GaussHermite, Likelihood, gh_tilted, tilted_batch
+from ._base import CustomLikelihood, Likelihood, quad_tilted, tilted_batch
 from .binary import Logistic, Probit
 from .gaussian import Gaussian
 
@@ -16,5 +16,5 @@ def likelihood_from_dict(d):
     return _TYPES[d["type"]](**kw)
 
 
-__all__ = ["Likelihood", "GaussHermite", "Gaussian", "Probit", "Logistic", "gh_tilted",
+__all__ = ["Likelihood", "CustomLikelihood", "Gaussian", "Probit", "Logistic", "quad_tilted",
            "tilted_batch", "likelihood_from_dict"]

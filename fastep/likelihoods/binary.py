@@ -7,7 +7,7 @@ import numpy as np
 
 from .._jit import tilted_function
 from .._numerics import log_phi, mills, mills_shift
-from ._base import Likelihood, gh_tilted
+from ._base import Likelihood, quad_tilted
 from ._scalar import LOGISTIC, PROBIT
 
 
@@ -15,9 +15,9 @@ from ._scalar import LOGISTIC, PROBIT
 def probit_tilted(y, extra, mu, var, alpha, params):
     """alpha = 1: Z = Phi(z), z = y mu / sqrt(1 + v) (R&W eq. 3.82);
     d log Z/d mu = y r/sqrt(1+v), d2 = -r (z + r)/(1+v), r = phi(z)/Phi(z).
-    Other alpha: adaptive Gauss-Hermite on alpha * log Phi(y f)."""
+    Other alpha: panel quadrature on alpha * log Phi(y f)."""
     if alpha != 1.0:
-        return gh_tilted(PROBIT, y, extra, mu, var, alpha, params)
+        return quad_tilted(PROBIT, y, extra, mu, var, alpha, params)
     c = math.sqrt(1.0 + var)
     z = y * mu / c
     r = mills(z)
@@ -26,8 +26,8 @@ def probit_tilted(y, extra, mu, var, alpha, params):
 
 @tilted_function
 def logistic_tilted(y, extra, mu, var, alpha, params):
-    """No closed form: adaptive Gauss-Hermite on alpha * log sigma(y f)."""
-    return gh_tilted(LOGISTIC, y, extra, mu, var, alpha, params)
+    """No closed form: panel quadrature on alpha * log sigma(y f)."""
+    return quad_tilted(LOGISTIC, y, extra, mu, var, alpha, params)
 
 
 class Probit(Likelihood):

@@ -1,0 +1,150 @@
+"""How close is dense EP to the cost of the linear algebra it cannot avoid?
+
+For each n, on seeded synthetic probit data (X ~ N(0, I_3), y = sign(f(X) + N(0, 1)),
+K = RBF(variance=1, lengthscale=1)(X), nothing added to K), this prints the median over
+``--repeats`` interleaved runs, all in one process, of
+
+* one parallel / one sequential EP sweep: ``(t(max_iter=6) - t(max_iter=2)) / 4`` of
+  ``fastep.ep(K, y, Probit(), method=m, tol=1e-300, check_psd=False)``;
+* a converged fixed-hyperparameter fit: ``fastep.ep(RBF(1, 1)(X), y, Probit())``, i.e. Gram
+  matrix, the PSD check, all sweeps and the evidence;
+* the floor: ``L = scipy.linalg.cholesky(K + I, lower=True)`` plus
+  ``scipy.linalg.solve_triangular(L, K, lower=True)`` (n x n right-hand side), the LAPACK /
+  BLAS-3 work of one posterior refresh;
+* scikit-learn's Laplace ``GaussianProcessClassifier(RBF(1.0), optimizer=None).fit(X, y)``;
+
+and the ratios sweep/floor, seq sweep/floor, fit/floor and fit/sklearn.  JIT compilation is
+paid before timing.  ``--check`` exits 1 if, at the largest n, parallel sweep/floor > 1.3,
+sequential sweep/floor > 3 or fit/floor > 8 (a report for humans, not a test).
+
+    python scripts/ep_floor.py [--sizes 1000 2000 4000] [--repeats 5] [--check]
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+
+import numpy as np
+import scipy.linalg
+
+import fastep
+from fastep.kernels import RBF
+from fastep.likelihoods import Probit
+
+LIMITS = {"par/floor": 1.3, "seq/floor": 3.0, "fit/floor": 8.0}
+
+
+def make_data(n, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 3))
+    f = np.sin(2.0 * X[:, 0]) + X[:, 1] * X[:, 2]
+    y = np.where(f + rng.standard_normal(n) > 0.0, 1.0, -1.0)
+    return X, y
+
+
+def run_ep(K, y, method, max_iter):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+        return fastep.ep(K, y, Probit(), method=method, max_iter=max_iter, tol=1e-300,
+                         check_psd=False)
+
+
+def sklearn_fit():
+    try:
+        from sklearn.gaussian_process import GaussianProcessClassifier
+        from sklearn.gaussian_process.kernels import RBF as SkRBF
+    except ImportError:
+        return None
+    return lambda X, y: GaussianProcessClassifier(kernel=SkRBF(1.0), optimizer=None).fit(X, y)
+
+
+def measure(n, repeats, skl):
+    """Median seconds of each task; tasks are interleaved so load drift hits all alike."""
+    X, y = make_data(n)
+    K = RBF(1.0, 1.0)(X)
+    A = K + np.eye(n)
+
+    def floor():
+        L = scipy.linalg.cholesky(A, lower=True, check_finite=False)
+        scipy.linalg.solve_triangular(L, K, lower=True, check_finite=False)
+
+    tasks = {"floor": floor,
+             "fit": lambda: fastep.ep(RBF(1.0, 1.0)(X), y, Probit())}
+    for m in ("parallel", "sequential"):
+        for k in (2, 6):
+            tasks[m, k] = lambda m=m, k=k: run_ep(K, y, m, k)
+    if skl is not None:
+        tasks["sklearn"] = lambda: skl(X, y)
+    times = {name: [] for name in tasks}
+    for _ in range(repeats):
+        for name, fn in tasks.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    med = {name: statistics.median(t) for name, t in times.items()}
+    for m in ("parallel", "sequential"):
+        med[m] = (med[m, 6] - med[m, 2]) / 4
+    med["sweeps"] = fastep.ep(K, y, Probit()).n_iter
+    return med
+
+
+def machine_info():
+    lines = [f"cores: {os.cpu_count()}; load average {os.getloadavg()[0]:.2f}"]
+    try:
+        from threadpoolctl import threadpool_info
+        for p in threadpool_info():
+            if p["user_api"] == "blas":
+                owner = os.path.basename(os.path.dirname(p["filepath"]))
+                lines.append(f"BLAS ({owner}): {p['internal_api']} {p['version']}, "
+                             f"{p.get('threading_layer')}, {p['num_threads']} threads, "
+                             f"{p.get('architecture')}")
+    except ImportError:
+        lines.append("BLAS (numpy): " + np.__config__.CONFIG["Build Dependencies"]["blas"]["name"])
+    return lines
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 4000])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--check", action="store_true",
+                    help=f"exit 1 if a ratio at the largest n exceeds its limit {LIMITS}")
+    args = ap.parse_args(argv)
+
+    import numba
+    X, y = make_data(100, seed=1)
+    for method in ("parallel", "sequential"):             # JIT warm-up
+        fastep.ep(RBF(1.0, 1.0)(X), y, Probit(), method=method)
+    skl = sklearn_fit()
+    print("\n".join(machine_info()))
+    print(f"numba {numba.__version__} ({numba.get_num_threads()} threads, "
+          f"{numba.threading_layer()}), numpy {np.__version__}, scipy {scipy.__version__}")
+    print("floor = scipy.linalg.cholesky(K + I, lower=True) + scipy.linalg.solve_triangular"
+          "(L, K, lower=True), n x n right-hand side, measured in this process")
+    print(f"times in ms, median of {args.repeats} interleaved runs; "
+          "sweep = (t[max_iter=6] - t[max_iter=2]) / 4; fit = Gram + converged parallel EP")
+    cols = ["n", "par sweep", "seq sweep", "fit", "sweeps", "floor", "sklearn",
+            "par/floor", "seq/floor", "fit/floor", "fit/sklearn"]
+    print("".join(f"{c:>12}" for c in cols))
+
+    for n in sorted(args.sizes):
+        t = measure(n, args.repeats, skl)
+        ratios = {"par/floor": t["parallel"] / t["floor"],
+                  "seq/floor": t["sequential"] / t["floor"], "fit/floor": t["fit"] / t["floor"]}
+        ms = [f"{1e3 * t[k]:12.1f}" for k in ("parallel", "sequential", "fit")]
+        sk = (f"{1e3 * t['sklearn']:12.1f}", f"{t['fit'] / t['sklearn']:12.2f}") \
+            if "sklearn" in t else (f"{'n/a':>12}",) * 2
+        print(f"{n:12d}" + "".join(ms) + f"{t['sweeps']:12d}{1e3 * t['floor']:12.1f}" + sk[0]
+              + "".join(f"{r:12.2f}" for r in ratios.values()) + sk[1], flush=True)
+
+    if args.check:
+        bad = [f"{k} = {v:.2f} > {LIMITS[k]}" for k, v in ratios.items() if v > LIMITS[k]]
+        print(f"check at n={n}: " + ("; ".join(bad) if bad else "ok"))
+        return 1 if bad else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
