@@ -95,7 +95,7 @@ def _quad_source(kind, y, extra, mu, var, alpha, params):
             d1 = side * ((lp - lm) / (2.0 * h) - dc / var)           # slope outwards
             c2 = (lp - 2.0 * l0 + lm) / (h * h) - 1.0 / var
             d2 = abs(c2)
-            width = 2.0 * s
+            width = s
             if d1 * d1 * width * width > 25.0:
                 width = 5.0 / abs(d1)
             if d2 * width * width > 4.0:
@@ -114,7 +114,7 @@ def _quad_source(kind, y, extra, mu, var, alpha, params):
                                + log_lik(kind, y, extra, fe - he, params)) - 2.0 * le) / (he * he)
                 ge = le - 0.5 * de * de / var
                 model = g0 + d1 * width + 0.5 * c2 * width * width
-                smooth = abs(ce - 1.0 / var - c2) * width * width <= 1.0
+                smooth = abs(ce - 1.0 / var - c2) * width * width <= 0.25
                 if ((smooth and abs(ge - model) <= 0.25 and abs(ge - g0) <= 8.0)
                         or not width > 1e-12 * s):
                     break
