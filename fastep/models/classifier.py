@@ -252,4 +252,5 @@ class EPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
 
     def predict(self, X):
         """Most probable class."""
+        check_is_fitted(self)
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]

@@ -1,0 +1,142 @@
+"""EPGaussianProcessClassifier: scikit-learn conformance, correctness, save/load, CLI."""
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import fastep
+from fastep import EPGaussianProcessClassifier
+from fastep._io import load_model, save_model
+from fastep.kernels import RBF, Matern32
+from fastep.likelihoods import Probit
+
+
+def _expected_failed_checks(est):
+    return {}
+
+
+@parametrize_with_checks([EPGaussianProcessClassifier(optimizer=None),
+                          EPGaussianProcessClassifier(method="sequential", max_iter=30)],
+                         expected_failed_checks=_expected_failed_checks)
+def test_sklearn_compatible(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+        check(estimator)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(80, 2))
+    y = np.where(np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] + 0.2 * rng.normal(size=80) > 0, "b", "a")
+    return X, y
+
+
+def test_fixed_hyperparameters_equal_engine(data):
+    # optimizer=None: the classifier is exactly fastep.ep on K(X) with y in {-1, +1}.
+    X, y = data
+    kernel = Matern32(variance=2.0, lengthscale=0.7)
+    clf = EPGaussianProcessClassifier(kernel, optimizer=None, tol=1e-10).fit(X, y)
+    res = fastep.ep(kernel(X), np.where(y == "b", 1.0, -1.0), Probit(), tol=1e-10)
+    assert clf.log_marginal_likelihood_value_ == pytest.approx(res.log_marginal_likelihood,
+                                                               rel=1e-12)
+    Xs = np.linspace(-2, 2, 7)[:, None] * np.ones((1, 2))
+    mean, var = res.predict_latent(kernel(X, Xs), kernel.diag(Xs))
+    from scipy.special import ndtr
+    np.testing.assert_allclose(clf.predict_proba(Xs)[:, 1], ndtr(mean / np.sqrt(1 + var)),
+                               rtol=1e-10)
+    assert list(clf.classes_) == ["a", "b"]
+
+
+def test_ml2_increases_evidence_and_gradient_matches_fd(data):
+    X, y = data
+    clf0 = EPGaussianProcessClassifier(RBF(), optimizer=None, tol=1e-10).fit(X, y)
+    clf = EPGaussianProcessClassifier(RBF(), tol=1e-10).fit(X, y)
+    assert clf.log_marginal_likelihood_value_ > clf0.log_marginal_likelihood_value_
+    # the reported gradient equals central differences of log Z_EP
+    theta = clf0.kernel_.theta
+    value, grad = clf0.log_marginal_likelihood(theta, eval_gradient=True)
+    fd = [(clf0.log_marginal_likelihood(theta + e) - clf0.log_marginal_likelihood(theta - e))
+          / 2e-5 for e in np.eye(theta.size) * 1e-5]
+    np.testing.assert_allclose(grad, fd, rtol=1e-5)
+    # at the optimum the gradient is (close to) zero inside the bounds
+    _, g_opt = clf.log_marginal_likelihood(clf.kernel_.theta, eval_gradient=True)
+    assert np.max(np.abs(g_opt)) < 1e-2 * max(1.0, np.max(np.abs(grad)))
+
+
+def test_restarts_are_reproducible(data):
+    X, y = data
+    a = EPGaussianProcessClassifier(n_restarts_optimizer=2, random_state=0).fit(X, y)
+    b = EPGaussianProcessClassifier(n_restarts_optimizer=2, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(a.kernel_.theta, b.kernel_.theta)
+
+
+def test_multiclass_one_vs_rest():
+    rng = np.random.default_rng(0)
+    centers = np.array([[0, 0], [3, 0], [0, 3]])
+    X = np.vstack([c + 0.5 * rng.normal(size=(30, 2)) for c in centers])
+    y = np.repeat([0, 1, 2], 30)
+    clf = EPGaussianProcessClassifier(optimizer=None).fit(X, y)
+    p = clf.predict_proba(X)
+    np.testing.assert_allclose(p.sum(1), 1.0, rtol=1e-12)
+    assert clf.score(X, y) > 0.95
+
+
+def test_bad_input_messages(data):
+    X, y = data
+    with pytest.raises(ValueError, match="2 classes"):
+        EPGaussianProcessClassifier().fit(X, np.zeros(len(X)))
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        Xn = X.copy()
+        Xn[0, 0] = np.nan
+        EPGaussianProcessClassifier().fit(Xn, y)
+    with pytest.raises(ValueError, match="inconsistent|samples"):
+        EPGaussianProcessClassifier().fit(X, y[:-1])
+    with pytest.raises(ValueError, match="lengthscale"):
+        EPGaussianProcessClassifier(RBF(lengthscale=-1.0))
+        RBF(lengthscale=0.0)
+    with pytest.raises(ValueError, match="'max_iter' parameter"):
+        EPGaussianProcessClassifier(max_iter=0).fit(X, y)
+    with pytest.raises(ValueError, match="'method' parameter"):
+        EPGaussianProcessClassifier(method="fast").fit(X, y)
+
+
+def test_save_load_round_trip(tmp_path, data):
+    X, y = data
+    clf = EPGaussianProcessClassifier(RBF(lengthscale=[1.0, 2.0]) + Matern32(0.5), tol=1e-9,
+                                      method="sequential").fit(X, y)
+    path = tmp_path / "model.npz"
+    save_model(clf, path)
+    back = load_model(path)
+    np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
+    assert back.log_marginal_likelihood_value_ == clf.log_marginal_likelihood_value_
+    np.testing.assert_array_equal(back.kernel_.theta, clf.kernel_.theta)
+    assert list(back.classes_) == list(clf.classes_)
+
+
+def test_cli_fit_predict_and_demo(tmp_path, data):
+    X, y = data
+    table = np.column_stack([X, (y == "b").astype(float)])
+    train = tmp_path / "train.csv"
+    np.savetxt(train, table, delimiter=",", header="x1,x2,label", comments="")
+    model = tmp_path / "m.npz"
+    out = tmp_path / "p.csv"
+    run = [sys.executable, "-m", "fastep.cli"]
+    r = subprocess.run(run + ["fit", str(train), "-o", str(model)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(run + ["predict", str(model), str(train), "-o", str(out),
+                              "--has-target"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    p = np.loadtxt(out, delimiter=",", skiprows=1)
+    np.testing.assert_allclose(p, load_model(model).predict_proba(X), rtol=1e-12)
+    r = subprocess.run(run + ["demo"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    acc = float(next(l for l in r.stdout.splitlines() if "test accuracy" in l).split(":")[1])
+    assert acc > 0.93
+    r = subprocess.run(run + ["fit", str(tmp_path / "missing.csv"), "-o", str(model)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "error" in r.stderr
