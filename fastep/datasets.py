@@ -26,3 +26,49 @@ def load_breast_cancer():
         names = fh.readline().strip().split(",")
         data = np.loadtxt(fh, delimiter=",")
     return data[:, :-1], data[:, -1].astype(int), names[:-1]
+
+
+def simulate_annotators(y, sensitivity, specificity, coverage=1.0, random_state=None):
+    """Noisy labels from simulated annotators (Rodrigues et al. 2014, §5.1).
+
+    Annotator r reports ``y_ir ~ Bernoulli(alpha_r)`` when the true label is 1 and
+    ``Bernoulli(1 - beta_r)`` when it is 0.  With ``coverage < 1`` each annotator labels
+    each instance with that probability (NaN otherwise).
+
+    Parameters
+    ----------
+    y : array (n,) of 0/1 true labels
+    sensitivity, specificity : array (R,) in [0, 1]
+    coverage : float in (0, 1]
+    random_state : int, Generator or None
+
+    Returns
+    -------
+    Y : ndarray (n, R) of 0.0 / 1.0 / NaN
+
+    Examples
+    --------
+    >>> Y = simulate_annotators([0, 1, 1], [0.9, 0.5], [0.8, 0.5], random_state=0)
+    >>> Y.shape
+    (3, 2)
+    """
+    y = np.asarray(y)
+    if y.ndim != 1 or not np.all(np.isin(y, (0, 1))):
+        raise ValueError("y must be a 1-D array of 0/1 true labels.")
+    sens = np.asarray(sensitivity, dtype=float).ravel()
+    spec = np.asarray(specificity, dtype=float).ravel()
+    if sens.shape != spec.shape:
+        raise ValueError(f"sensitivity and specificity must have the same length; got "
+                         f"{sens.size} and {spec.size}.")
+    for name, v in (("sensitivity", sens), ("specificity", spec)):
+        if not np.all((v >= 0) & (v <= 1)):
+            raise ValueError(f"{name} must hold probabilities in [0, 1]; got {v.tolist()}.")
+    if not 0 < coverage <= 1:
+        raise ValueError(f"coverage must be in (0, 1]; got {coverage!r}.")
+    rng = np.random.default_rng(random_state)
+    u = rng.random((y.size, sens.size))
+    p_one = np.where(y[:, None] == 1, sens[None, :], 1.0 - spec[None, :])
+    Y = (u < p_one).astype(float)
+    if coverage < 1:
+        Y[rng.random(Y.shape) >= coverage] = np.nan
+    return Y

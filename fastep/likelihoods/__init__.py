@@ -1,5 +1,6 @@
 """EP likelihoods: each supplies a scalar compiled tilted-moment function."""
 from ._base import CustomLikelihood, Likelihood, quad_tilted, tilted_batch
+from .annotators import MultiAnnotator
 from .binary import Logistic, Probit
 from .gaussian import Gaussian
 
@@ -16,5 +17,5 @@ def likelihood_from_dict(d):
     return _TYPES[d["type"]](**kw)
 
 
-__all__ = ["Likelihood", "CustomLikelihood", "Gaussian", "Probit", "Logistic", "quad_tilted",
+__all__ = ["MultiAnnotator", "Likelihood", "CustomLikelihood", "Gaussian", "Probit", "Logistic", "quad_tilted",
            "tilted_batch", "likelihood_from_dict"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 
 from .._jit import jit
-from .._numerics import log_phi
+from .._numerics import log_add_exp, log_phi
 
-PROBIT, LOGISTIC = 0, 1
+PROBIT, LOGISTIC, ANNOTATORS = 0, 1, 2
 
 
 @jit("f8(f8, f8)")
@@ -30,6 +30,12 @@ def logistic_log_lik(y, f):
     return t - math.log1p(math.exp(t))
 
 
+@jit("f8(f8, f8, f8)")
+def annotators_log_lik(log_a, log_b, f):
+    """log(b + (a - b) Phi(f)) = log(a Phi(f) + b Phi(-f)), a and b given in log space."""
+    return log_add_exp(log_a + log_phi(f), log_b + log_phi(-f))
+
+
 @jit("f8(i8, f8, f8[::1], f8, f8[::1])")
 def builtin_log_lik(kind, y, extra, f, params):
     """log p(y | f) of the built-in likelihood ``kind``."""
@@ -37,4 +43,6 @@ def builtin_log_lik(kind, y, extra, f, params):
         return probit_log_lik(y, f)
     if kind == LOGISTIC:
         return logistic_log_lik(y, f)
+    if kind == ANNOTATORS:
+        return annotators_log_lik(extra[0], extra[1], f)
     return math.nan

@@ -1,0 +1,128 @@
+"""Multiple noisy annotators (Rodrigues, Pereira & Ribeiro, ICML 2014).
+
+Each instance has a latent true label z_i with ``p(z_i = 1 | f_i) = Phi(f_i)``, and
+annotator r reports y_ir with sensitivity alpha_r = p(y = 1 | z = 1) and specificity
+beta_r = p(y = 0 | z = 0).  Summing out z_i gives the per-instance likelihood::
+
+    p(y_i | f_i) = b_i + (a_i - b_i) Phi(f_i) = a_i Phi(f_i) + b_i Phi(-f_i)
+    a_i = prod_r alpha_r^y_ir (1 - alpha_r)^(1 - y_ir),  b_i = prod_r (1 - beta_r)^y_ir beta_r^(1 - y_ir)
+
+over the annotators who labelled i.  a_i and b_i are kept in log space (products of
+many probabilities underflow).  The likelihood is not log-concave, so EP site
+precisions can be negative: the engine then uses its split factorisation (see
+:mod:`fastep.inference.ep`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._jit import tilted_function
+from .._numerics import log_add_exp, log_phi, mills, mills_shift
+from ._base import Likelihood, quad_tilted
+from ._scalar import ANNOTATORS
+
+
+@tilted_function
+def annotators_tilted(y, extra, mu, var, alpha, params):
+    """alpha = 1 (paper, eq. 3-6, supplement typos corrected): with c = sqrt(1 + v),
+    z = mu / c, Z = a Phi(z) + b Phi(-z), weights w_a = a Phi(z)/Z, w_b = b Phi(-z)/Z,
+    r = (a - b) phi(z) / Z = w_a lambda(z) - w_b lambda(-z)  (lambda = phi/Phi):
+
+        d log Z / d mu = r / c,   d2 log Z / d mu2 = -r (z + r) / c^2,
+        z + r = w_a (z + lambda(z)) - w_b (-z + lambda(-z))   (no cancellation).
+    Other alpha: numerical quadrature of alpha * log(a Phi(f) + b Phi(-f))."""
+    if alpha != 1.0:
+        return quad_tilted(ANNOTATORS, y, extra, mu, var, alpha, params)
+    log_a = extra[0]
+    log_b = extra[1]
+    c = math.sqrt(1.0 + var)
+    z = mu / c
+    la = log_a + log_phi(z)
+    lb = log_b + log_phi(-z)
+    log_z = log_add_exp(la, lb)
+    if log_z == -math.inf:
+        return log_z, 0.0, 0.0
+    wa = math.exp(la - log_z)
+    wb = math.exp(lb - log_z)
+    r = wa * mills(z) - wb * mills(-z)
+    zr = wa * mills_shift(z) - wb * mills_shift(-z)
+    return log_z, r / c, -r * zr / (c * c)
+
+
+class MultiAnnotator(Likelihood):
+    """Likelihood of an (n, R) matrix of noisy binary labels from R annotators.
+
+    Parameters
+    ----------
+    labels : array (n, R)
+        1 / 0 labels (any two values are mapped by the estimator), NaN = not labelled.
+    sensitivity, specificity : array (R,)
+        alpha_r and beta_r, each in (0, 1) (1.0 and 0.0 allowed for exact labels).
+
+    ``site_extra`` holds ``(log a_i, log b_i)`` per instance; ``tilted`` ignores ``y``.
+    An instance nobody labelled has a = b = 1, i.e. a flat likelihood: it is an
+    unlabelled point of the GP.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> lik = MultiAnnotator(np.array([[1.0, 0.0], [1.0, np.nan]]), [0.9, 0.6], [0.8, 0.7])
+    >>> lik.site_extra(2).shape
+    (2, 2)
+    """
+
+    log_concave = False
+    binary = True
+    _tilted = staticmethod(annotators_tilted)
+
+    def __init__(self, labels, sensitivity, specificity):
+        super().__init__()
+        self.labels = np.asarray(labels, dtype=float)
+        if self.labels.ndim != 2:
+            raise ValueError(f"labels must be an (n, R) matrix; got shape {self.labels.shape}.")
+        ok = np.isnan(self.labels) | (self.labels == 0) | (self.labels == 1)
+        if not np.all(ok):
+            raise ValueError("labels must hold 0, 1 or NaN (not labelled).")
+        self.set_reliabilities(sensitivity, specificity)
+
+    def set_reliabilities(self, sensitivity, specificity):
+        """Replace alpha (sensitivity) and beta (specificity); recompute log a, log b."""
+        r = self.labels.shape[1]
+        sens = np.asarray(sensitivity, dtype=float).reshape(-1)
+        spec = np.asarray(specificity, dtype=float).reshape(-1)
+        for name, v in (("sensitivity", sens), ("specificity", spec)):
+            if v.shape != (r,) or not np.all((v >= 0) & (v <= 1)):
+                raise ValueError(f"{name} must be {r} probabilities in [0, 1]; got {v!r}.")
+        self.sensitivity, self.specificity = sens, spec
+        self._extra = log_ab(self.labels, sens, spec)
+
+    def encode_targets(self, y):
+        return np.ones(self.labels.shape[0])
+
+    def site_extra(self, n):
+        if n != self._extra.shape[0]:
+            raise ValueError(f"MultiAnnotator holds labels for {self._extra.shape[0]} instances; "
+                             f"got {n}.")
+        return self._extra
+
+    def to_dict(self):
+        raise ValueError("MultiAnnotator is saved by MultiAnnotatorGPClassifier, not alone.")
+
+
+def _xlogy(x, y):
+    """x * log(y) with 0 * log(0) = 0."""
+    with np.errstate(divide="ignore"):
+        return np.where(x == 0, 0.0, x * np.log(np.where(x == 0, 1.0, y)))
+
+
+def log_ab(labels, sensitivity, specificity):
+    """(n, 2) array of log a_i, log b_i; missing labels contribute nothing."""
+    lab = np.nan_to_num(labels, nan=0.0)
+    seen = ~np.isnan(labels)
+    pos = lab * seen
+    neg = (1.0 - lab) * seen
+    log_a = (_xlogy(pos, sensitivity[None, :]) + _xlogy(neg, 1.0 - sensitivity[None, :])).sum(1)
+    log_b = (_xlogy(pos, 1.0 - specificity[None, :]) + _xlogy(neg, specificity[None, :])).sum(1)
+    return np.ascontiguousarray(np.column_stack([log_a, log_b]))
