@@ -128,8 +128,8 @@ def main():
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     print("Table 1: mean over %d splits (70/30), 8 simulated annotators" % args.repeats)
-    print(f"{'dataset':10s} {'method':5s} {'train Acc':>9s} {'train AUC':>9s} "
-          f"{'test Acc':>9s} {'test AUC':>9s}")
+    print(f"{'dataset':10s} {'method':6s} {'train Acc':>13s} {'train AUC':>13s} "
+          f"{'test Acc':>13s} {'test AUC':>13s}")
     all_times = {}
     for name in args.datasets:
         X, y = load(name)
@@ -137,7 +137,7 @@ def main():
         for m in ("GOLD", "CONC", "MV", "MA"):
             vals = np.array([r[0][m] for r in runs])
             mean, sd = vals.mean(0), vals.std(0)
-            print(f"{name:10s} {m:5s} " + " ".join(f"{a:.3f}±{s:.3f}"[:9].rjust(9)
+            print(f"{name:10s} {m:6s} " + " ".join(f"{a:.3f} ± {s:.3f}".rjust(13)
                                                   for a, s in zip(mean, sd)))
         all_times[name] = {m: np.mean([r[1][m] for r in runs]) for m in ("GOLD", "CONC", "MV",
                                                                           "MA")}
