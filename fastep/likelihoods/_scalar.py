@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 
 from .._jit import jit
-from .._numerics import log_add_exp, log_phi
+from .._numerics import LOG_SQRT_2PI, log_add_exp, log_diff_exp, log_phi
 
-PROBIT, LOGISTIC, ANNOTATORS = 0, 1, 2
+PROBIT, LOGISTIC, ANNOTATORS, TOBIT = 0, 1, 2, 3
 
 
 @jit("f8(f8, f8)")
@@ -36,6 +36,25 @@ def annotators_log_lik(log_a, log_b, f):
     return log_add_exp(log_a + log_phi(f), log_b + log_phi(-f))
 
 
+@jit("f8(f8, f8, f8, f8, f8)")
+def tobit_log_lik(y, lower, upper, f, sigma):
+    """log p(y | f) of the Tobit model: y observed exactly (lower < y < upper) has density
+    N(y | f, sigma^2); y <= lower means y* <= lower, y >= upper means y* >= upper; y NaN
+    means lower < y* < upper (interval censoring)."""
+    if y != y:
+        b = (upper - f) / sigma
+        a = (lower - f) / sigma
+        if a > 0.0:
+            return log_diff_exp(log_phi(-a), log_phi(-b))
+        return log_diff_exp(log_phi(b), log_phi(a))
+    if y <= lower:
+        return log_phi((lower - f) / sigma)
+    if y >= upper:
+        return log_phi((f - upper) / sigma)
+    r = (y - f) / sigma
+    return -0.5 * r * r - LOG_SQRT_2PI - math.log(sigma)
+
+
 @jit("f8(i8, f8, f8[::1], f8, f8[::1])")
 def builtin_log_lik(kind, y, extra, f, params):
     """log p(y | f) of the built-in likelihood ``kind``."""
@@ -45,4 +64,6 @@ def builtin_log_lik(kind, y, extra, f, params):
         return logistic_log_lik(y, f)
     if kind == ANNOTATORS:
         return annotators_log_lik(extra[0], extra[1], f)
+    if kind == TOBIT:
+        return tobit_log_lik(y, extra[0], extra[1], f, math.sqrt(params[0]))
     return math.nan

@@ -1,6 +1,7 @@
 """scikit-learn compatible estimators."""
 from .annotators import MultiAnnotatorGPClassifier, concatenate_labels, majority_vote
+from .censored import CensoredGPRegressor
 from .classifier import EPGaussianProcessClassifier
 
-__all__ = ["EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier", "majority_vote",
+__all__ = ["CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier", "majority_vote",
            "concatenate_labels"]
