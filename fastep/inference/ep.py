@@ -75,14 +75,35 @@ class _Posterior:
         self.L, self.s, self.vt = L, s, w2
         var = np.empty(n)
         ks.row_sumsq(w2, var)
-        var = np.diag(K) - var
+        kdiag = np.diag(K)
+        var = kdiag - var
+        # Sites that dominate their prior (tau K_ii >> 1, e.g. nearly noise-free
+        # regression): K_ii - |V e_i|^2 cancels; use var_i = (1 - (B^-1)_ii) / tau_i there.
+        strong = np.flatnonzero(tau_pos * kdiag > 1e4)
+        if strong.size:
+            e = np.zeros((n, strong.size), order="F")
+            e[strong, np.arange(strong.size)] = 1.0
+            solve_lower_inplace(L, e)
+            var[strong] = (1.0 - np.einsum("ij,ij->j", e, e)) / tau_pos[strong]
         self.half_logdet = float(np.sum(np.log(np.diagonal(L))))
         self.neg = np.flatnonzero(tau < 0.0)
         self.Q = None
         if self.neg.size:
             self._split_form(var)
         self.var = var
-        self.mean = self.apply_cov(nu[:, None])[:, 0]
+        # mu = Sigma nu.  For sites with s > 0, write nu = s * w: then
+        # K nu - V^T V nu = V^T L^-1 w exactly (B - S^1/2 K S^1/2 = I), free of the
+        # cancellation between K nu and V^T V nu.  Sites with s = 0 use the plain form.
+        pos = s > 0.0
+        w = np.zeros(n)
+        w[pos] = nu[pos] / s[pos]
+        mean = w2 @ solve_lower_inplace(L, w[:, None].copy(order="F"))[:, 0]
+        rest = np.where(pos, 0.0, nu)
+        if np.any(rest):
+            mean += K @ rest - w2 @ (w2.T @ rest)
+        if self.Q is not None:
+            mean += self.Q @ (self.Q.T @ nu)
+        self.mean = mean
         self.cov = None
         if need_cov:
             cov = np.matmul(w2, w2.T)

@@ -1,10 +1,13 @@
 """Type-II maximum likelihood: L-BFGS-B on the log evidence, with restarts."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from scipy.optimize import minimize
 
 from .._linalg import NotPositiveDefiniteError
+from ..inference.ep import ConvergenceWarning, EPNumericalWarning
 
 
 def maximize_evidence(evidence, theta0, bounds, n_restarts=0, random_state=None,
@@ -19,7 +22,11 @@ def maximize_evidence(evidence, theta0, bounds, n_restarts=0, random_state=None,
     """
     def neg(theta, eval_gradient=True):
         try:
-            value, grad = evidence(np.asarray(theta, dtype=float))
+            # trial points far from the optimum may not converge; only the final fit warns
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                warnings.simplefilter("ignore", EPNumericalWarning)
+                value, grad = evidence(np.asarray(theta, dtype=float))
         except NotPositiveDefiniteError:
             value, grad = -1e25, np.zeros(len(theta))
         if not np.isfinite(value):
