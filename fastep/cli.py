@@ -57,28 +57,23 @@ def cmd_demo(args):
     if args.which == "censored":
         return demo_censored(args)
     import fastep
-    from fastep.datasets import load_breast_cancer
+    from fastep.datasets import load_breast_cancer, split_standardized
     from fastep.kernels import RBF
 
     t0 = time.perf_counter()
     compile_s = fastep.precompile()
     X, y, _ = load_breast_cancer()
-    rng = np.random.default_rng(args.seed)
-    perm = rng.permutation(len(y))
-    n_train = int(0.7 * len(y))
-    tr, te = perm[:n_train], perm[n_train:]
-    mu, sd = X[tr].mean(0), X[tr].std(0)
-    Xtr, Xte = (X[tr] - mu) / sd, (X[te] - mu) / sd
+    Xtr, Xte, ytr, yte = split_standardized(X, y, random_state=args.seed)
     t1 = time.perf_counter()
     clf = fastep.EPGaussianProcessClassifier(RBF(variance=1.0, lengthscale=3.0),
                                              method=args.method)
-    clf.fit(Xtr, y[tr])
+    clf.fit(Xtr, ytr)
     fit_s = time.perf_counter() - t1
     p = clf.predict_proba(Xte)[:, 1]
-    acc = float(np.mean((p > 0.5) == (y[te] == 1)))
-    lpd = float(np.mean(np.log(np.where(y[te] == 1, p, 1.0 - p))))
+    acc = float(np.mean((p > 0.5) == (yte == 1)))
+    lpd = float(np.mean(np.log(np.where(yte == 1, p, 1.0 - p))))
     print("fastep demo: EP Gaussian-process classifier, Wisconsin breast cancer (bundled)")
-    print(f"  train / test           : {len(tr)} / {len(te)} (seed {args.seed}), 30 features")
+    print(f"  train / test           : {len(ytr)} / {len(yte)} (seed {args.seed}), 30 features")
     print(f"  EP method              : {args.method}")
     print(f"  fitted kernel          : {clf.kernel_}")
     print(f"  test accuracy          : {acc:.4f}")
@@ -94,20 +89,16 @@ def cmd_demo(args):
 def demo_annotators(args):
     """GPC-MA on breast cancer with the paper's 8 simulated annotators, against MV."""
     import fastep
-    from fastep.datasets import load_breast_cancer, simulate_annotators
+    from fastep.datasets import load_breast_cancer, simulate_annotators, split_standardized
     from fastep.kernels import RBF
     from fastep.models.annotators import majority_vote
 
     compile_s = fastep.precompile()
     X, y, _ = load_breast_cancer()
-    rng = np.random.default_rng(args.seed)
-    perm = rng.permutation(len(y))
-    tr, te = perm[: int(0.7 * len(y))], perm[int(0.7 * len(y)):]
-    mu, sd = X[tr].mean(0), X[tr].std(0)
-    Xtr, Xte = (X[tr] - mu) / sd, (X[te] - mu) / sd
+    Xtr, Xte, ytr, yte = split_standardized(X, y, random_state=args.seed)
     sens = [0.9, 0.9, 0.8, 0.4, 0.3, 0.4, 0.6, 0.5]
     spec = [0.8, 0.9, 0.9, 0.4, 0.5, 0.5, 0.5, 0.4]
-    Y = simulate_annotators(y[tr], sens, spec, random_state=args.seed)
+    Y = simulate_annotators(ytr, sens, spec, random_state=args.seed)
     kernel = RBF(1.0, np.sqrt(X.shape[1]))
     t = time.perf_counter()
     ma = fastep.MultiAnnotatorGPClassifier(kernel, method=args.method).fit(Xtr, Y)
@@ -117,13 +108,13 @@ def demo_annotators(args):
         Xtr, majority_vote(Y, random_state=args.seed))
     t_mv = time.perf_counter() - t
     print("fastep demo annotators: GP classification from 8 simulated noisy annotators")
-    print(f"  data                   : breast cancer, {len(tr)} train / {len(te)} test")
+    print(f"  data                   : breast cancer, {len(ytr)} train / {len(yte)} test")
     print("  annotator   true sens  est. sens  true spec  est. spec")
     for r in range(len(sens)):
         print(f"  {r:9d} {sens[r]:10.2f} {ma.sensitivity_[r]:10.3f} {spec[r]:10.2f} "
               f"{ma.specificity_[r]:10.3f}")
     for name, m, t in (("GPC-MA", ma, t_ma), ("majority vote", mv, t_mv)):
-        acc = m.score(Xte, y[te])
+        acc = m.score(Xte, yte)
         print(f"  {name:14s} test accuracy {acc:.4f}   fit {t:.2f} s")
     print(f"  EP sweeps (MA, total)  : {ma.n_iter_}, converged: {ma.converged_}")
     print(f"  compile / cache load   : {compile_s:.2f} s")

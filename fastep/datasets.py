@@ -72,3 +72,19 @@ def simulate_annotators(y, sensitivity, specificity, coverage=1.0, random_state=
     if coverage < 1:
         Y[rng.random(Y.shape) >= coverage] = np.nan
     return Y
+
+
+def split_standardized(X, y, train_fraction=0.7, random_state=None):
+    """Random train/test split with features standardised on the training part.
+
+    Returns ``(X_train, X_test, y_train, y_test)`` (the protocol of the demos and
+    experiment scripts: a 70/30 split by default).
+    """
+    X = np.asarray(X, dtype=float)
+    y = np.asarray(y)
+    perm = np.random.default_rng(random_state).permutation(len(y))
+    n_train = int(train_fraction * len(y))
+    tr, te = perm[:n_train], perm[n_train:]
+    mu, sd = X[tr].mean(0), X[tr].std(0)
+    sd = np.where(sd > 0, sd, 1.0)
+    return (X[tr] - mu) / sd, (X[te] - mu) / sd, y[tr], y[te]

@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 
 from fastep import EPGaussianProcessClassifier, MultiAnnotatorGPClassifier
-from fastep.datasets import load_breast_cancer, simulate_annotators
+from fastep.datasets import load_breast_cancer, simulate_annotators, split_standardized
 from fastep.kernels import RBF
 from fastep.models.annotators import concatenate_labels, majority_vote
 
@@ -54,17 +54,13 @@ def evaluate(p_train, y_train, p_test, y_test):
 
 
 def one_split(X, y, seed):
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(len(y))
-    ntr = int(0.7 * len(y))
-    tr, te = perm[:ntr], perm[ntr:]
-    mu, sd = X[tr].mean(0), X[tr].std(0) + 1e-12
-    Xtr, Xte = (X[tr] - mu) / sd, (X[te] - mu) / sd
-    Y = simulate_annotators(y[tr], SENS, SPEC, random_state=seed)
+    Xtr, Xte, ytr, yte = split_standardized(X, y, random_state=seed)
+    ntr = len(ytr)
+    Y = simulate_annotators(ytr, SENS, SPEC, random_state=seed)
     kernel = RBF(1.0, np.sqrt(X.shape[1]))
     res, times = {}, {}
     fits = {
-        "GOLD": lambda: EPGaussianProcessClassifier(kernel, optimizer=None).fit(Xtr, y[tr]),
+        "GOLD": lambda: EPGaussianProcessClassifier(kernel, optimizer=None).fit(Xtr, ytr),
         "CONC": lambda: EPGaussianProcessClassifier(kernel, optimizer=None).fit(
             *concatenate_labels(Xtr, Y)),
         "MV": lambda: EPGaussianProcessClassifier(kernel, optimizer=None).fit(
@@ -75,20 +71,16 @@ def one_split(X, y, seed):
         t = time.perf_counter()
         model = fit()
         times[name] = time.perf_counter() - t
-        res[name] = evaluate(model.predict_proba(Xtr)[:, 1], y[tr],
-                             model.predict_proba(Xte)[:, 1], y[te])
+        res[name] = evaluate(model.predict_proba(Xtr)[:, 1], ytr,
+                             model.predict_proba(Xte)[:, 1], yte)
     return res, times
 
 
 def active_learning(X, y, seed, n_start=60, n_rounds=12, batch=10):
     """Test AUC after each round of queries, for the three strategies."""
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(len(y))
-    ntr = int(0.7 * len(y))
-    tr, te = perm[:ntr], perm[ntr:]
-    mu, sd = X[tr].mean(0), X[tr].std(0) + 1e-12
-    Xtr, Xte = (X[tr] - mu) / sd, (X[te] - mu) / sd
-    Yfull = simulate_annotators(y[tr], SENS, SPEC, random_state=seed)
+    Xtr, Xte, ytr, yte = split_standardized(X, y, random_state=seed)
+    ntr = len(ytr)
+    Yfull = simulate_annotators(ytr, SENS, SPEC, random_state=seed)
     kernel = RBF(1.0, np.sqrt(X.shape[1]))
     curves = {}
     for strategy in ("random", "instance", "instance+annotator"):
@@ -102,7 +94,7 @@ def active_learning(X, y, seed, n_start=60, n_rounds=12, batch=10):
         for _ in range(n_rounds + 1):
             rows = sorted(set(labelled))
             clf.fit(Xtr[rows], Y[rows])
-            aucs.append(auc(clf.predict_proba(Xte)[:, 1], y[te]))
+            aucs.append(auc(clf.predict_proba(Xte)[:, 1], yte))
             if strategy == "random":
                 pick = list(srng.choice(len(pool), batch, replace=False))
                 who = srng.integers(0, len(SENS), batch)

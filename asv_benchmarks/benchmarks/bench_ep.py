@@ -22,11 +22,11 @@ from fastep.likelihoods import Logistic, Probit
 
 
 def make_data(n, d=3, seed=0):
-    """X ~ N(0, I_d); y = sign(f(X) + 0.3 noise) in {-1, +1}."""
+    """X ~ N(0, I_d); y = sign(f(X) + N(0, 1)) in {-1, +1} (as in scripts/ep_floor.py)."""
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, d))
     f = np.sin(2.0 * X[:, 0]) + X[:, 1] * X[:, 2]
-    y = np.where(f + 0.3 * rng.standard_normal(n) > 0.0, 1.0, -1.0)
+    y = np.where(f + rng.standard_normal(n) > 0.0, 1.0, -1.0)
     return X, y
 
 

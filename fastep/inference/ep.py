@@ -62,6 +62,9 @@ class _Posterior:
         ks = kern.select(n)
         tau_pos = np.maximum(tau, 0.0)
         s = np.sqrt(tau_pos)
+        if not (np.any(tau) or np.any(nu)):            # sites at zero: the prior itself
+            self._prior(K, w1, w2, s, need_cov)
+            return
         ks.build_b(K, s, w1)
         try:
             L = cholesky_inplace(w1.T, "B = I + S^1/2 K S^1/2")
@@ -115,7 +118,19 @@ class _Posterior:
             raise NotPositiveDefiniteError(
                 "EP produced non-positive posterior variances; K is numerically singular "
                 "or indefinite. Add jitter to the kernel diagonal (a WhiteKernel(1e-6)) or "
-                "increase damping.")
+                "take smaller EP steps (e.g. damping=0.5).")
+
+    def _prior(self, K, w1, w2, s, need_cov):
+        w1[...] = 0.0
+        np.fill_diagonal(w1, 1.0)
+        w2[...] = 0.0
+        self.L, self.s, self.vt = w1.T, s, w2
+        self.var = np.diag(K).copy()
+        self.mean = np.zeros(self.n)
+        self.half_logdet = 0.0
+        self.neg = np.zeros(0, dtype=int)
+        self.Q = None
+        self.cov = K.copy() if need_cov else None
 
     def _split_form(self, var):
         neg = self.neg
@@ -128,8 +143,8 @@ class _Posterior:
         except NotPositiveDefiniteError as exc:
             raise NotPositiveDefiniteError(
                 "EP with negative site precisions reached an improper posterior "
-                "(I - U^T Sigma_+ U is not positive definite). Increase damping "
-                "(e.g. damping=0.5) so site updates are smaller.") from exc
+                "(I - U^T Sigma_+ U is not positive definite). Take smaller EP steps "
+                "(e.g. damping=0.5).") from exc
         lc = np.tril(lc)
         self.Q = np.ascontiguousarray(solve_lower_inplace(lc, np.asfortranarray(p.T)).T)
         self.half_logdet += float(np.sum(np.log(np.diagonal(lc))))
@@ -262,7 +277,7 @@ def check_covariance(K, name="K"):
                          f"matrix, e.g. add jitter: {name} + 1e-6 * I.") from None
 
 
-def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-6, max_iter=100,
+def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100,
        site_tau=None, site_nu=None, extra=None, check_psd=True, callback=None):
     """Run Expectation Propagation for ``f ~ N(0, K)``, ``y_i ~ p(y_i | f_i)``.
 
@@ -279,10 +294,12 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-6, max_iter=100
         sequential EP updates sites one at a time with rank-one updates applied
         in delayed blocks of 256 sites (BLAS-3), then refreshes from scratch.
     damping : float in (0, 1], optional
-        Step in natural parameters; default 0.8 for parallel, 1.0 for sequential.
-    tol : float
+        Step in natural parameters (1 = full EP update).  Default: sequential 1.0;
+        parallel starts at 1.0 and multiplies the step by 0.7 (down to 0.1) whenever the
+        undamped site change grows from one sweep to the next (oscillation).
+    tol : float, default 1e-4
         Converged when the change of log Z_EP (relative to max(1, |log Z_EP|)) and the
-        largest relative site change
+        largest relative (undamped) site change
         ``|d tau| / (1 + |tau|)``, ``|d nu| / (1 + |nu|)`` both fall below ``tol``
         (after at least 2 sweeps).
     max_iter : int
@@ -310,16 +327,17 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-6, max_iter=100
     >>> bool(res.converged), bool(res.mean[-1] > 0)
     (True, True)
     """
+    adaptive = damping is None and method == "parallel"
     if damping is None:
-        damping = 0.8 if method == "parallel" else 1.0
+        damping = 1.0
     K = _validate(K, y, method, damping, tol, max_iter)
     with blas_threads_for(K.shape[0]):
-        return _ep(K, y, likelihood, method, damping, tol, max_iter, site_tau, site_nu, extra,
-                   check_psd, callback)
+        return _ep(K, y, likelihood, method, damping, adaptive, tol, max_iter, site_tau, site_nu,
+                   extra, check_psd, callback)
 
 
-def _ep(K, y, likelihood, method, damping, tol, max_iter, site_tau, site_nu, extra, check_psd,
-        callback):
+def _ep(K, y, likelihood, method, damping, adaptive, tol, max_iter, site_tau, site_nu, extra,
+        check_psd, callback):
     n = K.shape[0]
     if check_psd:
         check_covariance(K)
@@ -352,6 +370,7 @@ def _ep(K, y, likelihood, method, damping, tol, max_iter, site_tau, site_nu, ext
     log_z, mu_cav, var_cav = np.empty(n), np.empty(n), np.empty(n)
     prev = math.nan
     change = math.inf
+    last_raw = math.inf
     history = []
     sweeps = 0
     converged = False
@@ -367,9 +386,13 @@ def _ep(K, y, likelihood, method, damping, tol, max_iter, site_tau, site_nu, ext
         if sweeps >= max_iter:
             break
         if method == "parallel":
-            change = _site_change(tau, nu, new_tau, new_nu)
+            raw = _site_change(tau, nu, new_tau, new_nu) / damping   # undamped step size
+            change = raw
             tau, new_tau = new_tau, tau
             nu, new_nu = new_nu, nu
+            if adaptive and raw > last_raw:
+                damping = max(0.1, 0.7 * damping)
+            last_raw = raw
         else:
             old_tau, old_nu = tau.copy(), nu.copy()
             skipped = _sequential_sweep(tilted, y, extra, params, post, tau, nu, damping, clip)
@@ -381,7 +404,7 @@ def _ep(K, y, likelihood, method, damping, tol, max_iter, site_tau, site_nu, ext
     n_bad = int(np.count_nonzero(~ok))
     if n_bad:
         warnings.warn(f"EP: {n_bad} site(s) have an improper cavity (negative variance) and "
-                      "were left out of the update and of log Z_EP; increase damping "
+                      "were left out of the update and of log Z_EP; take smaller EP steps "
                       "(e.g. damping=0.5).", EPNumericalWarning, stacklevel=3)
         mu_cav = np.where(ok, mu_cav, post.mean)
         var_cav = np.where(ok, var_cav, post.var)
