@@ -10,11 +10,12 @@ diagonal blocks of at most :data:`BLOCK_SIZE`, ``dtrsm`` on the panel below,
 and a symmetric rank-k update (``P @ P.T``, which NumPy sends to ``dsyrk``)
 of the trailing matrix.  The flop count is the same as one ``dpotrf``.
 
-Why ``dpotrf`` runs on one thread: on small virtual machines the threaded
-OpenBLAS ``dpotrf`` bundled with SciPy is pathologically slow (measured on the
-2-core CI machine type: 0.5 s for n = 400 and 6 s for n = 4000, against 0.7 ms
-and 0.5 s on one thread), while threaded level-3 BLAS is fine.  fastep pins the
-factorisation to one thread through ``threadpoolctl``.
+Threads: small problems (n < :data:`SMALL_N`) run with single-threaded BLAS.
+Threads gain little there, and when the cores are oversubscribed (other busy
+processes, parallel batch jobs) OpenBLAS's spinning threads make small calls
+10-100x slower (measured on the 2-core CI machine type while a test suite ran
+beside it: a 400 x 400 ``dpotrf`` took 0.5 s instead of 0.8 ms).  Larger problems
+keep the BLAS threading the user configured.
 """
 from __future__ import annotations
 
@@ -47,10 +48,7 @@ class NotPositiveDefiniteError(np.linalg.LinAlgError):
     """Raised when a matrix that must be positive definite is not."""
 
 
-#: Below this size the whole EP loop runs with single-threaded BLAS: waking BLAS
-#: threads for O(n^2) work (gemv) and small O(n^3) calls costs more than it saves
-#: (on the 2-core CI machine type a threaded gemv at n = 1000 takes 8 ms instead
-#: of 0.16 ms).  Larger problems keep the BLAS threading the user configured.
+#: Below this size the whole EP loop runs with single-threaded BLAS (see above).
 SMALL_N = 2048
 
 
@@ -60,8 +58,7 @@ def blas_threads_for(n):
 
 
 def _potrf(a, what):
-    with single_threaded_blas():
-        c, info = lapack.dpotrf(a, lower=1, overwrite_a=1, clean=0)
+    c, info = lapack.dpotrf(a, lower=1, overwrite_a=1, clean=0)
     if info > 0:
         raise NotPositiveDefiniteError(
             f"{what} is not positive definite (Cholesky failed at pivot {info}).")
