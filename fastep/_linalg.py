@@ -49,7 +49,7 @@ class NotPositiveDefiniteError(np.linalg.LinAlgError):
 
 
 #: Below this size the whole EP loop runs with single-threaded BLAS (see above).
-SMALL_N = 2048
+SMALL_N = 1024
 
 
 def blas_threads_for(n):
