@@ -1,6 +1,7 @@
 """Pay Numba's compile cost up front (first run) or load it from the on-disk cache."""
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 
@@ -44,6 +45,6 @@ def precompile(verbose=False):
                 _ep_kernels.PARALLEL_MIN_N = saved
         Probit().tilted(y, y, np.ones(6), alpha=0.5)
     seconds = time.perf_counter() - t0
-    if verbose:
-        print(f"fastep kernels ready in {seconds:.2f} s")
+    logging.getLogger("fastep").log(logging.INFO if verbose else logging.DEBUG,
+                                    "fastep kernels ready in %.2f s", seconds)
     return seconds

@@ -55,7 +55,6 @@ def evaluate(p_train, y_train, p_test, y_test):
 
 def one_split(X, y, seed):
     Xtr, Xte, ytr, yte = split_standardized(X, y, random_state=seed)
-    ntr = len(ytr)
     Y = simulate_annotators(ytr, SENS, SPEC, random_state=seed)
     kernel = RBF(1.0, np.sqrt(X.shape[1]))
     res, times = {}, {}

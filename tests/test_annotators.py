@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 from scipy import special
 
-import fastep
 from fastep import EPGaussianProcessClassifier, MultiAnnotatorGPClassifier
 from fastep.datasets import simulate_annotators
 from fastep.kernels import RBF

@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-import fastep
 from fastep import CensoredGPRegressor
 from fastep.kernels import RBF, Matern52
 from fastep.likelihoods import Tobit, censored_predictive, censored_quantile

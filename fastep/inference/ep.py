@@ -28,7 +28,6 @@ Its gradient for kernel parameters at the fixed point is
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from dataclasses import dataclass, field
 

@@ -211,8 +211,6 @@ def censored_predictive(mean, var, noise_variance, lower=-np.inf, upper=np.inf):
         phib = np.exp(-0.5 * b * b) / math.sqrt(2 * math.pi)
         lo_term = np.where(np.isfinite(lo), lo * pa, 0.0)
         up_term = np.where(np.isfinite(up), up * pb, 0.0)
-        lo2 = np.where(np.isfinite(lo), lo * lo * pa, 0.0)
-        up2 = np.where(np.isfinite(up), up * up * pb, 0.0)
         aphia = np.where(np.isfinite(a), a * phia, 0.0)
         bphib = np.where(np.isfinite(b), b * phib, 0.0)
         e1 = lo_term + up_term + m * inside + s * (phia - phib)
