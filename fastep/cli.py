@@ -40,17 +40,6 @@ def _is_numeric_row(line):
         return False
 
 
-def _progress(label):
-    state = {"t": time.perf_counter()}
-
-    def cb(sweep, log_z):
-        now = time.perf_counter()
-        if now - state["t"] > 1.0:
-            print(f"  {label}: sweep {sweep}, log Z_EP = {log_z:.4f}", file=sys.stderr, flush=True)
-            state["t"] = now
-    return cb
-
-
 def cmd_demo(args):
     if args.which == "annotators":
         return demo_annotators(args)
@@ -162,6 +151,8 @@ def cmd_fit(args):
     from fastep._io import save_model
     from fastep.kernels import RBF
 
+    import logging
+    logging.basicConfig(level=logging.INFO, format="  %(message)s", stream=sys.stderr)
     X, y = _load_table(args.data, has_target=True)
     print(f"fastep fit: {X.shape[0]} rows, {X.shape[1]} features, "
           f"{len(np.unique(y))} classes", file=sys.stderr)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import numbers
 
 import numpy as np
@@ -14,6 +15,7 @@ from ._sklearn_compat import (BaseEstimator, ClassifierMixin, check_classificati
                               check_is_fitted, validate_data)
 
 _LIKELIHOODS = {"probit": Probit, "logistic": Logistic}
+_LOG = logging.getLogger("fastep")
 
 
 def _check_param(est, name, value, kind, low=None, high=None, options=None):
@@ -73,6 +75,9 @@ class _BinaryModel:
             def evidence(theta):
                 value, grad, res = self.evidence(theta, warm.get("sites"))
                 warm["sites"] = (res.site_tau, res.site_nu)
+                warm["step"] = warm.get("step", 0) + 1
+                _LOG.info("ML-II step %d: log Z_EP = %.4f after %d EP sweeps", warm["step"],
+                          value, res.n_iter)
                 return value, grad
 
             theta, _ = maximize_evidence(evidence, theta0, bounds, e.n_restarts_optimizer,
