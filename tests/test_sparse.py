@@ -1,0 +1,54 @@
+"""Collapsed sparse objectives (seed 003): exact limits against dense references."""
+import numpy as np
+import pytest
+from scipy.stats import multivariate_normal
+
+from fastep.inference.sparse import collapsed_objective, predict
+from fastep.kernels import RBF
+
+import reference as ref
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (40, 2))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=40)
+    Z = rng.uniform(-3, 3, (7, 2))
+    return X, y, Z, RBF(1.3, 0.9)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
+def test_inducing_points_at_the_data_give_exact_regression(data, alpha):
+    X, y, _, k = data
+    st = collapsed_objective(k(X), k(X), k.diag(X), y, 0.05, alpha)
+    Xs = np.linspace(-3, 3, 5)[:, None] * np.ones((1, 2))
+    ex = ref.exact_gp_regression(k(X), y, 0.05, K_star=k(X, Xs), k_star_diag=k.diag(Xs))
+    assert st.value == pytest.approx(ex["log_marginal_likelihood"], rel=1e-6)
+    mean, var = predict(st, k(X, Xs), k.diag(Xs))
+    # K_uu carries 1e-8 * mean(diag) jitter, and K(X, X) is ill-conditioned: 1e-6 absolute
+    np.testing.assert_allclose(mean, ex["mean_star"], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(var, ex["var_star"], rtol=1e-6, atol=1e-6)
+
+
+def test_alpha_one_is_fitc_and_alpha_to_zero_is_titsias(data):
+    X, y, Z, k = data
+    Kuu, Kuf, kd, s2 = k(Z), k(Z, X), k.diag(X), 0.05
+    Q = Kuf.T @ np.linalg.solve(Kuu, Kuf)
+    d = kd - np.diag(Q)
+    fitc = multivariate_normal(np.zeros(40), Q + np.diag(d) + s2 * np.eye(40)).logpdf(y)
+    titsias = multivariate_normal(np.zeros(40), Q + s2 * np.eye(40)).logpdf(y) - d.sum() / (2 * s2)
+    assert collapsed_objective(Kuu, Kuf, kd, y, s2, 1.0).value == pytest.approx(fitc, rel=1e-6)
+    assert collapsed_objective(Kuu, Kuf, kd, y, s2, 0.0).value == pytest.approx(titsias, rel=1e-6)
+    assert collapsed_objective(Kuu, Kuf, kd, y, s2, 1e-10).value == pytest.approx(titsias, rel=1e-6)
+    # the bound sits below the exact evidence, FITC and power EP in between need not
+    exact = multivariate_normal(np.zeros(40), k(X) + s2 * np.eye(40)).logpdf(y)
+    assert titsias <= exact
+
+
+def test_bad_alpha_and_noise(data):
+    X, y, Z, k = data
+    with pytest.raises(ValueError, match="alpha"):
+        collapsed_objective(k(Z), k(Z, X), k.diag(X), y, 0.05, 1.5)
+    with pytest.raises(ValueError, match="noise_variance"):
+        collapsed_objective(k(Z), k(Z, X), k.diag(X), y, -1.0, 0.5)
