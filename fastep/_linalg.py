@@ -102,8 +102,3 @@ def solve_lower_inplace(l: np.ndarray, b: np.ndarray, trans: bool = False) -> np
     if out is not b:  # pragma: no cover
         b[...] = out
     return b
-
-
-def log_det_from_cholesky(l: np.ndarray) -> float:
-    """log |A| from its Cholesky factor."""
-    return 2.0 * float(np.sum(np.log(np.diagonal(l))))

@@ -72,12 +72,6 @@ def mills_shift(z):
     return cf_tail(-z)
 
 
-@jit("f8(f8)")
-def log_normal_pdf(z):
-    """log phi(z), the log of the standard normal density."""
-    return -0.5 * z * z - LOG_SQRT_2PI
-
-
 @jit("f8(f8, f8)")
 def log_add_exp(a, b):
     """log(exp(a) + exp(b)) without overflow."""
