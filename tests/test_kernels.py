@@ -110,6 +110,54 @@ def test_gradient_contract_matches_fd(name):
     np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-9 * scale)
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_cross_and_diag_gradient_contract_match_fd(name):
+    """K(X, Y) and diag K(X): the contractions inducing-point models need."""
+    k = CASES[name][0]()
+    rng = np.random.default_rng(8)
+    G, g = rng.normal(size=(9, 5)), rng.normal(size=9)
+    h = 1e-5
+    fd_cross, fd_diag = np.empty(k.n_dims), np.empty(k.n_dims)
+    for p in range(k.n_dims):
+        tp, tm = k.theta.copy(), k.theta.copy()
+        tp[p] += h
+        tm[p] -= h
+        kp, km = k.clone_with_theta(tp), k.clone_with_theta(tm)
+        fd_cross[p] = np.sum(G * (kp(X, Y) - km(X, Y))) / (2 * h)
+        fd_diag[p] = g @ (kp.diag(X) - km.diag(X)) / (2 * h)
+    np.testing.assert_allclose(k.gradient_contract(X, G, Y), fd_cross, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(k.diag_gradient_contract(X, g), fd_diag, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_input_gradient_contract_matches_fd(name):
+    """d/dX sum G * K(X, Y), and of sum G * K(X, X) where both arguments move."""
+    k = CASES[name][0]()
+    rng = np.random.default_rng(9)
+    Gc, Gs = rng.normal(size=(9, 5)), rng.normal(size=(9, 9))
+    h = 1e-6
+    fd_c, fd_s = np.empty(X.shape), np.empty(X.shape)
+    for i in range(X.shape[0]):
+        for c in range(D):
+            Xp, Xm = X.copy(), X.copy()
+            Xp[i, c] += h
+            Xm[i, c] -= h
+            fd_c[i, c] = np.sum(Gc * (k(Xp, Y) - k(Xm, Y))) / (2 * h)
+            # WhiteKernel(X, X) is a function of point identity, not of the input values
+            fd_s[i, c] = np.sum(Gs * (k(Xp, Xp) - k(Xm, Xm))) / (2 * h)
+    np.testing.assert_allclose(k.input_gradient_contract(X, Gc, Y), fd_c, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(k.input_gradient_contract(X, Gs), fd_s, rtol=1e-6, atol=1e-7)
+
+
+def test_sklearn_kernel_refuses_inducing_point_gradients():
+    k = SklearnKernel(sk.RBF(1.0))
+    for call in (lambda: k.gradient_contract(X, np.ones((9, 5)), Y),
+                 lambda: k.diag_gradient_contract(X, np.ones(9)),
+                 lambda: k.input_gradient_contract(X, np.ones((9, 9)))):
+        with pytest.raises(ValueError, match="fastep kernel"):
+            call()
+
+
 @pytest.mark.parametrize("name", ["rbf_ard", "m32_iso", "sum", "product", "nested"])
 def test_theta_bounds_clone_round_trip(name):
     k = CASES[name][0]()

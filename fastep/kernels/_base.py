@@ -51,8 +51,10 @@ class Hyperparameter:
 
 class Kernel:
     """Base class.  Subclasses define ``_params`` (list of :class:`Hyperparameter`),
-    ``__call__``, ``diag`` and ``_contract_all`` (contraction for *every*
-    parameter entry, fixed ones included)."""
+    ``__call__``, ``diag``, ``_contract_all(X, Y, G)`` (contraction for *every*
+    parameter entry, fixed ones included; ``Y is None`` means ``K(X, X)``),
+    ``_diag_contract_all(X, g)`` and ``_input_contract(X, Y, G)`` (see
+    :meth:`input_gradient_contract`)."""
 
     _params: list
 
@@ -100,14 +102,31 @@ class Kernel:
         return np.concatenate([np.full(p.value.size, not p.fixed) for p in self._leaf_params()]
                               ) if self._leaf_params() else np.zeros(0, bool)
 
-    def gradient_contract(self, X, G):
+    def gradient_contract(self, X, G, Y=None):
         """``sum_jk G_jk dK_jk / dtheta_p`` for every free log-hyperparameter.
 
-        ``K = self(X)``; ``G`` is any ``(n, n)`` weight matrix.
+        ``K = self(X, Y)``; ``G`` is any weight matrix of the shape of ``K``.
         """
-        X = _as_2d(X)
-        full = np.asarray(self._contract_all(X, np.asarray(G, dtype=float)), dtype=float)
+        X, Y, G = _contract_args(X, Y, G)
+        full = np.asarray(self._contract_all(X, Y, G), dtype=float)
         return full[self._free_mask()]
+
+    def diag_gradient_contract(self, X, g):
+        """``sum_i g_i d k(x_i, x_i) / dtheta_p`` for every free log-hyperparameter."""
+        X = _as_2d(X)
+        full = np.asarray(self._diag_contract_all(X, np.asarray(g, dtype=float)), dtype=float)
+        return full[self._free_mask()]
+
+    def input_gradient_contract(self, X, G, Y=None):
+        """``d/dX sum_jk G_jk K_jk`` with ``K = self(X, Y)``, shape of ``X``.
+
+        With ``Y=None`` both arguments of ``K(X, X)`` move with ``X``.  Used for
+        the gradient in inducing inputs.
+        """
+        X, Y, G = _contract_args(X, Y, G)
+        if Y is None:
+            return np.asarray(self._input_contract(X, X, G + G.T), dtype=float)
+        return np.asarray(self._input_contract(X, Y, G), dtype=float)
 
     # --- composition ---------------------------------------------------------------
     def __add__(self, other):
@@ -137,6 +156,16 @@ class Kernel:
         return {"type": type(self).__name__,
                 "params": {p.name: p.value.tolist() for p in self._params},
                 "bounds": {p.name: p.bounds for p in self._params}}
+
+
+def _contract_args(X, Y, G):
+    X = _as_2d(X)
+    Y = None if Y is None else _as_2d(Y, "Y")
+    G = np.ascontiguousarray(G, dtype=float)
+    shape = (X.shape[0], X.shape[0] if Y is None else Y.shape[0])
+    if G.shape != shape:
+        raise ValueError(f"G must have the shape of K(X, Y), {shape}; got {G.shape}.")
+    return X, Y, G
 
 
 def _fmt(v):
@@ -176,8 +205,14 @@ class Sum(_Composite):
     def diag(self, X):
         return self.k1.diag(X) + self.k2.diag(X)
 
-    def _contract_all(self, X, G):
-        return np.concatenate([self.k1._contract_all(X, G), self.k2._contract_all(X, G)])
+    def _contract_all(self, X, Y, G):
+        return np.concatenate([self.k1._contract_all(X, Y, G), self.k2._contract_all(X, Y, G)])
+
+    def _diag_contract_all(self, X, g):
+        return np.concatenate([self.k1._diag_contract_all(X, g), self.k2._diag_contract_all(X, g)])
+
+    def _input_contract(self, X, Y, G):
+        return self.k1._input_contract(X, Y, G) + self.k2._input_contract(X, Y, G)
 
     def is_stationary(self):
         return self.k1.is_stationary() and self.k2.is_stationary()
@@ -193,9 +228,18 @@ class Product(_Composite):
     def diag(self, X):
         return self.k1.diag(X) * self.k2.diag(X)
 
-    def _contract_all(self, X, G):
-        return np.concatenate([self.k1._contract_all(X, G * self.k2(X)),
-                               self.k2._contract_all(X, G * self.k1(X))])
+    def _contract_all(self, X, Y, G):
+        return np.concatenate([self.k1._contract_all(X, Y, G * self.k2(X, Y)),
+                               self.k2._contract_all(X, Y, G * self.k1(X, Y))])
+
+    def _diag_contract_all(self, X, g):
+        return np.concatenate([self.k1._diag_contract_all(X, g * self.k2.diag(X)),
+                               self.k2._diag_contract_all(X, g * self.k1.diag(X))])
+
+    def _input_contract(self, X, Y, G):
+        # called with the cross form (Y given); the symmetric case arrives as (X, X, G + G^T)
+        return (self.k1._input_contract(X, Y, G * self.k2(X, Y))
+                + self.k2._input_contract(X, Y, G * self.k1(X, Y)))
 
     def is_stationary(self):
         return self.k1.is_stationary() and self.k2.is_stationary()
@@ -215,8 +259,14 @@ class ConstantKernel(Kernel):
     def diag(self, X):
         return np.full(_as_2d(X).shape[0], self._params[0].value[0])
 
-    def _contract_all(self, X, G):
+    def _contract_all(self, X, Y, G):
         return [self._params[0].value[0] * G.sum()]
+
+    def _diag_contract_all(self, X, g):
+        return [self._params[0].value[0] * g.sum()]
+
+    def _input_contract(self, X, Y, G):
+        return np.zeros(X.shape)
 
     def is_stationary(self):
         return True
@@ -237,8 +287,14 @@ class WhiteKernel(Kernel):
     def diag(self, X):
         return np.full(_as_2d(X).shape[0], self._params[0].value[0])
 
-    def _contract_all(self, X, G):
-        return [self._params[0].value[0] * np.trace(G)]
+    def _contract_all(self, X, Y, G):
+        return [self._params[0].value[0] * np.trace(G) if Y is None else 0.0]
+
+    def _diag_contract_all(self, X, g):
+        return [self._params[0].value[0] * g.sum()]
+
+    def _input_contract(self, X, Y, G):
+        return np.zeros(X.shape)
 
     def is_stationary(self):
         return True
@@ -259,8 +315,14 @@ class Linear(Kernel):
         X = _as_2d(X)
         return self._params[0].value[0] * np.einsum("ij,ij->i", X, X)
 
-    def _contract_all(self, X, G):
-        return [float(np.vdot(G, self(X)))]
+    def _contract_all(self, X, Y, G):
+        return [float(np.vdot(G, self(X, Y)))]
+
+    def _diag_contract_all(self, X, g):
+        return [float(g @ self.diag(X))]
+
+    def _input_contract(self, X, Y, G):
+        return self._params[0].value[0] * (G @ Y)
 
 
 class SklearnKernel(Kernel):
@@ -301,9 +363,17 @@ class SklearnKernel(Kernel):
     def diag(self, X):
         return self.kernel.diag(_as_2d(X))
 
-    def gradient_contract(self, X, G):
+    def gradient_contract(self, X, G, Y=None):
+        if Y is not None:
+            raise ValueError(_SKLEARN_SPARSE)
         _, dK = self.kernel(_as_2d(X), eval_gradient=True)
         return np.einsum("ij,ijp->p", G, dK)
+
+    def diag_gradient_contract(self, X, g):
+        raise ValueError(_SKLEARN_SPARSE)
+
+    def input_gradient_contract(self, X, G, Y=None):
+        raise ValueError(_SKLEARN_SPARSE)
 
     def is_stationary(self):
         return self.kernel.is_stationary()
@@ -314,6 +384,10 @@ class SklearnKernel(Kernel):
     def to_dict(self):
         raise ValueError("models with a scikit-learn kernel cannot be saved without pickle; "
                          "use an equivalent fastep kernel (fastep.kernels) to save the model.")
+
+
+_SKLEARN_SPARSE = ("scikit-learn kernels give gradients only for K(X, X); inducing-point "
+                   "models need a fastep kernel (fastep.kernels: RBF, Matern32, ...).")
 
 
 def as_kernel(kernel):

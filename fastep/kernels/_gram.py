@@ -76,28 +76,51 @@ def stationary_gram(x1, x2, inv_ls, variance, kind, symmetric, out):
 
 
 @pjit
-def stationary_contract(x, inv_ls, variance, kind, g, out_rows):
+def stationary_contract(x1, x2, inv_ls, variance, kind, g, out_rows):
     """Row-wise contraction: out_rows[i, 0] = sum_j G_ij K_ij (d/d log variance),
     out_rows[i, 1 + c] = sum_j G_ij dK_ij/d log l_c.  Each row owns its output."""
-    n, d = x.shape
-    for i in prange(n):
+    n1, d = x1.shape
+    n2 = x2.shape[0]
+    for i in prange(n1):
         acc0 = 0.0
         for c in range(d):
             out_rows[i, 1 + c] = 0.0
-        for j in range(n):
+        for j in range(n2):
             gij = g[i, j]
             if gij == 0.0:
                 continue
             r2 = 0.0
             for c in range(d):
-                t = (x[i, c] - x[j, c]) * inv_ls[c]
+                t = (x1[i, c] - x2[j, c]) * inv_ls[c]
                 r2 += t * t
             acc0 += gij * variance * shape(kind, r2)
             hg = gij * variance * shape_grad(kind, r2)
             for c in range(d):
-                t = (x[i, c] - x[j, c]) * inv_ls[c]
+                t = (x1[i, c] - x2[j, c]) * inv_ls[c]
                 out_rows[i, 1 + c] += hg * t * t
         out_rows[i, 0] = acc0
+
+
+@pjit
+def stationary_input_contract(x1, x2, inv_ls, variance, kind, g, out):
+    """out[i, c] = sum_j G_ij dK(x1_i, x2_j)/dx1_ic, using dk/dx1_c = -variance h(r) t_c / l_c
+    with t_c = (x1_c - x2_c) / l_c (dk/dr^2 = -variance h / 2)."""
+    n1, d = x1.shape
+    n2 = x2.shape[0]
+    for i in prange(n1):
+        for c in range(d):
+            out[i, c] = 0.0
+        for j in range(n2):
+            gij = g[i, j]
+            if gij == 0.0:
+                continue
+            r2 = 0.0
+            for c in range(d):
+                t = (x1[i, c] - x2[j, c]) * inv_ls[c]
+                r2 += t * t
+            hg = gij * variance * shape_grad(kind, r2)
+            for c in range(d):
+                out[i, c] -= hg * (x1[i, c] - x2[j, c]) * inv_ls[c] * inv_ls[c]
 
 
 def gram(x1, x2, inv_ls, variance, kind):
@@ -109,8 +132,17 @@ def gram(x1, x2, inv_ls, variance, kind):
     return out
 
 
-def contract(x, inv_ls, variance, kind, g):
-    """[sum G*dK/dlog variance, sum G*dK/dlog l_1, ...]."""
-    rows = np.empty((x.shape[0], 1 + x.shape[1]))
-    stationary_contract(x, inv_ls, float(variance), kind, np.ascontiguousarray(g, dtype=float), rows)
+def contract(x1, x2, inv_ls, variance, kind, g):
+    """[sum G*dK/dlog variance, sum G*dK/dlog l_1, ...] for K = K(x1, x2)."""
+    rows = np.empty((x1.shape[0], 1 + x1.shape[1]))
+    stationary_contract(x1, x2, inv_ls, float(variance), kind,
+                        np.ascontiguousarray(g, dtype=float), rows)
     return rows.sum(axis=0)
+
+
+def input_contract(x1, x2, inv_ls, variance, kind, g):
+    """d/dx1 of sum G * K(x1, x2), shape x1.shape."""
+    out = np.empty(x1.shape)
+    stationary_input_contract(x1, x2, inv_ls, float(variance), kind,
+                              np.ascontiguousarray(g, dtype=float), out)
+    return out

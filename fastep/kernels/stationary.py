@@ -41,11 +41,18 @@ class _Stationary(Kernel):
     def diag(self, X):
         return np.full(_as_2d(X).shape[0], self.variance)
 
-    def _contract_all(self, X, G):
-        out = _gram.contract(X, self._inv_ls(X.shape[1]), self.variance, self._kind, G)
+    def _contract_all(self, X, Y, G):
+        out = _gram.contract(X, X if Y is None else Y, self._inv_ls(X.shape[1]), self.variance,
+                             self._kind, G)
         if self._params[1].value.size == 1:
             return np.array([out[0], out[1:].sum()])
         return out
+
+    def _diag_contract_all(self, X, g):
+        return np.concatenate([[self.variance * g.sum()], np.zeros(self._params[1].value.size)])
+
+    def _input_contract(self, X, Y, G):
+        return _gram.input_contract(X, Y, self._inv_ls(X.shape[1]), self.variance, self._kind, G)
 
     def is_stationary(self):
         return True
