@@ -52,3 +52,89 @@ def test_bad_alpha_and_noise(data):
         collapsed_objective(k(Z), k(Z, X), k.diag(X), y, 0.05, 1.5)
     with pytest.raises(ValueError, match="noise_variance"):
         collapsed_objective(k(Z), k(Z, X), k.diag(X), y, -1.0, 0.5)
+
+
+# --- gradients and the estimator -------------------------------------------------------------
+from sklearn.utils.estimator_checks import parametrize_with_checks  # noqa: E402
+
+from fastep import SparseGPRegressor  # noqa: E402
+from fastep.inference.sparse import kernel_gradient  # noqa: E402
+from fastep.kernels import Matern32  # noqa: E402
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("kernel", [RBF(1.3, [0.9, 1.4]), Matern32(0.8, 1.1)])
+def test_collapsed_gradients_match_finite_differences(data, alpha, kernel):
+    X, y, Z, _ = data
+    s2 = 0.05
+
+    def F(theta, Zz, noise):
+        k = kernel.clone_with_theta(theta)
+        return collapsed_objective(k(Zz), k(Zz, X), k.diag(X), y, noise, alpha).value
+
+    st = collapsed_objective(kernel(Z), kernel(Z, X), kernel.diag(X), y, s2, alpha,
+                             eval_gradient=True)
+    d_theta, d_Z = kernel_gradient(kernel, Z, X, st.grad)
+    th, h = kernel.theta, 1e-6
+    fd_theta = [(F(th + h * e, Z, s2) - F(th - h * e, Z, s2)) / (2 * h) for e in np.eye(th.size)]
+    fd_Z = np.zeros_like(Z)
+    for i in range(Z.shape[0]):
+        for c in range(Z.shape[1]):
+            E = np.zeros_like(Z)
+            E[i, c] = h
+            fd_Z[i, c] = (F(th, Z + E, s2) - F(th, Z - E, s2)) / (2 * h)
+    fd_s2 = (F(th, Z, s2 * (1 + 1e-6)) - F(th, Z, s2 * (1 - 1e-6))) / (2e-6 * s2)
+    np.testing.assert_allclose(d_theta, fd_theta, rtol=1e-5)
+    np.testing.assert_allclose(d_Z, fd_Z, rtol=1e-5, atol=1e-5 * np.abs(fd_Z).max())
+    assert st.grad.noise_variance == pytest.approx(fd_s2, rel=1e-5)
+
+
+@parametrize_with_checks([SparseGPRegressor(n_inducing=None)])
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+def test_regressor_with_inducing_points_at_the_data_is_exact_gp(data):
+    X, y, _, k = data
+    Xs = np.linspace(-3, 3, 6)[:, None] * np.ones((1, 2))
+    ex = ref.exact_gp_regression(k(X), y, 0.05, K_star=k(X, Xs), k_star_diag=k.diag(Xs))
+    for method in ("vfe", "fitc", "pep"):
+        reg = SparseGPRegressor(k, method=method, noise_variance=0.05, inducing_points=X,
+                                optimizer=None).fit(X, y)
+        mean, std = reg.predict(Xs, return_std=True)
+        assert reg.log_marginal_likelihood_value_ == pytest.approx(
+            ex["log_marginal_likelihood"], rel=1e-6)
+        np.testing.assert_allclose(mean, ex["mean_star"], atol=1e-6)
+        np.testing.assert_allclose(std ** 2, ex["var_star"], atol=1e-6)
+
+
+def test_regressor_fits_and_gradient_of_public_objective(data):
+    X, y, _, _ = data
+    reg = SparseGPRegressor(method="pep", alpha=0.5, n_inducing=8, noise_variance=0.1,
+                            random_state=0).fit(X, y)
+    assert reg.inducing_points_.shape == (8, 2)
+    assert reg.score(X, y) > 0.9
+    # the optimum is a stationary point of the public objective in the kernel and noise
+    theta = np.concatenate([reg.kernel_.theta, [np.log(reg.noise_variance_)]])
+    value, grad = reg.log_marginal_likelihood(theta, eval_gradient=True)
+    assert value == pytest.approx(reg.log_marginal_likelihood_value_, rel=1e-10)
+    assert np.max(np.abs(grad)) < 1e-2 * max(1.0, abs(value))
+    # ... and optimising never ends below where it started
+    start = SparseGPRegressor(method="pep", alpha=0.5, n_inducing=8, noise_variance=0.1,
+                              random_state=0, optimizer=None).fit(X, y)
+    assert reg.log_marginal_likelihood_value_ >= start.log_marginal_likelihood_value_
+
+
+def test_regressor_bad_input(data):
+    X, y, Z, _ = data
+    with pytest.raises(ValueError, match="more inducing points"):
+        SparseGPRegressor(n_inducing=41).fit(X, y)
+    with pytest.raises(ValueError, match=r"inducing_points must have shape \(m, 2\)"):
+        SparseGPRegressor(inducing_points=Z[:, :1]).fit(X, y)
+    for alpha in (0.0, -0.5, 1.5):
+        with pytest.raises(ValueError, match="'alpha' parameter"):
+            SparseGPRegressor(method="pep", alpha=alpha).fit(X, y)
+    with pytest.raises(ValueError, match="'method' parameter"):
+        SparseGPRegressor(method="dtc").fit(X, y)
+    with pytest.raises(ValueError, match="n_inducing"):
+        SparseGPRegressor(n_inducing=0).fit(X, y)

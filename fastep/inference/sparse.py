@@ -17,6 +17,8 @@ O(n m) memory through ``Lambda = alpha D + s2 I`` and ``B = I + V Lambda^-1 V^T`
 from __future__ import annotations
 
 import math
+import numbers
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,9 +36,41 @@ class SparseState:
     lam: np.ndarray
     beta: np.ndarray          # L_B^-1 V Lambda^-1 y
     value: float
+    grad: "SparseGradient | None" = None
 
 
-def collapsed_objective(K_uu, K_uf, kff_diag, y, noise_variance, alpha):
+@dataclass
+class SparseGradient:
+    """dF/dK_uu, dF/dK_uf, dF/d diag(K_ff), dF/d noise_variance (K_uu jitter held fixed)."""
+
+    K_uu: np.ndarray
+    K_uf: np.ndarray
+    kff_diag: np.ndarray
+    noise_variance: float
+
+
+def cholesky_uu(K_uu):
+    """Cholesky of K_uu with ``JITTER * mean(diag)`` added (inducing inputs may nearly coincide)."""
+    m = K_uu.shape[0]
+    scale = max(float(np.mean(np.diag(K_uu))), 1e-300)
+    return cholesky(K_uu + JITTER * scale * np.eye(m), lower=True, check_finite=False)
+
+
+def chain_whitened(G_V, V, L_uu):
+    """Gradients in ``K_uf`` and ``K_uu`` from ``G = dF/dV``, ``V = L_uu^-1 K_uf``.
+
+    Valid for any F that depends on V only through ``V^T V`` (rotation invariant), so
+    ``G V^T`` is symmetric: ``dF/dK_uf = L^-T G`` and ``dF/dK_uu = -1/2 L^-T (G V^T) L^-1``.
+    """
+    G_uf = solve_triangular(L_uu, G_V, lower=True, trans="T", check_finite=False)
+    S = G_V @ V.T
+    S = 0.5 * (S + S.T)
+    T = solve_triangular(L_uu, S, lower=True, trans="T", check_finite=False)
+    G_uu = -0.5 * solve_triangular(L_uu, T.T, lower=True, trans="T", check_finite=False)
+    return G_uf, 0.5 * (G_uu + G_uu.T)
+
+
+def collapsed_objective(K_uu, K_uf, kff_diag, y, noise_variance, alpha, eval_gradient=False):
     """F_alpha above (``alpha=0`` means the VFE limit) and the factors for prediction.
 
     Parameters
@@ -44,6 +78,12 @@ def collapsed_objective(K_uu, K_uf, kff_diag, y, noise_variance, alpha):
     K_uu : (m, m), K_uf : (m, n), kff_diag : (n,), y : (n,)
     noise_variance : float > 0
     alpha : float in [0, 1]
+    eval_gradient : bool
+        Also return :class:`SparseGradient` in ``state.grad``.  With
+        ``Sigma = Q + Lambda``, ``a = Sigma^-1 y``, ``W = a a^T - Sigma^-1`` and
+        ``g_i = alpha W_ii / 2 - (1 - alpha) / (2 lambda_i)`` (the weight of d_i),
+        ``dF = 1/2 tr((W - 2 diag g) dQ) + g . d diag(K_ff) + g_s ds2``; every term
+        is formed in O(n m^2) through ``V Sigma^-1 = B^-1 V Lambda^-1``.
 
     Returns
     -------
@@ -54,8 +94,7 @@ def collapsed_objective(K_uu, K_uf, kff_diag, y, noise_variance, alpha):
     if not noise_variance > 0:
         raise ValueError(f"noise_variance must be positive; got {noise_variance!r}.")
     m, n = K_uf.shape
-    scale = max(float(np.mean(np.diag(K_uu))), 1e-300)
-    L_uu = cholesky(K_uu + JITTER * scale * np.eye(m), lower=True, check_finite=False)
+    L_uu = cholesky_uu(K_uu)
     V = solve_triangular(L_uu, K_uf, lower=True, check_finite=False)
     d = np.maximum(kff_diag - np.einsum("ij,ij->j", V, V), 0.0)
     lam = alpha * d + noise_variance
@@ -69,7 +108,70 @@ def collapsed_objective(K_uu, K_uf, kff_diag, y, noise_variance, alpha):
         value -= (1.0 - alpha) / (2.0 * alpha) * float(np.sum(np.log1p(alpha * d / noise_variance)))
     else:
         value -= 0.5 * float(np.sum(d)) / noise_variance
-    return SparseState(L_uu=L_uu, L_B=L_B, lam=lam, beta=beta, value=value)
+    state = SparseState(L_uu=L_uu, L_B=L_B, lam=lam, beta=beta, value=value)
+    if eval_gradient:
+        a = (y - V.T @ solve_triangular(L_B, beta, lower=True, trans="T", check_finite=False)) / lam
+        P = solve_triangular(L_B, Vl, lower=True, check_finite=False)         # L_B^-1 V Lambda^-1
+        W_diag = a * a - (1.0 / lam - np.einsum("ij,ij->j", P, P))
+        g = 0.5 * alpha * W_diag - 0.5 * (1.0 - alpha) / lam
+        V_Sinv = solve_triangular(L_B, P, lower=True, trans="T", check_finite=False)
+        G_V = np.outer(V @ a, a) - V_Sinv - 2.0 * V * g
+        G_uf, G_uu = chain_whitened(G_V, V, L_uu)
+        g_noise = 0.5 * float(W_diag.sum()) + 0.5 * (1.0 - alpha) * float(
+            np.sum(d / lam)) / noise_variance
+        state.grad = SparseGradient(K_uu=G_uu, K_uf=G_uf, kff_diag=g, noise_variance=g_noise)
+    return state
+
+
+def kernel_gradient(kernel, Z, X, grad):
+    """Chain a :class:`SparseGradient` (or any object with ``K_uu``, ``K_uf``,
+    ``kff_diag``) through the kernel: ``(d/dtheta, d/dZ)``."""
+    d_theta = (kernel.gradient_contract(Z, grad.K_uu) + kernel.gradient_contract(Z, grad.K_uf, X)
+               + kernel.diag_gradient_contract(X, grad.kff_diag))
+    d_Z = kernel.input_gradient_contract(Z, grad.K_uu) + kernel.input_gradient_contract(
+        Z, grad.K_uf, X)
+    return d_theta, d_Z
+
+
+def init_inducing(X, n_inducing, random_state=None, max_points=20000):
+    """k-means++ seeding plus 10 Lloyd steps (scipy ``kmeans2``) on at most ``max_points``
+    rows of X; returns ``(n_inducing, d)`` centres, distinct and inside the data's range."""
+    from scipy.cluster.vq import kmeans2
+    X = np.asarray(X, dtype=float)
+    rng = np.random.default_rng(random_state)
+    sub = X if X.shape[0] <= max_points else X[rng.choice(X.shape[0], max_points, replace=False)]
+    if n_inducing == sub.shape[0]:
+        return sub.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")        # "One of the clusters is empty": reseeded below
+        Z, label = kmeans2(sub, n_inducing, iter=10, minit="++", seed=rng)
+    empty = np.setdiff1d(np.arange(n_inducing), label)
+    if empty.size:                              # put empty centres on unused data points
+        Z[empty] = sub[rng.choice(sub.shape[0], empty.size, replace=False)]
+    return Z
+
+
+def check_inducing(X, n_inducing, inducing_points, random_state=None):
+    """Validate ``n_inducing`` / ``inducing_points`` against X and return Z."""
+    n, d = X.shape
+    if inducing_points is not None:
+        Z = np.asarray(inducing_points, dtype=float)
+        if Z.ndim != 2 or Z.shape[1] != d:
+            raise ValueError(f"inducing_points must have shape (m, {d}) to match X; "
+                             f"got shape {Z.shape}.")
+        if not np.all(np.isfinite(Z)):
+            raise ValueError("inducing_points contains NaN or infinity.")
+        m = Z.shape[0]
+    else:
+        m = n_inducing
+        if not isinstance(m, numbers.Integral) or isinstance(m, bool) or m < 1:
+            raise ValueError(f"n_inducing must be a positive int; got {m!r}.")
+    if m > n:
+        raise ValueError(f"more inducing points ({m}) than data points ({n}); use "
+                         f"n_inducing <= {n} (or the dense model).")
+    if inducing_points is not None:
+        return np.ascontiguousarray(Z)
+    return init_inducing(X, int(m), random_state)
 
 
 def predict(state, K_us, kss_diag):

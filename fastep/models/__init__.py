@@ -2,6 +2,7 @@
 from .annotators import MultiAnnotatorGPClassifier, concatenate_labels, majority_vote
 from .censored import CensoredGPRegressor
 from .classifier import EPGaussianProcessClassifier
+from .sparse import SparseGPRegressor
 
-__all__ = ["CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier", "majority_vote",
+__all__ = ["CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier", "SparseGPRegressor", "majority_vote",
            "concatenate_labels"]

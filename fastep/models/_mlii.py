@@ -11,11 +11,11 @@ from ..inference.ep import ConvergenceWarning, EPNumericalWarning
 
 
 def maximize_evidence(evidence, theta0, bounds, n_restarts=0, random_state=None,
-                      optimizer="L-BFGS-B"):
+                      optimizer="L-BFGS-B", draw=None):
     """Maximise ``evidence(theta) -> (value, gradient)`` over log-hyperparameters.
 
     Restarts draw ``theta`` uniformly inside ``bounds`` (log space, as in
-    scikit-learn's GP estimators).  ``optimizer`` may be "L-BFGS-B" or a callable
+    scikit-learn's GP estimators), or from ``draw(rng)`` when given.  ``optimizer`` may be "L-BFGS-B" or a callable
     ``optimizer(obj_func, initial_theta, bounds) -> (theta_opt, func_min)`` with
     scikit-learn's convention (``obj_func(theta, eval_gradient=True)`` returns the
     negative evidence and its gradient).  Returns ``(theta, value)``.
@@ -43,10 +43,10 @@ def maximize_evidence(evidence, theta0, bounds, n_restarts=0, random_state=None,
     rng = np.random.default_rng(random_state)
     best = run(np.asarray(theta0, dtype=float))
     bounds = np.asarray(bounds, dtype=float)
-    if n_restarts > 0 and not np.all(np.isfinite(bounds)):
+    if n_restarts > 0 and draw is None and not np.all(np.isfinite(bounds)):
         raise ValueError("n_restarts_optimizer > 0 needs finite hyperparameter bounds.")
     for _ in range(int(n_restarts)):
-        cand = run(rng.uniform(bounds[:, 0], bounds[:, 1]))
+        cand = run(draw(rng) if draw is not None else rng.uniform(bounds[:, 0], bounds[:, 1]))
         if cand[1] < best[1]:
             best = cand
     return best[0], -best[1]

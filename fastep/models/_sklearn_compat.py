@@ -12,7 +12,7 @@ import inspect
 import numpy as np
 
 try:  # pragma: no cover - exercised in both configurations by CI and the quick start
-    from sklearn.base import BaseEstimator, ClassifierMixin
+    from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
     from sklearn.exceptions import NotFittedError
     from sklearn.utils.multiclass import check_classification_targets
     from sklearn.utils.validation import check_is_fitted, validate_data
@@ -50,6 +50,14 @@ except ImportError:  # pragma: no cover
             y = np.asarray(y)
             hit = (self.predict(X) == y).astype(float)
             return float(np.average(hit, weights=sample_weight))
+
+    class RegressorMixin:
+        _estimator_type = "regressor"
+
+        def score(self, X, y, sample_weight=None):
+            y = np.asarray(y, dtype=float)
+            r = y - self.predict(X)
+            return 1.0 - float(np.sum(r * r) / np.sum((y - y.mean()) ** 2))
 
     def check_is_fitted(estimator, attributes=None):
         if not any(k.endswith("_") and not k.startswith("__") for k in vars(estimator)):
@@ -91,5 +99,5 @@ except ImportError:  # pragma: no cover
         return X
 
 
-__all__ = ["BaseEstimator", "ClassifierMixin", "NotFittedError", "check_is_fitted",
+__all__ = ["BaseEstimator", "ClassifierMixin", "RegressorMixin", "NotFittedError", "check_is_fitted",
            "check_classification_targets", "validate_data", "HAVE_SKLEARN"]

@@ -11,19 +11,8 @@ from ..inference.laplace import laplace
 from ..kernels import RBF, as_kernel
 from ..likelihoods.tobit import Tobit, censored_predictive, censored_quantile, check_censored_data
 from ._mlii import maximize_evidence
-from ._sklearn_compat import BaseEstimator, check_is_fitted, validate_data
+from ._sklearn_compat import BaseEstimator, RegressorMixin, check_is_fitted, validate_data
 from .classifier import _check_param
-
-try:  # pragma: no cover
-    from sklearn.base import RegressorMixin
-except ImportError:  # pragma: no cover
-    class RegressorMixin:
-        _estimator_type = "regressor"
-
-        def score(self, X, y, sample_weight=None):
-            y = np.asarray(y, dtype=float)
-            r = y - self.predict(X)
-            return 1.0 - float(np.sum(r * r) / np.sum((y - y.mean()) ** 2))
 
 
 class CensoredGPRegressor(RegressorMixin, BaseEstimator):
