@@ -129,6 +129,56 @@ def sequential_block(tilted, y, extra, params, cov, mean, tau, nu, damping, clip
     return skipped
 
 
+_POWER_SITES_SIG = i8(TiltedFn, f8_1d, f8[:, ::1], f8_1d, f8_1d, f8_1d, f8_1d, f8_1d, f8_1d, f8,
+                     f8, b1, f8_1d, f8_1d, f8_1d, f8_1d, f8_1d)
+
+
+def power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha, damping, clip,
+                new_tau, new_nu, site_ev, mu_cav, var_cav):
+    """Power-EP sites on projections ``h_i`` of an inducing-point posterior (sparse EP).
+
+    ``mean``/``var`` are the marginals of ``h_i``; ``f_i = h_i + N(0, resid_i)``.
+    The cavity removes ``alpha`` of the site, the tilted is
+    ``N(h | cavity) int N(f | h, resid) p(y | f)^alpha df``, and the undamped update is
+    ``site <- site^(1 - alpha) * (projected tilted / cavity)``.  ``site_ev`` receives
+    each site's share of log Z (``nan`` for a skipped site)::
+
+        (1/alpha) [log Z_i + 1/2 log(v_-i / v_i) + mu_-i^2 / (2 v_-i) - mu_i^2 / (2 v_i)]
+
+    Returns the number of skipped sites.  Each iteration owns index i.
+    """
+    skipped = 0
+    for i in prange(y.shape[0]):
+        tc = 1.0 / var[i] - alpha * tau[i]
+        if not tc > 0.0:
+            new_tau[i] = tau[i]
+            new_nu[i] = nu[i]
+            site_ev[i] = math.nan
+            mu_cav[i] = math.nan
+            var_cav[i] = math.nan
+            skipped += 1
+            continue
+        vc = 1.0 / tc
+        mc = (mean[i] / var[i] - alpha * nu[i]) * vc
+        lz, d1, d2 = tilted(y[i], extra[i], mc, vc + resid[i], alpha, params)
+        t, n = site_from_derivatives(d1, d2, mc, vc)
+        t += (1.0 - alpha) * tau[i]
+        n += (1.0 - alpha) * nu[i]
+        if clip and t < 0.0:
+            t = 0.0
+        if not (math.isfinite(t) and math.isfinite(n)):
+            t = tau[i]
+            n = nu[i]
+            skipped += 1
+        new_tau[i] = (1.0 - damping) * tau[i] + damping * t
+        new_nu[i] = (1.0 - damping) * nu[i] + damping * n
+        site_ev[i] = (lz + 0.5 * math.log(vc / var[i]) + 0.5 * mc * mc / vc
+                      - 0.5 * mean[i] * mean[i] / var[i]) / alpha
+        mu_cav[i] = mc
+        var_cav[i] = vc
+    return skipped
+
+
 def build_b(kmat, s, out):
     """out = I + diag(s) K diag(s) (both triangles), out C-ordered."""
     n = kmat.shape[0]
@@ -176,6 +226,7 @@ class KernelSet:
     def __init__(self, parallel):
         wrap = pjit if parallel else jit
         self.parallel_sites = wrap(_PARALLEL_SITES_SIG)(parallel_sites)
+        self.power_sites = wrap(_POWER_SITES_SIG)(power_sites)
         self.build_b = wrap(build_b)
         self.scale_columns = wrap(scale_columns)
         self.row_sumsq = wrap(row_sumsq)

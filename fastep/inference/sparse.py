@@ -63,11 +63,16 @@ def chain_whitened(G_V, V, L_uu):
     ``G V^T`` is symmetric: ``dF/dK_uf = L^-T G`` and ``dF/dK_uu = -1/2 L^-T (G V^T) L^-1``.
     """
     G_uf = solve_triangular(L_uu, G_V, lower=True, trans="T", check_finite=False)
-    S = G_V @ V.T
-    S = 0.5 * (S + S.T)
+    return G_uf, uu_from_whitened(G_V @ V.T, L_uu)
+
+
+def uu_from_whitened(GVt, L_uu):
+    """``dF/dK_uu = -1/2 L^-T sym(G V^T) L^-1`` (see :func:`chain_whitened`); ``GVt`` may be
+    summed over chunks of data."""
+    S = 0.5 * (GVt + GVt.T)
     T = solve_triangular(L_uu, S, lower=True, trans="T", check_finite=False)
     G_uu = -0.5 * solve_triangular(L_uu, T.T, lower=True, trans="T", check_finite=False)
-    return G_uf, 0.5 * (G_uu + G_uu.T)
+    return 0.5 * (G_uu + G_uu.T)
 
 
 def collapsed_objective(K_uu, K_uf, kff_diag, y, noise_variance, alpha, eval_gradient=False):

@@ -281,11 +281,11 @@ class Likelihood:
                      out[0], out[1], out[2])
         return out[0], out[1], out[2]
 
-    def tilted_dparams(self, y, mu_cav, var_cav, extra=None):
+    def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
         """d log Z_i / d log(param) for every free parameter, shape (n, n_dims).
 
         Default: central differences in log space (step 1e-5), exact enough for
-        evidence gradients; closed forms override it.
+        evidence gradients; closed forms (at alpha = 1) override it.
         """
         out = []
         theta = self.theta
@@ -295,7 +295,7 @@ class Likelihood:
                 t = theta.copy()
                 t[k] += sgn * 1e-5
                 self.theta = t
-                vals.append(self.tilted(y, mu_cav, var_cav, extra=extra)[0])
+                vals.append(self.tilted(y, mu_cav, var_cav, alpha, extra=extra)[0])
             self.theta = theta
             out.append((vals[0] - vals[1]) / 2e-5)
         return np.array(out).T.reshape(np.size(mu_cav), self.n_dims)

@@ -41,8 +41,10 @@ class Gaussian(Likelihood):
         super().__init__(noise_variance=noise_variance,
                          noise_variance_bounds=noise_variance_bounds)
 
-    def tilted_dparams(self, y, mu_cav, var_cav, extra=None):
+    def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
         """d log Z / d log s2 = s2 * ((y - mu)^2 / s^2 - 1 / s) / 2, s = v + s2."""
+        if alpha != 1.0:
+            return super().tilted_dparams(y, mu_cav, var_cav, extra, alpha)
         s2 = self.noise_variance
         s = np.asarray(var_cav, float) + s2
         r = np.asarray(y, float) - np.asarray(mu_cav, float)

@@ -151,8 +151,10 @@ class Tobit(Likelihood):
         d["upper"] = None if self.upper is None else np.asarray(self.upper, float).tolist()
         return d
 
-    def tilted_dparams(self, y, mu_cav, var_cav, extra=None):
+    def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
         """d log Z_i / d log sigma^2 at the cavities (closed form; c^2 = v + sigma^2)."""
+        if alpha != 1.0:
+            return super().tilted_dparams(y, mu_cav, var_cav, extra, alpha)
         y = np.asarray(y, dtype=float)
         mu = np.asarray(mu_cav, dtype=float)
         c2 = np.asarray(var_cav, dtype=float) + self.noise_variance

@@ -1,0 +1,381 @@
+"""Sparse (inducing-point) Power EP for any EP likelihood, streamed over the data.
+
+Inducing inputs Z, ``u = f(Z) ~ N(0, K_uu)``, whitened ``v = L_uu^-1 u ~ N(0, I)``.
+Each site acts on the projection ``h_i = E[f_i | u] = V_i^T v`` with
+``V = L_uu^-1 K_uf``, and ``f_i = h_i + N(0, d_i)``, ``d_i = K_ii - |V_i|^2``
+(Qi, Abdel-Gawad & Minka 2010; Bui, Yan & Turner 2017, power alpha in (0, 1]).
+The posterior is ``q(v) = N(m, P^-1)``, ``P = I + V T V^T``, ``m = P^-1 V nu``.
+
+A sweep is parallel EP: every site is updated from the same q (compiled
+``prange`` loop, O(m) per site once the marginals are known), then q is rebuilt.
+The data are read in chunks of rows; per chunk the work is BLAS-3::
+
+    A = K(X_c, Z)                                 (c x m, compiled Gram)
+    var(h_i) = |R^-1 a_i|^2,  R = L_uu L_P        (one dtrsm)
+    P_C += A^T diag(tau) A,   b_C += A^T nu        (dsyrk / gemv)
+
+and ``P = I + L_uu^-1 P_C L_uu^-T`` at the end of the sweep, so memory is
+O(chunk m + m^2) plus O(n) site vectors, whatever n is.  ``d_i`` is computed once.
+
+log Z (the Power-EP energy at the current sites, Bui et al. 2017 eq. 19)::
+
+    log Z = 1/2 b^T P^-1 b - 1/2 log|P|
+            + (1/alpha) sum_i [log Z_i + 1/2 log(v_-i / v_i) + mu_-i^2/(2 v_-i) - mu_i^2/(2 v_i)]
+
+with ``Z_i = int N(h | mu_-i, v_-i) N(f | h, d_i) p(y_i | f)^alpha``.  At alpha = 1
+and Z = X it is dense EP's log Z_EP; with a Gaussian likelihood its fixed point
+is the collapsed objective of :mod:`fastep.inference.sparse`.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.linalg import blas, cho_solve, cholesky, solve_triangular
+
+from . import _ep_kernels as kern
+from .ep import ConvergenceWarning, EPNumericalWarning, _site_change
+from .sparse import cholesky_uu, uu_from_whitened
+
+CHUNK = 8192
+
+
+@dataclass
+class SparseEPResult:
+    """Output of :func:`sparse_ep`.
+
+    Attributes
+    ----------
+    mean, var : (n,) marginals of f at the training inputs (``var`` includes d_i)
+    site_tau, site_nu : (n,) site natural parameters on the projections h_i
+    log_marginal_likelihood : float
+        The Power-EP approximation of log p(y) at the returned sites.
+    n_iter, converged, n_skipped, alpha, history : as in :class:`~fastep.EPResult`
+    cavity_mean, cavity_var : (n,) the cavity of f_i (``var`` includes d_i)
+    inducing_points : (m, d)
+    """
+
+    mean: np.ndarray
+    var: np.ndarray
+    site_tau: np.ndarray
+    site_nu: np.ndarray
+    log_marginal_likelihood: float
+    n_iter: int
+    converged: bool
+    n_skipped: int
+    cavity_mean: np.ndarray
+    cavity_var: np.ndarray
+    alpha: float
+    inducing_points: np.ndarray
+    history: list = field(default_factory=list, repr=False)
+    _q: "_InducingPosterior" = field(default=None, repr=False)
+
+    def predict_latent(self, kernel, X):
+        """Latent predictive mean and variance at X (kernel: the one used in the fit)."""
+        return self._q.predict(kernel, self.inducing_points, X)
+
+
+class _InducingPosterior:
+    """q(v) = N(P^-1 b, P^-1) from the chunk sums ``P_C = K_uf T K_fu``, ``b_C = K_uf nu``."""
+
+    def __init__(self, L_uu, P_C, b_C):
+        m = L_uu.shape[0]
+        Li_P = solve_triangular(L_uu, P_C, lower=True, check_finite=False)
+        P = np.eye(m) + solve_triangular(L_uu, Li_P.T, lower=True, check_finite=False)
+        self.L_uu = L_uu
+        try:
+            self.L_P = cholesky(0.5 * (P + P.T), lower=True, check_finite=False)
+        except np.linalg.LinAlgError:
+            raise np.linalg.LinAlgError(
+                "sparse EP: the inducing-point posterior precision is not positive definite "
+                "(negative site precisions); use smaller EP steps, e.g. damping=0.5.") from None
+        self.b = solve_triangular(L_uu, b_C, lower=True, check_finite=False)
+        self.beta = solve_triangular(self.L_P, self.b, lower=True, check_finite=False)
+        self.m = solve_triangular(self.L_P, self.beta, lower=True, trans="T", check_finite=False)
+        self.w = solve_triangular(L_uu, self.m, lower=True, trans="T", check_finite=False)
+        self.R = np.asfortranarray(L_uu @ self.L_P)      # lower triangular
+        self.half_logdet = float(np.sum(np.log(np.diag(self.L_P))))
+
+    @classmethod
+    def prior(cls, L_uu):
+        m = L_uu.shape[0]
+        return cls(L_uu, np.zeros((m, m)), np.zeros(m))
+
+    def log_z_global(self):
+        """1/2 b^T P^-1 b - 1/2 log|P|."""
+        return 0.5 * float(self.beta @ self.beta) - self.half_logdet
+
+    def marginals(self, At):
+        """Mean and variance of h for a chunk, ``At = K(Z, X_c)`` (m x c, F order; consumed)."""
+        mean = At.T @ self.w
+        G = blas.dtrsm(1.0, self.R, At, side=0, lower=1, overwrite_b=1)
+        return mean, np.einsum("ij,ij->j", G, G)
+
+    def predict(self, kernel, Z, X):
+        X = np.ascontiguousarray(X, dtype=float)
+        At = kernel(Z, X)
+        V = solve_triangular(self.L_uu, At, lower=True, check_finite=False)
+        mean, var_h = self.marginals(np.asfortranarray(At))
+        var = kernel.diag(X) - np.einsum("ij,ij->j", V, V) + var_h
+        return mean, np.maximum(var, 0.0)
+
+
+def _chunks(n, size):
+    for c0 in range(0, n, size):
+        yield c0, min(n, c0 + size)
+
+
+def _read(X, c0, c1):
+    """Rows c0:c1 of X as a C-contiguous float array (X may be a memmap or h5py dataset)."""
+    return np.ascontiguousarray(X[c0:c1], dtype=float)
+
+
+def _accumulate(P_C, b_C, At, tau, nu):
+    """P_C += At diag(tau) At^T (lower triangle, dsyrk), b_C += At nu.  Consumes At."""
+    b_C += At @ nu
+    if np.all(tau >= 0):
+        At *= np.sqrt(tau)
+        _syrk(1.0, At, P_C)
+        return
+    for sign, part in ((1.0, tau > 0), (-1.0, tau < 0)):
+        if np.any(part):
+            _syrk(sign, At[:, part] * np.sqrt(sign * tau[part]), P_C)
+
+
+def _syrk(alpha, A, C):
+    out = blas.dsyrk(alpha, A, beta=1.0, c=C, lower=1, overwrite_c=1)
+    if out is not C:  # pragma: no cover - f2py copied
+        C[...] = out
+
+
+def _symmetrise_lower(P_C):
+    return np.tril(P_C) + np.tril(P_C, -1).T
+
+
+def _validate(kernel, Z, X, y, alpha, damping, tol, max_iter, chunk_size):
+    if not (isinstance(alpha, (int, float)) and 0.0 < alpha <= 1.0):
+        raise ValueError(f"alpha must be in (0, 1] (1 = EP with a FITC-style posterior); "
+                         f"got {alpha!r}.")
+    if not (0.0 < damping <= 1.0):
+        raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
+    if not tol > 0:
+        raise ValueError(f"tol must be positive; got {tol!r}.")
+    if int(max_iter) != max_iter or max_iter < 1:
+        raise ValueError(f"max_iter must be an integer >= 1; got {max_iter!r}.")
+    if int(chunk_size) != chunk_size or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer; got {chunk_size!r}.")
+    Z = np.ascontiguousarray(Z, dtype=float)
+    if X.ndim != 2 or Z.ndim != 2 or Z.shape[1] != X.shape[1]:
+        raise ValueError(f"inducing points must have shape (m, {X.shape[1]}) to match X; got "
+                         f"shape {Z.shape}.")
+    if Z.shape[0] > X.shape[0]:
+        raise ValueError(f"more inducing points ({Z.shape[0]}) than data points "
+                         f"({X.shape[0]}); use at most {X.shape[0]}.")
+    if np.asarray(y).shape[0] != X.shape[0]:
+        raise ValueError(f"y has {np.asarray(y).shape[0]} entries but X has {X.shape[0]} rows.")
+    return Z
+
+
+def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, max_iter=100,
+              site_tau=None, site_nu=None, extra=None, chunk_size=CHUNK, callback=None):
+    """Power EP with inducing points Z (see the module docstring).
+
+    Parameters
+    ----------
+    kernel : fastep kernel
+    Z : (m, d) inducing inputs
+    X : (n, d) array-like supporting row slices (ndarray, ``np.memmap``, h5py dataset):
+        read ``chunk_size`` rows at a time
+    y : (n,) targets in the likelihood's encoding
+    likelihood : fastep.likelihoods.Likelihood
+    alpha : float in (0, 1]
+        Power: 1 is EP (FITC-EP), alpha -> 0 approaches the variational (VFE) solution.
+    damping, tol, max_iter, site_tau, site_nu, extra, callback :
+        as in :func:`fastep.ep` (adaptive damping when ``damping`` is None).
+    chunk_size : int
+        Rows of X per block; memory is O(chunk_size m + m^2).
+
+    Returns
+    -------
+    SparseEPResult
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastep.kernels import RBF
+    >>> from fastep.likelihoods import Probit
+    >>> X = np.linspace(-3, 3, 500)[:, None]
+    >>> y = np.where(np.sin(2 * X[:, 0]) > 0, 1.0, -1.0)
+    >>> res = sparse_ep(RBF(4.0, 0.5), np.linspace(-3, 3, 20)[:, None], X, y, Probit())
+    >>> bool(res.converged), float(np.mean(np.sign(res.mean) == y))
+    (True, 1.0)
+    """
+    adaptive = damping is None
+    damping = 1.0 if damping is None else damping
+    Xv = X if hasattr(X, "shape") and len(X.shape) == 2 else np.asarray(X, dtype=float)
+    Z = _validate(kernel, Z, Xv, y, alpha, damping, tol, max_iter, chunk_size)
+    n, m = Xv.shape[0], Z.shape[0]
+    y = likelihood.encode_targets(y)
+    extra = likelihood.site_extra(n) if extra is None else np.ascontiguousarray(extra, float)
+    params, tilted, clip = likelihood.params, likelihood._tilted, bool(likelihood.log_concave)
+    kset = kern.select(min(n, chunk_size))
+    L_uu = cholesky_uu(kernel(Z))
+
+    tau, nu = np.zeros(n), np.zeros(n)
+    if site_tau is not None or site_nu is not None:
+        tau = np.array(site_tau, dtype=float).ravel()
+        nu = np.array(site_nu, dtype=float).ravel()
+        if tau.shape != (n,) or nu.shape != (n,) or not (np.all(np.isfinite(tau))
+                                                        and np.all(np.isfinite(nu))):
+            raise ValueError(f"site_tau and site_nu must be finite arrays of shape ({n},).")
+    resid = np.empty(n)
+    mean, var = np.empty(n), np.empty(n)
+    new_tau, new_nu = np.empty(n), np.empty(n)
+    site_ev, mu_cav, var_cav = np.empty(n), np.empty(n), np.empty(n)
+
+    # the first pass computes d_i (and, on a warm start, q from the given sites)
+    P_C, b_C = np.zeros((m, m), order="F"), np.zeros(m)
+    for c0, c1 in _chunks(n, chunk_size):
+        Xc = _read(Xv, c0, c1)
+        At = np.asfortranarray(kernel(Z, Xc))
+        V = solve_triangular(L_uu, At, lower=True, check_finite=False)
+        resid[c0:c1] = np.maximum(kernel.diag(Xc) - np.einsum("ij,ij->j", V, V), 0.0)
+        if np.any(tau):
+            _accumulate(P_C, b_C, At, tau[c0:c1], nu[c0:c1])
+    q = _InducingPosterior(L_uu, _symmetrise_lower(P_C), b_C)
+
+    prev, change, last_raw = math.nan, math.inf, math.inf
+    history, sweeps, converged = [], 0, False
+    while True:
+        P_C[...] = 0.0
+        b_C[...] = 0.0
+        skipped = 0
+        for c0, c1 in _chunks(n, chunk_size):
+            At = np.asfortranarray(kernel(Z, _read(Xv, c0, c1)))
+            mean[c0:c1], var[c0:c1] = q.marginals(At.copy(order="F"))
+            sl = slice(c0, c1)
+            skipped += kset.power_sites(tilted, y[sl], extra[sl], params, mean[sl], var[sl],
+                                        resid[sl], tau[sl], nu[sl], float(alpha), damping, clip,
+                                        new_tau[sl], new_nu[sl], site_ev[sl], mu_cav[sl],
+                                        var_cav[sl])
+            _accumulate(P_C, b_C, At, new_tau[sl], new_nu[sl])
+        ok = np.isfinite(site_ev)
+        log_ev = q.log_z_global() + float(np.sum(site_ev[ok]))
+        history.append(log_ev)
+        if callback is not None and sweeps:
+            callback(sweeps, log_ev)
+        if sweeps >= 2 and abs(log_ev - prev) < tol * max(1.0, abs(log_ev)) and change < tol:
+            converged = True
+            break
+        if sweeps >= max_iter:
+            break
+        raw = _site_change(tau, nu, new_tau, new_nu) / damping
+        change = raw
+        tau, new_tau = new_tau, tau
+        nu, new_nu = new_nu, nu
+        if adaptive and raw > last_raw:
+            damping = max(0.1, 0.7 * damping)
+        last_raw = raw
+        sweeps += 1
+        prev = log_ev
+        q = _InducingPosterior(L_uu, _symmetrise_lower(P_C), b_C)
+
+    n_bad = int(np.count_nonzero(~ok))
+    if n_bad:
+        warnings.warn(f"sparse EP: {n_bad} site(s) have an improper cavity and were left out of "
+                      "the update and of log Z; take smaller EP steps (e.g. damping=0.5).",
+                      EPNumericalWarning, stacklevel=2)
+        mu_cav = np.where(ok, mu_cav, mean)
+        var_cav = np.where(ok, var_cav, var)
+    if not converged:
+        warnings.warn(f"sparse EP did not converge in max_iter={max_iter} sweeps (last change "
+                      f"of log Z {abs(log_ev - prev):.2e}, largest site change {change:.2e}, "
+                      f"tol={tol:g}). Increase max_iter, or use a smaller damping (now "
+                      f"{damping:g}) if EP oscillates.", ConvergenceWarning, stacklevel=2)
+    return SparseEPResult(mean=mean, var=var + resid, site_tau=tau, site_nu=nu,
+                          log_marginal_likelihood=float(log_ev), n_iter=sweeps,
+                          converged=converged, n_skipped=int(skipped), cavity_mean=mu_cav,
+                          cavity_var=var_cav + resid, alpha=float(alpha), inducing_points=Z,
+                          history=history, _q=q)
+
+
+def _site_derivatives(lik, y, extra, mean, var, resid, tau, nu, alpha):
+    """d psi_i / d(mu_i, v_i, d_i) for the site terms psi_i of log Z (module docstring),
+    and d psi_i / d log(likelihood params); zero for sites with an improper cavity."""
+    tc = 1.0 / var - alpha * tau
+    ok = tc > 0
+    vc = np.where(ok, 1.0 / np.where(ok, tc, 1.0), 1.0)
+    mc = vc * (mean / var - alpha * nu)
+    _, d1, d2 = lik.tilted(y, mc, vc + resid, alpha, extra=extra)
+    e = 0.5 * (d2 + d1 * d1)                         # d log Z_i / d var (Gaussian convolution)
+    dvc = vc * vc / (var * var)                      # d v_-i / d v_i
+    dmc = dvc * (mean / var - alpha * nu) - vc * mean / (var * var)   # d mu_-i / d v_i
+    r = mc / vc
+    g_mu = (vc / var) * (d1 + r) - mean / var
+    g_var = (d1 * dmc + e * dvc + 0.5 * dvc / vc - 0.5 / var + r * dmc - 0.5 * r * r * dvc
+             + 0.5 * mean * mean / (var * var))
+    g_lik = (lik.tilted_dparams(y, mc, vc + resid, extra, alpha) if lik.n_dims
+             else np.zeros((y.size, 0)))
+    z = np.where(ok, 1.0 / alpha, 0.0)
+    return g_mu * z, g_var * z, e * z, g_lik * z[:, None]
+
+
+def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=CHUNK):
+    """Gradient of ``result.log_marginal_likelihood`` at its (fixed-point) sites.
+
+    At a Power-EP fixed point log Z is stationary in the sites, so its total
+    derivative is the partial one with sites held fixed.  Returns
+    ``(d/dtheta kernel, d/dZ, d/dlog likelihood params)``.  Two streamed passes:
+    the first collects ``V a`` and ``U = V diag(c) V^T`` (a, c: derivatives of the
+    site terms in the marginal mean and variance), the second forms
+    ``G = dlogZ/dV`` per chunk and contracts it with the kernel derivatives.
+    """
+    q, Z, alpha = result._q, result.inducing_points, result.alpha
+    Xv = X if hasattr(X, "shape") and len(X.shape) == 2 else np.asarray(X, dtype=float)
+    n, m = Xv.shape[0], Z.shape[0]
+    y = likelihood.encode_targets(y)
+    extra = likelihood.site_extra(n) if extra is None else np.ascontiguousarray(extra, float)
+    tau, nu = result.site_tau, result.site_nu
+    L_uu, L_P, mv = q.L_uu, q.L_P, q.m
+    S = cho_solve((L_P, True), np.eye(m), check_finite=False)
+
+    def chunk(c0, c1):
+        Xc = _read(Xv, c0, c1)
+        At = kernel(Z, Xc)
+        V = solve_triangular(L_uu, At, lower=True, check_finite=False)
+        mean = V.T @ mv
+        SV = S @ V
+        var = np.einsum("ij,ij->j", V, SV)
+        resid = np.maximum(kernel.diag(Xc) - np.einsum("ij,ij->j", V, V), 0.0)
+        sl = slice(c0, c1)
+        g = _site_derivatives(likelihood, y[sl], extra[sl], mean, var, resid, tau[sl], nu[sl],
+                              alpha)
+        return Xc, V, SV, mean, g
+
+    Va, U = np.zeros(m), np.zeros((m, m))
+    d_lik = np.zeros(likelihood.n_dims)
+    for c0, c1 in _chunks(n, chunk_size):
+        _, V, _, _, (g_mu, g_var, _, g_lik) = chunk(c0, c1)
+        Va += V @ g_mu
+        U += (V * g_var) @ V.T
+        d_lik += g_lik.sum(0)
+    r = S @ Va
+    SU = S @ U
+    d_theta, d_Z = np.zeros(kernel.n_dims), np.zeros(Z.shape)
+    GVt = np.zeros((m, m))
+    for c0, c1 in _chunks(n, chunk_size):
+        Xc, V, SV, mean, (g_mu, g_var, g_d, _) = chunk(c0, c1)
+        t, s = tau[c0:c1], nu[c0:c1]
+        w = s - t * mean
+        G = (np.outer(mv, w + g_mu - t * (V.T @ r)) + np.outer(r, w)
+             + SV * (2.0 * g_var - t) - 2.0 * (SU @ SV) * t - 2.0 * V * g_d)
+        GVt += G @ V.T
+        G_uf = solve_triangular(L_uu, G, lower=True, trans="T", check_finite=False)
+        d_theta += kernel.gradient_contract(Z, G_uf, Xc) + kernel.diag_gradient_contract(Xc, g_d)
+        d_Z += kernel.input_gradient_contract(Z, G_uf, Xc)
+    G_uu = uu_from_whitened(GVt, L_uu)
+    d_theta += kernel.gradient_contract(Z, G_uu)
+    d_Z += kernel.input_gradient_contract(Z, G_uu)
+    return d_theta, d_Z, d_lik
