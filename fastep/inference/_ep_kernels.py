@@ -144,13 +144,17 @@ def power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha, damp
     each site's share of log Z (``nan`` for a skipped site)::
 
         (1/alpha) [log Z_i + 1/2 log(v_-i / v_i) + mu_-i^2 / (2 v_-i) - mu_i^2 / (2 v_i)]
+      = (1/alpha) [log Z_i - 1/2 log s + (alpha (tau mu^2 - 2 nu mu) + alpha^2 nu^2 v) / (2 s)]
 
     Returns the number of skipped sites.  Each iteration owns index i.
     """
     skipped = 0
     for i in prange(y.shape[0]):
-        tc = 1.0 / var[i] - alpha * tau[i]
-        if not tc > 0.0:
+        # with s = 1 - alpha tau v: v_-i = v / s, mu_-i = (mu - alpha nu v) / s, and the
+        # evidence term has no 1/v (projections of points far from Z have v -> 0)
+        v, mu = var[i], mean[i]
+        sc = 1.0 - alpha * tau[i] * v
+        if not sc > 0.0:
             new_tau[i] = tau[i]
             new_nu[i] = nu[i]
             site_ev[i] = math.nan
@@ -158,8 +162,8 @@ def power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha, damp
             var_cav[i] = math.nan
             skipped += 1
             continue
-        vc = 1.0 / tc
-        mc = (mean[i] / var[i] - alpha * nu[i]) * vc
+        vc = v / sc
+        mc = (mu - alpha * nu[i] * v) / sc
         lz, d1, d2 = tilted(y[i], extra[i], mc, vc + resid[i], alpha, params)
         t, n = site_from_derivatives(d1, d2, mc, vc)
         t += (1.0 - alpha) * tau[i]
@@ -172,8 +176,8 @@ def power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha, damp
             skipped += 1
         new_tau[i] = (1.0 - damping) * tau[i] + damping * t
         new_nu[i] = (1.0 - damping) * nu[i] + damping * n
-        site_ev[i] = (lz + 0.5 * math.log(vc / var[i]) + 0.5 * mc * mc / vc
-                      - 0.5 * mean[i] * mean[i] / var[i]) / alpha
+        quad = alpha * (tau[i] * mu * mu - 2.0 * nu[i] * mu) + alpha * alpha * nu[i] * nu[i] * v
+        site_ev[i] = (lz - 0.5 * math.log(sc) + 0.5 * quad / sc) / alpha
         mu_cav[i] = mc
         var_cav[i] = vc
     return skipped

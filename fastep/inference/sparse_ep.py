@@ -239,7 +239,7 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     P_C, b_C = np.zeros((m, m), order="F"), np.zeros(m)
     for c0, c1 in _chunks(n, chunk_size):
         Xc = _read(Xv, c0, c1)
-        At = np.asfortranarray(kernel(Z, Xc))
+        At = kernel(Xc, Z).T                         # F-ordered K(Z, X_c) without a copy
         V = solve_triangular(L_uu, At, lower=True, check_finite=False)
         resid[c0:c1] = np.maximum(kernel.diag(Xc) - np.einsum("ij,ij->j", V, V), 0.0)
         if np.any(tau):
@@ -253,7 +253,7 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
         b_C[...] = 0.0
         skipped = 0
         for c0, c1 in _chunks(n, chunk_size):
-            At = np.asfortranarray(kernel(Z, _read(Xv, c0, c1)))
+            At = kernel(_read(Xv, c0, c1), Z).T
             mean[c0:c1], var[c0:c1] = q.marginals(At.copy(order="F"))
             sl = slice(c0, c1)
             skipped += kset.power_sites(tilted, y[sl], extra[sl], params, mean[sl], var[sl],
@@ -304,18 +304,17 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
 def _site_derivatives(lik, y, extra, mean, var, resid, tau, nu, alpha):
     """d psi_i / d(mu_i, v_i, d_i) for the site terms psi_i of log Z (module docstring),
     and d psi_i / d log(likelihood params); zero for sites with an improper cavity."""
-    tc = 1.0 / var - alpha * tau
-    ok = tc > 0
-    vc = np.where(ok, 1.0 / np.where(ok, tc, 1.0), 1.0)
-    mc = vc * (mean / var - alpha * nu)
+    sc = 1.0 - alpha * tau * var                     # s of the power_sites kernel
+    ok = sc > 0
+    sc = np.where(ok, sc, 1.0)
+    vc = var / sc
+    mc = (mean - alpha * nu * var) / sc
     _, d1, d2 = lik.tilted(y, mc, vc + resid, alpha, extra=extra)
     e = 0.5 * (d2 + d1 * d1)                         # d log Z_i / d var (Gaussian convolution)
-    dvc = vc * vc / (var * var)                      # d v_-i / d v_i
-    dmc = dvc * (mean / var - alpha * nu) - vc * mean / (var * var)   # d mu_-i / d v_i
-    r = mc / vc
-    g_mu = (vc / var) * (d1 + r) - mean / var
-    g_var = (d1 * dmc + e * dvc + 0.5 * dvc / vc - 0.5 / var + r * dmc - 0.5 * r * r * dvc
-             + 0.5 * mean * mean / (var * var))
+    quad = alpha * (tau * mean * mean - 2.0 * nu * mean) + alpha * alpha * nu * nu * var
+    g_mu = (d1 + alpha * (tau * mean - nu)) / sc
+    g_var = ((d1 * alpha * (tau * mean - nu) + e) / (sc * sc) + 0.5 * alpha * tau / sc
+             + 0.5 * (alpha * alpha * nu * nu * sc + alpha * tau * quad) / (sc * sc))
     g_lik = (lik.tilted_dparams(y, mc, vc + resid, extra, alpha) if lik.n_dims
              else np.zeros((y.size, 0)))
     z = np.where(ok, 1.0 / alpha, 0.0)

@@ -8,9 +8,10 @@ import warnings
 import numpy as np
 from scipy.special import log_ndtr, ndtr
 
-from ..inference.ep import ConvergenceWarning, ep
+from ..inference.ep import ConvergenceWarning
 from ..kernels import RBF, as_kernel
 from ..likelihoods.annotators import MultiAnnotator, log_ab
+from ._engine import Engine
 from ._mlii import maximize_evidence
 from ._sklearn_compat import BaseEstimator, ClassifierMixin, check_is_fitted, validate_data
 from .classifier import _check_param
@@ -116,6 +117,12 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
     warm_start : bool, default=False
         Start from the previous fit's reliabilities and its EP sites for the rows of X
         it shares (active learning: append new rows and labels, then refit).
+    n_inducing, inducing_points, alpha :
+        Sparse Power EP with inducing points, as in
+        :class:`~fastep.EPGaussianProcessClassifier` (here the inducing inputs stay
+        where k-means++ or ``inducing_points`` put them).
+    random_state : int or None
+        Seeds the k-means++ choice of inducing points.
 
     Attributes
     ----------
@@ -143,8 +150,13 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, kernel=None, *, method="parallel", optimizer=None, em_every=3,
                  em_tol=1e-4, max_em_iter=200, sensitivity=None, specificity=None,
                  update_reliabilities=True, damping=0.7, tol=1e-6, max_iter=200,
-                 warm_start=False):
+                 warm_start=False, n_inducing=None, inducing_points=None, alpha=1.0,
+                 random_state=None):
         self.kernel = kernel
+        self.n_inducing = n_inducing
+        self.inducing_points = inducing_points
+        self.alpha = alpha
+        self.random_state = random_state
         self.method = method
         self.optimizer = optimizer
         self.em_every = em_every
@@ -158,12 +170,11 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.warm_start = warm_start
 
-    def _ep(self, K, lik, sites, max_iter, tol):
-        tau, nu = sites if sites is not None else (None, None)
+    def _ep(self, kernel, lik, sites, max_iter, tol):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            return ep(K, np.ones(K.shape[0]), lik, method=self.method, damping=self.damping,
-                      tol=tol, max_iter=max_iter, site_tau=tau, site_nu=nu, check_psd=False)
+            return self._engine.run(kernel, np.ones(self._engine.X.shape[0]), lik, sites,
+                                    max_iter, tol)
 
     def fit(self, X, Y):
         """Fit from inputs X (n, d) and labels Y (n, R): two values, NaN = not labelled."""
@@ -186,6 +197,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
             sens = np.array(self.sensitivity, dtype=float).reshape(-1)
             spec = np.array(self.specificity, dtype=float).reshape(-1)
         lik = MultiAnnotator(Y01, sens, spec)
+        self._engine = Engine.for_estimator(self, X)
         kernel = copy.deepcopy(as_kernel(RBF() if self.kernel is None else self.kernel))
         sites = None
         old = getattr(self, "_train_X", None)
@@ -200,8 +212,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
         self.n_iter_ = 0
         rounds = 3 if self.optimizer is not None else 1
         for _ in range(rounds):
-            K = kernel(X)
-            res, sens, spec, em_converged = self._em(K, lik, Y01, sens, spec, sites)
+            res, sens, spec, em_converged = self._em(kernel, lik, Y01, sens, spec, sites)
             sites = (res.site_tau, res.site_nu)
             if self.optimizer is None:
                 break
@@ -210,7 +221,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
             kernel = kernel.clone_with_theta(theta)
             if np.max(np.abs(theta - theta0)) < 1e-3:
                 break
-        res = self._ep(kernel(X), lik, sites, self.max_iter, self.tol)
+        res = self._ep(kernel, lik, sites, self.max_iter, self.tol)
         self.n_iter_ += res.n_iter
         self.kernel_ = kernel
         self.result_ = res
@@ -227,19 +238,19 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
                           stacklevel=2)
         return self
 
-    def _em(self, K, lik, Y01, sens, spec, sites):
+    def _em(self, kernel, lik, Y01, sens, spec, sites):
         """EP sweeps interleaved with closed-form reliability updates."""
         res = None
         converged = not self.update_reliabilities
         prev = np.inf
         for _ in range(self.max_em_iter if self.update_reliabilities else 1):
             lik.set_reliabilities(sens, spec)
-            res = self._ep(K, lik, sites, self.em_every, self.em_tol)
+            res = self._ep(kernel, lik, sites, self.em_every, self.em_tol)
             self.n_iter_ += res.n_iter
             sites = (res.site_tau, res.site_nu)
             if not self.update_reliabilities:
                 break
-            p = true_label_posterior(lik.site_extra(K.shape[0]), res.cavity_mean, res.cavity_var)
+            p = true_label_posterior(lik.site_extra(len(Y01)), res.cavity_mean, res.cavity_var)
             new_sens, new_spec = m_step(Y01, p)
             change = max(np.max(np.abs(new_sens - sens)), np.max(np.abs(new_spec - spec)))
             sens, spec = new_sens, new_spec
@@ -256,9 +267,9 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
 
         def evidence(theta):
             k = kernel.clone_with_theta(theta)
-            res = self._ep(k(X), lik, warm["sites"], self.max_iter, self.tol)
+            res = self._ep(k, lik, warm["sites"], self.max_iter, self.tol)
             warm["sites"] = (res.site_tau, res.site_nu)
-            g = k.gradient_contract(X, res.kernel_gradient_weights())
+            g, _, _ = self._engine.gradient(k, np.ones(len(X)), lik, res, with_likelihood=False)
             return res.log_marginal_likelihood, g
 
         theta, _ = maximize_evidence(evidence, kernel.theta, kernel.bounds, 0, None,
@@ -270,7 +281,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
         """Latent mean and variance of f at X."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        return self.result_.predict_latent(self.kernel_(self._train_X, X), self.kernel_.diag(X))
+        return self._engine.latent(self.kernel_, self.result_, X)
 
     def predict_proba(self, X):
         """p(z* = class) for new inputs; the annotator model does not enter prediction."""

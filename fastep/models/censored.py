@@ -6,10 +6,10 @@ import numbers
 
 import numpy as np
 
-from ..inference.ep import ep
 from ..inference.laplace import laplace
 from ..kernels import RBF, as_kernel
 from ..likelihoods.tobit import Tobit, censored_predictive, censored_quantile, check_censored_data
+from ._engine import Engine
 from ._mlii import maximize_evidence
 from ._sklearn_compat import BaseEstimator, RegressorMixin, check_is_fitted, validate_data
 from .classifier import _check_param
@@ -34,11 +34,14 @@ class CensoredGPRegressor(RegressorMixin, BaseEstimator):
         for Laplace).
     n_restarts_optimizer, random_state, method, damping, tol, max_iter : as in
         :class:`~fastep.EPGaussianProcessClassifier`.
+    n_inducing, inducing_points, alpha :
+        Sparse Power EP with inducing points (fitted by ML-II with the kernel and noise),
+        as in :class:`~fastep.EPGaussianProcessClassifier`; needs ``inference="ep"``.
 
     Attributes
     ----------
     kernel_, noise_variance_, log_marginal_likelihood_value_, n_iter_, converged_,
-    n_features_in_
+    n_features_in_, inducing_points_ (sparse EP only)
 
     Examples
     --------
@@ -52,8 +55,12 @@ class CensoredGPRegressor(RegressorMixin, BaseEstimator):
 
     def __init__(self, kernel=None, *, noise_variance=1.0, lower=None, upper=None,
                  inference="ep", optimizer="L-BFGS-B", n_restarts_optimizer=0,
-                 random_state=None, method="parallel", damping=None, tol=1e-6, max_iter=200):
+                 random_state=None, method="parallel", damping=None, tol=1e-6, max_iter=200,
+                 n_inducing=None, inducing_points=None, alpha=1.0):
         self.kernel = kernel
+        self.n_inducing = n_inducing
+        self.inducing_points = inducing_points
+        self.alpha = alpha
         self.noise_variance = noise_variance
         self.lower = lower
         self.upper = upper
@@ -67,12 +74,9 @@ class CensoredGPRegressor(RegressorMixin, BaseEstimator):
         self.max_iter = max_iter
 
     def _infer(self, kernel, lik, sites=None):
-        K = kernel(self._X)
         if self.inference == "laplace":
-            return laplace(K, self._y, lik, max_iter=self.max_iter)
-        tau, nu = sites if sites is not None else (None, None)
-        return ep(K, self._y, lik, method=self.method, damping=self.damping, tol=self.tol,
-                  max_iter=self.max_iter, site_tau=tau, site_nu=nu, check_psd=False)
+            return laplace(kernel(self._X), self._y, lik, max_iter=self.max_iter)
+        return self._engine.run(kernel, self._y, lik, sites)
 
     def fit(self, X, y, lower=None, upper=None):
         """Fit; ``lower``/``upper`` (scalars or per-observation arrays) override the
@@ -92,6 +96,10 @@ class CensoredGPRegressor(RegressorMixin, BaseEstimator):
         up = self.upper if upper is None else upper
         y_arr, lo, up = check_censored_data(y_arr, lo, up)
         self._X, self._y = np.ascontiguousarray(X), y_arr
+        self._engine = Engine.for_estimator(self, self._X)
+        if self._engine.sparse and self.inference != "ep":
+            raise ValueError("inducing points (n_inducing / inducing_points) need "
+                             f"inference='ep'; got inference={self.inference!r}.")
         self.lower_, self.upper_ = lo, up
         kernel = copy.deepcopy(as_kernel(RBF() if self.kernel is None else self.kernel))
         lik = Tobit(self.noise_variance, lower=lo, upper=up)
@@ -99,6 +107,8 @@ class CensoredGPRegressor(RegressorMixin, BaseEstimator):
             kernel, lik = self._optimize(kernel, lik)
         self.result_ = self._infer(kernel, lik)
         self.kernel_, self.likelihood_ = kernel, lik
+        if self._engine.sparse:
+            self.inducing_points_ = self._engine.Z
         self.noise_variance_ = lik.noise_variance
         self.log_marginal_likelihood_value_ = self.result_.log_marginal_likelihood
         self.n_iter_ = self.result_.n_iter
@@ -106,9 +116,12 @@ class CensoredGPRegressor(RegressorMixin, BaseEstimator):
         return self
 
     def _split(self, theta, kernel, lik):
-        k = kernel.clone_with_theta(theta[: kernel.n_dims])
+        """theta = [log kernel params, log noise variance, (sparse) inducing inputs]."""
+        nk = kernel.n_dims
+        k = kernel.clone_with_theta(theta[:nk])
         lk = copy.deepcopy(lik)
-        lk.theta = theta[kernel.n_dims:]
+        lk.theta = theta[nk:nk + lik.n_dims]
+        self._engine.set_extra(theta[nk + lik.n_dims:])
         return k, lk
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
@@ -125,14 +138,13 @@ class CensoredGPRegressor(RegressorMixin, BaseEstimator):
             raise ValueError("eval_gradient=True is available with inference='ep' only.")
         return res.log_marginal_likelihood, self._gradient(k, lk, res)
 
-    def _gradient(self, k, lk, res):
-        gk = k.gradient_contract(self._X, res.kernel_gradient_weights())
-        gl = lk.tilted_dparams(self._y, res.cavity_mean, res.cavity_var).sum(0)
-        return np.concatenate([gk, gl])
+    def _gradient(self, k, lk, res, with_z=False):
+        gk, gl, gz = self._engine.gradient(k, self._y, lk, res)
+        return np.concatenate([gk, gl] + [gz] * with_z)
 
     def _optimize(self, kernel, lik):
-        theta0 = np.concatenate([kernel.theta, lik.theta])
-        bounds = np.vstack([kernel.bounds, lik.bounds])
+        theta0 = np.concatenate([kernel.theta, lik.theta, self._engine.extra_theta()])
+        bounds = np.vstack([kernel.bounds, lik.bounds, self._engine.extra_bounds()])
         warm = {}
 
         def evidence(theta):
@@ -152,7 +164,7 @@ class CensoredGPRegressor(RegressorMixin, BaseEstimator):
                 return value, grad
             res = self._infer(k, lk, warm.get("sites"))
             warm["sites"] = (res.site_tau, res.site_nu)
-            return res.log_marginal_likelihood, self._gradient(k, lk, res)
+            return res.log_marginal_likelihood, self._gradient(k, lk, res, with_z=True)
 
         theta, _ = maximize_evidence(evidence, theta0, bounds, self.n_restarts_optimizer,
                                      self.random_state, self.optimizer)
@@ -163,7 +175,10 @@ class CensoredGPRegressor(RegressorMixin, BaseEstimator):
         """Mean (and standard deviation) of the latent f at X."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        mean, var = self.result_.predict_latent(self.kernel_(self._X, X), self.kernel_.diag(X))
+        if self.inference == "laplace":
+            mean, var = self.result_.predict_latent(self.kernel_(self._X, X), self.kernel_.diag(X))
+        else:
+            mean, var = self._engine.latent(self.kernel_, self.result_, X)
         return (mean, np.sqrt(var)) if return_std else mean
 
     def _predictive(self, X, lower, upper):

@@ -7,9 +7,9 @@ import numbers
 
 import numpy as np
 
-from ..inference.ep import ep
 from ..kernels import RBF, as_kernel
 from ..likelihoods import Likelihood, Logistic, Probit
+from ._engine import Engine, check_sparse_params
 from ._mlii import maximize_evidence
 from ._sklearn_compat import (BaseEstimator, ClassifierMixin, check_classification_targets,
                               check_is_fitted, validate_data)
@@ -36,40 +36,41 @@ def _check_param(est, name, value, kind, low=None, high=None, options=None):
 
 
 class _BinaryModel:
-    """One binary EP-GP problem: kernel, likelihood, training inputs and EP result."""
+    """One binary EP-GP problem: kernel, likelihood, training inputs, engine and EP result."""
 
     def __init__(self, kernel, likelihood, X, y_pm, est):
         self.kernel, self.likelihood, self.X, self.y = kernel, likelihood, X, y_pm
         self.est = est
+        self.engine = Engine.for_estimator(est, X)
         self.result = None
 
-    def _run(self, kernel, sites=None):
-        e = self.est
-        K = kernel(self.X)
-        tau, nu = sites if sites is not None else (None, None)
-        return ep(K, self.y, self.likelihood, method=e.method, damping=e.damping, tol=e.tol,
-                  max_iter=e.max_iter, site_tau=tau, site_nu=nu, check_psd=False)
+    def _split(self, theta):
+        nk, nl = self.kernel.n_dims, self.likelihood.n_dims
+        kernel = self.kernel.clone_with_theta(theta[:nk])
+        self.likelihood.theta = theta[nk:nk + nl]
+        self.engine.set_extra(theta[nk + nl:])
+        return kernel
 
     def evidence(self, theta, sites=None):
-        """(log Z_EP, gradient over kernel then likelihood log-parameters, result)."""
-        nk = self.kernel.n_dims
-        kernel = self.kernel.clone_with_theta(theta[:nk])
-        saved = self.likelihood.theta
-        self.likelihood.theta = theta[nk:]
+        """(log Z_EP, gradient over kernel, likelihood log-parameters and (sparse) inducing
+        inputs, result); ``theta`` without the inducing inputs keeps them fixed."""
+        saved = (self.likelihood.theta, self.engine.Z)
         try:
-            res = self._run(kernel, sites)
-            gk = kernel.gradient_contract(self.X, res.kernel_gradient_weights())
-            gl = (self.likelihood.tilted_dparams(self.y, res.cavity_mean, res.cavity_var).sum(0)
-                  if self.likelihood.n_dims else np.zeros(0))
+            kernel = self._split(theta)
+            res = self.engine.run(kernel, self.y, self.likelihood, sites)
+            gk, gl, gz = self.engine.gradient(kernel, self.y, self.likelihood, res)
         finally:
-            self.likelihood.theta = saved
-        return res.log_marginal_likelihood, np.concatenate([gk, gl]), res
+            self.likelihood.theta, self.engine.Z = saved
+        moved_z = len(theta) > self.kernel.n_dims + self.likelihood.n_dims
+        return res.log_marginal_likelihood, np.concatenate([gk, gl] + [gz] * moved_z), res
 
     def fit(self, optimize):
         e = self.est
-        theta0 = np.concatenate([self.kernel.theta, self.likelihood.theta])
+        theta0 = np.concatenate([self.kernel.theta, self.likelihood.theta,
+                                 self.engine.extra_theta()])
         if optimize and theta0.size:
-            bounds = np.vstack([self.kernel.bounds, self.likelihood.bounds])
+            bounds = np.vstack([self.kernel.bounds, self.likelihood.bounds,
+                                self.engine.extra_bounds()])
             warm = {}
 
             def evidence(theta):
@@ -82,13 +83,12 @@ class _BinaryModel:
 
             theta, _ = maximize_evidence(evidence, theta0, bounds, e.n_restarts_optimizer,
                                          e.random_state, e.optimizer)
-            self.kernel = self.kernel.clone_with_theta(theta[: self.kernel.n_dims])
-            self.likelihood.theta = theta[self.kernel.n_dims:]
-        self.result = self._run(self.kernel)
+            self.kernel = self._split(theta)
+        self.result = self.engine.run(self.kernel, self.y, self.likelihood)
         return self
 
     def latent(self, X):
-        return self.result.predict_latent(self.kernel(self.X, X), self.kernel.diag(X))
+        return self.engine.latent(self.kernel, self.result, X)
 
     def proba(self, X):
         mean, var = self.latent(X)
@@ -123,7 +123,15 @@ class EPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
     max_iter : int, default=100
         Maximum EP sweeps per run.
     random_state : int, Generator or None
-        Seeds the optimiser restarts.
+        Seeds the optimiser restarts and the k-means++ choice of inducing points.
+    n_inducing : int, optional
+        Use sparse Power EP with this many inducing points (k-means++ on X):
+        O(n m^2) time, data streamed in chunks (see :func:`fastep.inference.sparse_ep.sparse_ep`).
+        The inducing inputs are then fitted by ML-II with the other parameters.
+    inducing_points : (m, n_features) array, optional
+        Initial inducing inputs (implies sparse EP; overrides ``n_inducing``).
+    alpha : float in (0, 1], default=1.0
+        Power of sparse Power EP (1 = EP with inducing points; alpha -> 0 approaches VFE).
 
     Attributes
     ----------
@@ -132,6 +140,8 @@ class EPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         The fitted kernel (of the first binary problem if one-vs-rest).
     log_marginal_likelihood_value_ : float
         log Z_EP at ``kernel_`` (mean over classes if one-vs-rest).
+    inducing_points_ : (m, n_features) ndarray
+        Fitted inducing inputs (sparse EP only; of the first binary problem).
     n_iter_ : int
         EP sweeps of the final run (max over classes).
     converged_ : bool
@@ -155,8 +165,12 @@ class EPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(self, kernel=None, *, likelihood="probit", method="parallel",
                  optimizer="L-BFGS-B", n_restarts_optimizer=0, damping=None, tol=1e-6,
-                 max_iter=100, random_state=None):
+                 max_iter=100, random_state=None, n_inducing=None, inducing_points=None,
+                 alpha=1.0):
         self.kernel = kernel
+        self.n_inducing = n_inducing
+        self.inducing_points = inducing_points
+        self.alpha = alpha
         self.likelihood = likelihood
         self.method = method
         self.optimizer = optimizer
@@ -180,6 +194,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
                 or callable(self.optimizer)):
             raise ValueError("The 'optimizer' parameter of EPGaussianProcessClassifier must be "
                              f"'L-BFGS-B', a callable or None. Got {self.optimizer!r} instead.")
+        check_sparse_params(self)
 
     def _make_likelihood(self):
         if isinstance(self.likelihood, Likelihood):
@@ -211,6 +226,8 @@ class EPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
             m = _BinaryModel(copy.deepcopy(kernel), self._make_likelihood(), X, y_pm, self)
             self.models_.append(m.fit(self.optimizer is not None))
         self.kernel_ = self.models_[0].kernel
+        if self.models_[0].engine.sparse:
+            self.inducing_points_ = self.models_[0].engine.Z
         self.log_marginal_likelihood_value_ = float(
             np.mean([m.result.log_marginal_likelihood for m in self.models_]))
         self.n_iter_ = max(m.result.n_iter for m in self.models_)
