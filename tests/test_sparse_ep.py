@@ -1,0 +1,184 @@
+"""Sparse Power EP (seed 003, "Thing Two"): exact limits, gradients, the tilted bound.
+
+Truth: dense EP at Z = X (alpha = 1), the collapsed Power-EP objective of
+``fastep.inference.sparse`` (Gaussian likelihood, any alpha), central finite
+differences, and the exact probit evidence (a Gaussian orthant probability by
+scipy's multivariate normal CDF) for the tilted variational bound.
+"""
+import warnings
+
+import numpy as np
+import pytest
+from scipy.stats import multivariate_normal
+
+import fastep
+from fastep import CensoredGPRegressor, EPGaussianProcessClassifier, MultiAnnotatorGPClassifier
+from fastep.datasets import simulate_annotators
+from fastep.inference.bounds import tilted_bound
+from fastep.inference.sparse import collapsed_objective
+from fastep.inference.sparse_ep import sparse_ep, sparse_ep_gradient
+from fastep.kernels import RBF
+from fastep.likelihoods import Gaussian, Probit, Tobit
+
+TIGHT = dict(tol=1e-12, max_iter=3000)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (50, 2))
+    f = np.sin(X[:, 0]) + 0.5 * X[:, 1]
+    yb = np.where(f + 0.3 * rng.normal(size=50) > 0, 1.0, -1.0)
+    yt = np.maximum(f + 0.3 * rng.normal(size=50), -0.2)
+    return X, f, yb, yt, rng.uniform(-3, 3, (6, 2))
+
+
+@pytest.mark.parametrize("lik_y", ["probit", "tobit"])
+def test_inducing_points_at_the_data_equal_dense_ep(data, lik_y):
+    X, _, yb, yt, _ = data
+    lik, y = (Probit(), yb) if lik_y == "probit" else (Tobit(0.1, lower=-0.2), yt)
+    k = RBF(1.5, 1.1)
+    s = sparse_ep(k, X, X, y, lik, **TIGHT)
+    d = fastep.ep(k(X), y, lik, **TIGHT)
+    assert s.converged and d.converged
+    assert s.log_marginal_likelihood == pytest.approx(d.log_marginal_likelihood, abs=1e-6)
+    np.testing.assert_allclose(s.mean, d.mean, atol=1e-6)
+    np.testing.assert_allclose(s.var, d.var, atol=1e-6)
+    Xs = np.array([[0.3, -1.0], [2.5, 2.5]])
+    np.testing.assert_allclose(s.predict_latent(k, Xs), d.predict_latent(k(X, Xs), k.diag(Xs)),
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 0.1])
+def test_gaussian_likelihood_fixed_point_is_the_collapsed_objective(data, alpha):
+    X, f, _, _, Z = data
+    y = f + 0.3 * np.random.default_rng(1).normal(size=f.size)
+    k = RBF(1.5, 1.1)
+    s = sparse_ep(k, Z, X, y, Gaussian(0.09), alpha=alpha, **TIGHT)
+    c = collapsed_objective(k(Z), k(Z, X), k.diag(X), y, 0.09, alpha)
+    assert s.log_marginal_likelihood == pytest.approx(c.value, abs=1e-6)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+@pytest.mark.parametrize("lik_y", ["probit", "tobit"])
+def test_gradients_match_finite_differences(data, alpha, lik_y):
+    X, _, yb, yt, Z = data
+    y = yb if lik_y == "probit" else yt
+
+    def make(log_s2):
+        return Probit() if lik_y == "probit" else Tobit(np.exp(log_s2), lower=-0.2)
+
+    k = RBF(1.5, [1.1, 0.8])
+    run = dict(alpha=alpha, damping=0.5, **TIGHT)
+
+    def F(theta, Zz, log_s2):
+        return sparse_ep(k.clone_with_theta(theta), Zz, X, y, make(log_s2),
+                         **run).log_marginal_likelihood
+
+    lik = make(np.log(0.1))
+    res = sparse_ep(k, Z, X, y, lik, **run)
+    # a chunk size that splits the data unevenly exercises the streamed passes
+    d_theta, d_Z, d_lik = sparse_ep_gradient(res, k, X, y, lik, chunk_size=17)
+    th, ls, h = k.theta, np.log(0.1), 1e-5
+    fd_theta = [(F(th + h * e, Z, ls) - F(th - h * e, Z, ls)) / (2 * h) for e in np.eye(th.size)]
+    np.testing.assert_allclose(d_theta, fd_theta, rtol=1e-5)
+    for i, c in [(0, 0), (3, 1), (5, 0)]:
+        E = np.zeros_like(Z)
+        E[i, c] = h
+        fd = (F(th, Z + E, ls) - F(th, Z - E, ls)) / (2 * h)
+        assert d_Z[i, c] == pytest.approx(fd, rel=1e-5, abs=1e-7)
+    if lik_y == "tobit":
+        fd = (F(th, Z, ls + h) - F(th, Z, ls - h)) / (2 * h)
+        assert d_lik[0] == pytest.approx(fd, rel=1e-5)
+
+
+def test_chunked_and_memory_mapped_data_give_the_same_answer(data, tmp_path):
+    X, _, yb, _, Z = data
+    k = RBF(1.5, 1.1)
+    whole = sparse_ep(k, Z, X, yb, Probit(), **TIGHT)
+    path = tmp_path / "X.npy"
+    np.save(path, X)
+    mm = np.load(path, mmap_mode="r")
+    chunked = sparse_ep(k, Z, mm, yb, Probit(), chunk_size=7, **TIGHT)
+    assert chunked.log_marginal_likelihood == pytest.approx(whole.log_marginal_likelihood,
+                                                            abs=1e-9)
+    np.testing.assert_allclose(chunked.mean, whole.mean, atol=1e-9)
+
+
+def test_points_far_from_every_inducing_point_stay_finite(data):
+    X, _, yb, _, Z = data
+    X_far = np.vstack([X, [[400.0, 400.0]]])          # K(Z, x) underflows to 0
+    res = sparse_ep(RBF(1.5, 1.1), Z, X_far, np.append(yb, 1.0), Probit())
+    assert res.converged and res.n_skipped == 0
+    assert np.all(np.isfinite(res.mean)) and np.isfinite(res.log_marginal_likelihood)
+    assert res.var[-1] == pytest.approx(1.5)               # the prior: nothing links it to u
+
+
+def test_tilted_bound_never_exceeds_the_exact_evidence():
+    """Probit evidence = P(D (f + eps) > 0) = Phi_n(0; D (K + I) D): an orthant probability."""
+    rng = np.random.default_rng(2)
+    for _ in range(6):
+        n = 4
+        X = rng.normal(size=(n, 1))
+        y = np.where(rng.normal(size=n) > 0, 1.0, -1.0)
+        K = RBF(rng.uniform(0.5, 4.0), rng.uniform(0.3, 2.0))(X) + 0.05 * np.eye(n)
+        D = np.diag(y)
+        exact = np.log(multivariate_normal(np.zeros(n), D @ (K + np.eye(n)) @ D, abseps=1e-10,
+                                           releps=1e-10, maxpts=10 ** 7).cdf(np.zeros(n)))
+        dense = fastep.ep(K, y, Probit(), tol=1e-10)
+        assert dense.log_marginal_likelihood == pytest.approx(exact, abs=0.05)   # EP is close
+        assert tilted_bound(K, y, Probit(), dense.cavity_mean, dense.cavity_var) <= exact
+        Xz = X[:2]
+        sparse = sparse_ep(RBF(1.0, 1.0), Xz, X, y, Probit(), alpha=0.5, tol=1e-10)
+        assert tilted_bound(K, y, Probit(), sparse.cavity_mean, sparse.cavity_var) <= exact
+
+
+def test_estimators_with_inducing_points(data):
+    X, f, yb, yt, _ = data
+    # Z = X and fixed hyperparameters: sparse estimators equal their dense selves
+    k = RBF(1.5, 1.1)
+    dense = CensoredGPRegressor(k, noise_variance=0.1, lower=-0.2, optimizer=None,
+                                tol=1e-10).fit(X, yt)
+    sparse = CensoredGPRegressor(k, noise_variance=0.1, lower=-0.2, optimizer=None,
+                                 tol=1e-10, inducing_points=X).fit(X, yt)
+    assert sparse.log_marginal_likelihood_value_ == pytest.approx(
+        dense.log_marginal_likelihood_value_, abs=1e-6)
+    np.testing.assert_allclose(sparse.predict(X[:5], return_std=True),
+                               dense.predict(X[:5], return_std=True), atol=1e-6)
+    # ML-II moves kernel and inducing inputs and never ends below its start
+    clf0 = EPGaussianProcessClassifier(n_inducing=8, random_state=0, optimizer=None).fit(X, yb)
+    clf = EPGaussianProcessClassifier(n_inducing=8, random_state=0).fit(X, yb)
+    assert clf.inducing_points_.shape == (8, 2)
+    assert not np.allclose(clf.inducing_points_, clf0.inducing_points_)
+    assert clf.log_marginal_likelihood_value_ >= clf0.log_marginal_likelihood_value_ - 1e-8
+    assert clf.score(X, yb) > 0.85
+    z = (f > 0).astype(int)
+    Y = simulate_annotators(z, [0.9, 0.8, 0.7], [0.85, 0.8, 0.7], random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+        ma_d = MultiAnnotatorGPClassifier(k, update_reliabilities=False, tol=1e-10).fit(X, Y)
+        ma_s = MultiAnnotatorGPClassifier(k, update_reliabilities=False, tol=1e-10,
+                                          inducing_points=X).fit(X, Y)
+    np.testing.assert_allclose(ma_s.predict_proba(X[:5]), ma_d.predict_proba(X[:5]), atol=1e-6)
+
+
+def test_bad_input(data):
+    X, _, yb, yt, Z = data
+    k = RBF()
+    with pytest.raises(ValueError, match="more inducing points"):
+        sparse_ep(k, np.vstack([X, X[:1]]), X, yb, Probit())
+    with pytest.raises(ValueError, match=r"shape \(m, 2\)"):
+        sparse_ep(k, Z[:, :1], X, yb, Probit())
+    for alpha in (0.0, 1.5, -1.0):
+        with pytest.raises(ValueError, match="alpha"):
+            sparse_ep(k, Z, X, yb, Probit(), alpha=alpha)
+        with pytest.raises(ValueError, match="'alpha' parameter"):
+            EPGaussianProcessClassifier(n_inducing=5, alpha=alpha).fit(X, yb)
+    with pytest.raises(ValueError, match="more inducing points"):
+        EPGaussianProcessClassifier(n_inducing=51).fit(X, yb)
+    with pytest.raises(ValueError, match="inducing_points must have shape"):
+        CensoredGPRegressor(inducing_points=Z[:, :1], lower=-0.2).fit(X, yt)
+    with pytest.raises(ValueError, match="method='parallel'"):
+        EPGaussianProcessClassifier(n_inducing=5, method="sequential").fit(X, yb)
+    with pytest.raises(ValueError, match="inference='ep'"):
+        CensoredGPRegressor(n_inducing=5, inference="laplace", lower=-0.2).fit(X, yt)
