@@ -235,14 +235,16 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     new_tau, new_nu = np.empty(n), np.empty(n)
     site_ev, mu_cav, var_cav = np.empty(n), np.empty(n), np.empty(n)
 
-    # the first pass computes d_i (and, on a warm start, q from the given sites)
+    # d_i = K_ii - |V_i|^2: from a cold start it is K_ii - var(h_i) in the first sweep (q is
+    # the prior there); a warm start needs one extra pass, which also builds q from the sites
     P_C, b_C = np.zeros((m, m), order="F"), np.zeros(m)
-    for c0, c1 in _chunks(n, chunk_size):
-        Xc = _read(Xv, c0, c1)
-        At = kernel(Xc, Z).T                         # F-ordered K(Z, X_c) without a copy
-        V = solve_triangular(L_uu, At, lower=True, check_finite=False)
-        resid[c0:c1] = np.maximum(kernel.diag(Xc) - np.einsum("ij,ij->j", V, V), 0.0)
-        if np.any(tau):
+    warm = bool(np.any(tau) or np.any(nu))
+    if warm:
+        for c0, c1 in _chunks(n, chunk_size):
+            Xc = _read(Xv, c0, c1)
+            At = kernel(Xc, Z).T                     # F-ordered K(Z, X_c) without a copy
+            V = solve_triangular(L_uu, At, lower=True, check_finite=False)
+            resid[c0:c1] = np.maximum(kernel.diag(Xc) - np.einsum("ij,ij->j", V, V), 0.0)
             _accumulate(P_C, b_C, At, tau[c0:c1], nu[c0:c1])
     q = _InducingPosterior(L_uu, _symmetrise_lower(P_C), b_C)
 
@@ -253,9 +255,12 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
         b_C[...] = 0.0
         skipped = 0
         for c0, c1 in _chunks(n, chunk_size):
-            At = kernel(_read(Xv, c0, c1), Z).T
+            Xc = _read(Xv, c0, c1)
+            At = kernel(Xc, Z).T
             mean[c0:c1], var[c0:c1] = q.marginals(At.copy(order="F"))
             sl = slice(c0, c1)
+            if not warm and sweeps == 0:
+                resid[sl] = np.maximum(kernel.diag(Xc) - var[sl], 0.0)
             skipped += kset.power_sites(tilted, y[sl], extra[sl], params, mean[sl], var[sl],
                                         resid[sl], tau[sl], nu[sl], float(alpha), damping, clip,
                                         new_tau[sl], new_nu[sl], site_ev[sl], mu_cav[sl],
