@@ -10,11 +10,11 @@ A sweep is parallel EP: every site is updated from the same q (compiled
 ``prange`` loop, O(m) per site once the marginals are known), then q is rebuilt.
 The data are read in chunks of rows; per chunk the work is BLAS-3::
 
-    A = K(X_c, Z)                                 (c x m, compiled Gram)
-    var(h_i) = |R^-1 a_i|^2,  R = L_uu L_P        (one dtrsm)
-    P_C += A^T diag(tau) A,   b_C += A^T nu        (dsyrk / gemv)
+    G = R^-1 K(Z, X_c),  R = L_uu L_P              (compiled Gram, then one dtrsm in place)
+    mean(h_i) = G_i^T beta,  var(h_i) = |G_i|^2     (beta = L_P^-1 b)
+    P_G += G diag(tau) G^T,  b_G += G nu             (dsyrk / gemv)
 
-and ``P = I + L_uu^-1 P_C L_uu^-T`` at the end of the sweep, so memory is
+and ``P = I + L_P P_G L_P^T``, ``b = L_P b_G`` at the end of the sweep, so memory is
 O(chunk m + m^2) plus O(n) site vectors, whatever n is.  ``d_i`` is computed once.
 
 log Z (the Power-EP energy at the current sites, Bui et al. 2017 eq. 19)::
@@ -36,6 +36,7 @@ import numpy as np
 from scipy.linalg import blas, cho_solve, cholesky, solve_triangular
 
 from . import _ep_kernels as kern
+from .._linalg import NotPositiveDefiniteError
 from .ep import ConvergenceWarning, EPNumericalWarning, _site_change
 from .sparse import cholesky_uu, uu_from_whitened
 
@@ -78,20 +79,25 @@ class SparseEPResult:
 
 
 class _InducingPosterior:
-    """q(v) = N(P^-1 b, P^-1) from the chunk sums ``P_C = K_uf T K_fu``, ``b_C = K_uf nu``."""
+    """q(v) = N(P^-1 b, P^-1), rebuilt from chunk sums taken in the previous q's coordinates.
 
-    def __init__(self, L_uu, P_C, b_C):
+    With ``G = R^-1 K_uf`` (``R = L_uu L_P`` of the previous q, whose ``L_P`` is passed as
+    ``L_prev``), ``V = L_prev G``, so ``P = I + L_prev (G T G^T) L_prev^T`` and
+    ``b = L_prev (G nu)``.  Only well-conditioned factors are multiplied; an
+    ill-conditioned ``K_uu`` is never inverted on both sides of a sum.
+    """
+
+    def __init__(self, L_uu, L_prev, P_G, b_G):
         m = L_uu.shape[0]
-        Li_P = solve_triangular(L_uu, P_C, lower=True, check_finite=False)
-        P = np.eye(m) + solve_triangular(L_uu, Li_P.T, lower=True, check_finite=False)
+        P = np.eye(m) + L_prev @ P_G @ L_prev.T
         self.L_uu = L_uu
         try:
             self.L_P = cholesky(0.5 * (P + P.T), lower=True, check_finite=False)
         except np.linalg.LinAlgError:
-            raise np.linalg.LinAlgError(
+            raise NotPositiveDefiniteError(
                 "sparse EP: the inducing-point posterior precision is not positive definite "
                 "(negative site precisions); use smaller EP steps, e.g. damping=0.5.") from None
-        self.b = solve_triangular(L_uu, b_C, lower=True, check_finite=False)
+        self.b = L_prev @ b_G
         self.beta = solve_triangular(self.L_P, self.b, lower=True, check_finite=False)
         self.m = solve_triangular(self.L_P, self.beta, lower=True, trans="T", check_finite=False)
         self.w = solve_triangular(L_uu, self.m, lower=True, trans="T", check_finite=False)
@@ -101,23 +107,23 @@ class _InducingPosterior:
     @classmethod
     def prior(cls, L_uu):
         m = L_uu.shape[0]
-        return cls(L_uu, np.zeros((m, m)), np.zeros(m))
+        return cls(L_uu, np.eye(m), np.zeros((m, m)), np.zeros(m))
 
     def log_z_global(self):
         """1/2 b^T P^-1 b - 1/2 log|P|."""
         return 0.5 * float(self.beta @ self.beta) - self.half_logdet
 
     def marginals(self, At):
-        """Mean and variance of h for a chunk, ``At = K(Z, X_c)`` (m x c, F order; consumed)."""
-        mean = At.T @ self.w
+        """``G = R^-1 K(Z, X_c)`` (in place over ``At``, m x c F order) and the mean
+        ``G^T beta`` and variance ``|G_i|^2`` of each h_i."""
         G = blas.dtrsm(1.0, self.R, At, side=0, lower=1, overwrite_b=1)
-        return mean, np.einsum("ij,ij->j", G, G)
+        return G, G.T @ self.beta, np.einsum("ij,ij->j", G, G)
 
     def predict(self, kernel, Z, X):
         X = np.ascontiguousarray(X, dtype=float)
         At = kernel(Z, X)
         V = solve_triangular(self.L_uu, At, lower=True, check_finite=False)
-        mean, var_h = self.marginals(np.asfortranarray(At))
+        _, mean, var_h = self.marginals(np.asfortranarray(At))
         var = kernel.diag(X) - np.einsum("ij,ij->j", V, V) + var_h
         return mean, np.maximum(var, 0.0)
 
@@ -132,16 +138,16 @@ def _read(X, c0, c1):
     return np.ascontiguousarray(X[c0:c1], dtype=float)
 
 
-def _accumulate(P_C, b_C, At, tau, nu):
-    """P_C += At diag(tau) At^T (lower triangle, dsyrk), b_C += At nu.  Consumes At."""
-    b_C += At @ nu
+def _accumulate(P, b, G, tau, nu):
+    """P += G diag(tau) G^T (lower triangle, dsyrk), b += G nu.  Overwrites G."""
+    b += G @ nu
     if np.all(tau >= 0):
-        At *= np.sqrt(tau)
-        _syrk(1.0, At, P_C)
+        G *= np.sqrt(tau)
+        _syrk(1.0, G, P)
         return
     for sign, part in ((1.0, tau > 0), (-1.0, tau < 0)):
         if np.any(part):
-            _syrk(sign, At[:, part] * np.sqrt(sign * tau[part]), P_C)
+            _syrk(sign, G[:, part] * np.sqrt(sign * tau[part]), P)
 
 
 def _syrk(alpha, A, C):
@@ -150,8 +156,8 @@ def _syrk(alpha, A, C):
         C[...] = out
 
 
-def _symmetrise_lower(P_C):
-    return np.tril(P_C) + np.tril(P_C, -1).T
+def _symmetrise_lower(P):
+    return np.tril(P) + np.tril(P, -1).T
 
 
 def _validate(kernel, Z, X, y, alpha, damping, tol, max_iter, chunk_size):
@@ -237,27 +243,26 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
 
     # d_i = K_ii - |V_i|^2: from a cold start it is K_ii - var(h_i) in the first sweep (q is
     # the prior there); a warm start needs one extra pass, which also builds q from the sites
-    P_C, b_C = np.zeros((m, m), order="F"), np.zeros(m)
+    P_G, b_G = np.zeros((m, m), order="F"), np.zeros(m)
+    q = _InducingPosterior.prior(L_uu)
     warm = bool(np.any(tau) or np.any(nu))
     if warm:
         for c0, c1 in _chunks(n, chunk_size):
             Xc = _read(Xv, c0, c1)
-            At = kernel(Xc, Z).T                     # F-ordered K(Z, X_c) without a copy
-            V = solve_triangular(L_uu, At, lower=True, check_finite=False)
-            resid[c0:c1] = np.maximum(kernel.diag(Xc) - np.einsum("ij,ij->j", V, V), 0.0)
-            _accumulate(P_C, b_C, At, tau[c0:c1], nu[c0:c1])
-    q = _InducingPosterior(L_uu, _symmetrise_lower(P_C), b_C)
+            V, _, var0 = q.marginals(kernel(Xc, Z).T)     # the prior's G is V
+            resid[c0:c1] = np.maximum(kernel.diag(Xc) - var0, 0.0)
+            _accumulate(P_G, b_G, V, tau[c0:c1], nu[c0:c1])
+        q = _InducingPosterior(L_uu, q.L_P, _symmetrise_lower(P_G), b_G)
 
     prev, change, last_raw = math.nan, math.inf, math.inf
     history, sweeps, converged = [], 0, False
     while True:
-        P_C[...] = 0.0
-        b_C[...] = 0.0
+        P_G[...] = 0.0
+        b_G[...] = 0.0
         skipped = 0
         for c0, c1 in _chunks(n, chunk_size):
             Xc = _read(Xv, c0, c1)
-            At = kernel(Xc, Z).T
-            mean[c0:c1], var[c0:c1] = q.marginals(At.copy(order="F"))
+            G, mean[c0:c1], var[c0:c1] = q.marginals(kernel(Xc, Z).T)
             sl = slice(c0, c1)
             if not warm and sweeps == 0:
                 resid[sl] = np.maximum(kernel.diag(Xc) - var[sl], 0.0)
@@ -265,7 +270,7 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
                                         resid[sl], tau[sl], nu[sl], float(alpha), damping, clip,
                                         new_tau[sl], new_nu[sl], site_ev[sl], mu_cav[sl],
                                         var_cav[sl])
-            _accumulate(P_C, b_C, At, new_tau[sl], new_nu[sl])
+            _accumulate(P_G, b_G, G, new_tau[sl], new_nu[sl])
         ok = np.isfinite(site_ev)
         log_ev = q.log_z_global() + float(np.sum(site_ev[ok]))
         history.append(log_ev)
@@ -285,7 +290,7 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
         last_raw = raw
         sweeps += 1
         prev = log_ev
-        q = _InducingPosterior(L_uu, _symmetrise_lower(P_C), b_C)
+        q = _InducingPosterior(L_uu, q.L_P, _symmetrise_lower(P_G), b_G)
 
     n_bad = int(np.count_nonzero(~ok))
     if n_bad:
