@@ -21,6 +21,7 @@ def precompile(verbose=False):
     """
     from .inference import _ep_kernels
     from .inference.ep import ep
+    from .inference.sparse_ep import sparse_ep
     from .kernels import RBF, Matern12, Matern32, Matern52
     from .likelihoods import Gaussian, Logistic, Probit
 
@@ -29,6 +30,8 @@ def precompile(verbose=False):
     y = np.array([-1.0, -1.0, 1.0, -1.0, 1.0, 1.0])
     for k in (RBF(), Matern12(), Matern32(), Matern52()):
         k.gradient_contract(X, k(X))
+        k.gradient_contract(X[:2], k(X[:2], X), X)
+        k.input_gradient_contract(X[:2], k(X[:2], X), X)
     K = RBF()(X)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -41,6 +44,7 @@ def precompile(verbose=False):
                         r = ep(K, yy, lik, method=method, max_iter=2)
                         r.predict_latent(K, np.diag(K))
                         r.kernel_gradient_weights()
+                    sparse_ep(RBF(), X[:3], X, yy, lik, max_iter=2)
             finally:
                 _ep_kernels.PARALLEL_MIN_N = saved
         Probit().tilted(y, y, np.ones(6), alpha=0.5)
