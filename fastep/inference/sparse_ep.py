@@ -10,7 +10,7 @@ A sweep is parallel EP: every site is updated from the same q (compiled
 ``prange`` loop, O(m) per site once the marginals are known), then q is rebuilt.
 The data are read in chunks of rows; per chunk the work is BLAS-3::
 
-    G = R^-1 K(Z, X_c),  R = L_uu L_P              (compiled Gram, then one dtrsm in place)
+    G = R^-1 K(Z, X_c),  R = L_uu L_P              (compiled Gram, then one dtrmm in place)
     mean(h_i) = G_i^T beta,  var(h_i) = |G_i|^2     (beta = L_P^-1 b)
     P_G += G diag(tau) G^T,  b_G += G nu             (dsyrk / gemv)
 
@@ -101,7 +101,11 @@ class _InducingPosterior:
         self.beta = solve_triangular(self.L_P, self.b, lower=True, check_finite=False)
         self.m = solve_triangular(self.L_P, self.beta, lower=True, trans="T", check_finite=False)
         self.w = solve_triangular(L_uu, self.m, lower=True, trans="T", check_finite=False)
-        self.R = np.asfortranarray(L_uu @ self.L_P)      # lower triangular
+        # R^-1 = L_P^-1 L_uu^-1 (lower triangular): dtrmm by R^-1 runs about twice as fast
+        # as dtrsm by R in OpenBLAS for these shapes (both m^2 c flops)
+        self.R_inv = np.asfortranarray(solve_triangular(
+            self.L_P, solve_triangular(L_uu, np.eye(m), lower=True, check_finite=False),
+            lower=True, check_finite=False))
         self.half_logdet = float(np.sum(np.log(np.diag(self.L_P))))
 
     @classmethod
@@ -116,7 +120,7 @@ class _InducingPosterior:
     def marginals(self, At):
         """``G = R^-1 K(Z, X_c)`` (in place over ``At``, m x c F order) and the mean
         ``G^T beta`` and variance ``|G_i|^2`` of each h_i."""
-        G = blas.dtrsm(1.0, self.R, At, side=0, lower=1, overwrite_b=1)
+        G = blas.dtrmm(1.0, self.R_inv, At, side=0, lower=1, overwrite_b=1)
         return G, G.T @ self.beta, np.einsum("ij,ij->j", G, G)
 
     def predict(self, kernel, Z, X):
