@@ -33,7 +33,7 @@ class Backend:
 
     def cholesky(self, a, what):
         """Lower Cholesky factor of the symmetric ``a``; NotPositiveDefiniteError naming
-        ``what`` if it fails (CuPy reports failure by NaN, not by an exception)."""
+        ``what`` if it fails."""
         try:
             L = self._cholesky(a)
         except np.linalg.LinAlgError:
@@ -53,8 +53,13 @@ def cupy_backend():
     import cupy
     import cupyx.scipy.linalg as cla
 
+    import cupyx
+
     def cholesky(a):
-        return cupy.linalg.cholesky(a)
+        # CuPy ignores a failed potrf by default (info > 0 leaves part of ``a`` in place,
+        # possibly with a positive diagonal): make it raise.
+        with cupyx.errstate(linalg="raise"):
+            return cupy.linalg.cholesky(a)
 
     return Backend("cupy", cupy, cholesky, cla.solve_triangular, cupy.asnumpy)
 
