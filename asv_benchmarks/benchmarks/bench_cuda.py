@@ -116,11 +116,11 @@ class GPUKernels:
         rng = np.random.default_rng(4)
         m = 10**6
         self.t_args = [self.be.asarray(a) for a in (np.where(rng.random(m) < 0.5, -1.0, 1.0),
-                                                     np.zeros((m, 0)),
+                                                     np.zeros((m, 1)),
                                                      3.0 * rng.standard_normal(m),
                                                      rng.uniform(0.01, 10.0, m))]
         self.out = [xp.empty(m) for _ in range(3)]
-        self.lik_params = self.be.asarray(np.zeros(0))
+        self.lik_params = self.be.asarray(np.zeros(1))
         self.probit, self.logistic = Probit(), Logistic()
         for lik in (self.probit, self.logistic):
             self._tilted(lik, 10)

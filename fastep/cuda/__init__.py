@@ -57,7 +57,7 @@ def _driver_reason(cuda):
         from numba.cuda.cudadrv import driver
         driver.driver.cuInit           # raises the driver's own explanation
     except Exception as exc:
-        text = " ".join(str(exc).split())
+        text = " ".join(str(exc).split()).rstrip(" :")
         return f"no usable CUDA driver or GPU ({text})"
     return "no CUDA-capable GPU was found (numba.cuda.is_available() is False)"
 

@@ -31,6 +31,17 @@ class Backend:
     def to_host(self, a):
         return self._to_host(a)
 
+    def site_inputs(self, extra, params):
+        """Per-site extras (n, k) and likelihood parameters on the device, each padded to
+        at least one column / entry (zero-size device arrays are an edge case of the
+        CUDA array interface that no kernel needs: the tilted functions read only the
+        columns and parameters their likelihood has)."""
+        extra = np.ascontiguousarray(extra, dtype=float)
+        if extra.shape[1] == 0:
+            extra = np.zeros((extra.shape[0], 1))
+        params = np.asarray(params, dtype=float).ravel()
+        return self.asarray(extra), self.asarray(params if params.size else np.zeros(1))
+
     def cholesky(self, a, what):
         """Lower Cholesky factor of the symmetric ``a``; NotPositiveDefiniteError naming
         ``what`` if it fails."""

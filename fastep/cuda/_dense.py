@@ -226,9 +226,8 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
     if check_psd:
         _check_covariance(be, K)
     y = be.asarray(likelihood.encode_targets(y))
-    extra = likelihood.site_extra(n) if extra is None else extra
-    extra = be.asarray(np.ascontiguousarray(extra, dtype=float))
-    params = be.asarray(likelihood.params)
+    extra, params = be.site_inputs(likelihood.site_extra(n) if extra is None else extra,
+                                   likelihood.params)
     tilted = likelihood._tilted
     clip = bool(likelihood.log_concave)
     kdiag = xp.ascontiguousarray(xp.diagonal(K))

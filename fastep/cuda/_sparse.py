@@ -45,9 +45,9 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     Z = _validate(kernel, Z, Xh, y, alpha, damping, tol, max_iter, chunk_size)
     n, m = Xh.shape[0], Z.shape[0]
     y = be.asarray(likelihood.encode_targets(y))
-    extra = likelihood.site_extra(n) if extra is None else extra
-    extra = be.asarray(np.ascontiguousarray(extra, dtype=float))
-    params, tilted = be.asarray(likelihood.params), likelihood._tilted
+    extra, params = be.site_inputs(likelihood.site_extra(n) if extra is None else extra,
+                                   likelihood.params)
+    tilted = likelihood._tilted
     clip = bool(likelihood.log_concave)
     L_uu = cholesky_uu(kernel(Z))
     L_uu_d = be.asarray(L_uu)
