@@ -92,43 +92,41 @@ class GPU:
         return chol, chol_trsm
 
 
+def dense_row(gpu, n, cpu_max, repeats):
+    """One table row; a function, so that the device matrices are freed on return."""
+    X, y = make_data(n)
+    lik = Probit()
+    Kd = gpu.fc.gram(RBF(1.0, 1.0), X, backend=gpu.be)
+    Kd += 1e-6 * gpu.be.xp.eye(n)
+    gpu.sync()
+
+    def gpu_run(max_iter, tol=1e-4):
+        return quiet(lambda: gpu.fc.ep(Kd, y, lik, max_iter=max_iter, tol=tol,
+                                       check_psd=False, backend=gpu.be))
+    gpu_run(2)()                                       # compile / warm up
+    res = gpu_run(100)()
+    t_fit = timed(gpu_run(100), repeats)
+    t2, t6 = timed(gpu_run(2, 1e-300), repeats), timed(gpu_run(6, 1e-300), repeats)
+    sweep = (t6 - t2) / 4
+    chol, chol_trsm = gpu.floor(Kd)
+    chol()
+    f_chol, f_ref = timed(chol, repeats), timed(chol_trsm, repeats)
+    cpu_fit = cpu_sweep = float("nan")
+    if n <= cpu_max:
+        K = RBF(1.0, 1.0)(X) + 1e-6 * np.eye(n)
+
+        def cpu_run(max_iter, tol=1e-4):
+            return quiet(lambda: fastep.ep(K, y, lik, max_iter=max_iter, tol=tol,
+                                           check_psd=False))
+        cpu_run(2)()
+        cpu_fit = timed(cpu_run(100), repeats)
+        cpu_sweep = (timed(cpu_run(6, 1e-300), repeats) - timed(cpu_run(2, 1e-300), repeats)) / 4
+    return ("dense EP", n, "-", res.n_iter, t_fit, sweep, cpu_fit, cpu_sweep, f_chol, f_ref,
+            sweep / f_chol)
+
+
 def dense_rows(gpu, sizes, cpu_max, repeats):
-    rows = []
-    for n in sizes:
-        X, y = make_data(n)
-        kernel = RBF(1.0, 1.0)
-        Kd = gpu.fc.gram(kernel, X, backend=gpu.be)
-        Kd += 1e-6 * gpu.be.xp.eye(n)
-        gpu.sync()
-        lik = Probit()
-
-        def gpu_run(max_iter, tol=1e-4):
-            return quiet(lambda: gpu.fc.ep(Kd, y, lik, max_iter=max_iter, tol=tol,
-                                           check_psd=False, backend=gpu.be))
-        gpu_run(2)()                                       # compile / warm up
-        res = gpu_run(100)()
-        t_fit = timed(gpu_run(100), repeats)
-        t2, t6 = timed(gpu_run(2, 1e-300), repeats), timed(gpu_run(6, 1e-300), repeats)
-        sweep = (t6 - t2) / 4
-        chol, chol_trsm = gpu.floor(Kd)
-        chol()
-        f_chol, f_ref = timed(chol, repeats), timed(chol_trsm, repeats)
-        cpu_fit = cpu_sweep = float("nan")
-        if n <= cpu_max:
-            K = RBF(1.0, 1.0)(X) + 1e-6 * np.eye(n)
-
-            def cpu_run(max_iter, tol=1e-4):
-                return quiet(lambda: fastep.ep(K, y, lik, max_iter=max_iter, tol=tol,
-                                               check_psd=False))
-            cpu_run(2)()
-            cpu_fit = timed(cpu_run(100), repeats)
-            cpu_sweep = (timed(cpu_run(6, 1e-300), repeats)
-                         - timed(cpu_run(2, 1e-300), repeats)) / 4
-            del K
-        rows.append(("dense EP", n, "-", res.n_iter, t_fit, sweep, cpu_fit, cpu_sweep, f_chol,
-                     f_ref, sweep / f_chol))
-        del Kd
-    return rows
+    return [dense_row(gpu, n, cpu_max, repeats) for n in sizes]
 
 
 def sparse_rows(gpu, sizes, m, cpu_max, repeats):
