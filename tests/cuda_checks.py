@@ -269,6 +269,15 @@ def run_estimator(res, backend):
         res["est/grad"] = grad
     finally:
         _backend.use_backend(None)
+    import os
+    import tempfile
+
+    from fastep._io import load_model, save_model
+    with tempfile.TemporaryDirectory() as tmp:       # saved from the GPU, loaded on the CPU
+        save_model(clf, os.path.join(tmp, "model.npz"))
+        loaded = load_model(os.path.join(tmp, "model.npz"))
+    res["est/loaded_proba"] = loaded.predict_proba(X[:6] + 0.1)
+    res["est/loaded_device"] = np.array([loaded.device])
 
 
 def run_messages(res):

@@ -271,6 +271,10 @@ def test_classifier_device_cuda_equals_cpu(gpu):
     np.testing.assert_allclose(gpu["est/lml"], [clf.log_marginal_likelihood_value_, value],
                                rtol=1e-9)
     np.testing.assert_allclose(gpu["est/grad"], grad, rtol=1e-8, atol=1e-10)
+    # saved after a GPU fit, loaded (on the CPU) without a GPU
+    assert str(gpu["est/loaded_device"][0]) == "cpu"
+    np.testing.assert_allclose(gpu["est/loaded_proba"], clf.predict_proba(X[:6] + 0.1),
+                               rtol=1e-9)
 
 
 # ---------------------------------------------------------------------------------------
