@@ -44,7 +44,9 @@ def load_model(path):
         if header.get("format") != FORMAT:
             raise ValueError(f"{path} is not a fastep model file (format {header.get('format')!r}).")
         arrays = {k: f[k] for k in f.files}
-    est = EPGaussianProcessClassifier(optimizer=None, **header["params"])
+    # a loaded model predicts on the CPU: its posterior is rebuilt there from the sites
+    params = {k: v for k, v in header["params"].items() if k != "device"}
+    est = EPGaussianProcessClassifier(optimizer=None, **params)
     est.classes_ = np.array(header["classes"])
     est.n_features_in_ = header["n_features_in"]
     est.models_ = []

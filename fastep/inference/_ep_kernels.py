@@ -30,6 +30,55 @@ def site_from_derivatives(d1, d2, mu_cav, var_cav):
     return -d2 / den, (d1 - mu_cav * d2) / den
 
 
+# The scalar steps of a site update below are shared by the CPU loops in this module
+# and the CUDA kernels of fastep.cuda (compiled from this same source as device
+# functions), so both targets run one copy of the site arithmetic.
+
+@jit("Tuple((b1, f8, f8))(f8, f8, f8, f8)")
+def cavity(mean, var, tau, nu):
+    """(ok, mu_cav, var_cav): remove a site from its marginal; ok is False when the
+    cavity precision 1/var - tau is not positive (the site is then skipped)."""
+    tc = 1.0 / var - tau
+    if not tc > 0.0:
+        return False, math.nan, math.nan
+    vc = 1.0 / tc
+    return True, (mean / var - nu) * vc, vc
+
+
+@jit("Tuple((b1, f8, f8, f8))(f8, f8, f8, f8, f8)")
+def power_cavity(mean, var, tau, nu, alpha):
+    """(ok, mu_cav, var_cav, s) removing alpha of a site, s = 1 - alpha tau v: written
+    without 1/v (projections of points far from the inducing inputs have v -> 0)."""
+    sc = 1.0 - alpha * tau * var
+    if not sc > 0.0:
+        return False, math.nan, math.nan, sc
+    return True, (mean - alpha * nu * var) / sc, var / sc, sc
+
+
+@jit("Tuple((f8, f8, b1))(f8, f8, f8, f8, f8, f8, f8, f8, b1)")
+def damped_site(d1, d2, mu_cav, var_cav, tau, nu, alpha, damping, clip):
+    """(tau_new, nu_new, ok): the damped (Power-)EP proposal from the tilted derivatives;
+    site <- site^(1 - alpha) * (projected tilted / cavity), clipped at tau >= 0 for
+    log-concave likelihoods.  A non-finite proposal keeps the site (ok = False)."""
+    t, n = site_from_derivatives(d1, d2, mu_cav, var_cav)
+    t += (1.0 - alpha) * tau
+    n += (1.0 - alpha) * nu
+    if clip and t < 0.0:
+        t = 0.0
+    ok = math.isfinite(t) and math.isfinite(n)
+    if not ok:
+        t = tau
+        n = nu
+    return (1.0 - damping) * tau + damping * t, (1.0 - damping) * nu + damping * n, ok
+
+
+@jit("f8(f8, f8, f8, f8, f8, f8, f8)")
+def power_site_evidence(log_z, sc, mean, var, tau, nu, alpha):
+    """A site's share of the Power-EP log Z (see :func:`power_sites`)."""
+    quad = alpha * (tau * mean * mean - 2.0 * nu * mean) + alpha * alpha * nu * nu * var
+    return (log_z - 0.5 * math.log(sc) + 0.5 * quad / sc) / alpha
+
+
 _PARALLEL_SITES_SIG = i8(TiltedFn, f8_1d, f8[:, ::1], f8_1d, f8_1d, f8_1d, f8_1d, f8_1d, f8, b1,
                         f8_1d, f8_1d, f8_1d, f8_1d, f8_1d)
 
@@ -42,8 +91,8 @@ def parallel_sites(tilted, y, extra, params, mean, var, tau, nu, damping, clip,
     the number of such sites is returned.  Each iteration owns index i."""
     skipped = 0
     for i in prange(y.shape[0]):
-        tc = 1.0 / var[i] - tau[i]
-        if not tc > 0.0:
+        ok, mc, vc = cavity(mean[i], var[i], tau[i], nu[i])
+        if not ok:
             new_tau[i] = tau[i]
             new_nu[i] = nu[i]
             log_z[i] = math.nan
@@ -51,18 +100,12 @@ def parallel_sites(tilted, y, extra, params, mean, var, tau, nu, damping, clip,
             var_cav[i] = math.nan
             skipped += 1
             continue
-        vc = 1.0 / tc
-        mc = (mean[i] / var[i] - nu[i]) * vc
         lz, d1, d2 = tilted(y[i], extra[i], mc, vc, 1.0, params)
-        t, n = site_from_derivatives(d1, d2, mc, vc)
-        if clip and t < 0.0:
-            t = 0.0
-        if not (math.isfinite(t) and math.isfinite(n)):
-            t = tau[i]
-            n = nu[i]
+        t, n, ok = damped_site(d1, d2, mc, vc, tau[i], nu[i], 1.0, damping, clip)
+        if not ok:
             skipped += 1
-        new_tau[i] = (1.0 - damping) * tau[i] + damping * t
-        new_nu[i] = (1.0 - damping) * nu[i] + damping * n
+        new_tau[i] = t
+        new_nu[i] = n
         log_z[i] = lz
         mu_cav[i] = mc
         var_cav[i] = vc
@@ -150,11 +193,8 @@ def power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha, damp
     """
     skipped = 0
     for i in prange(y.shape[0]):
-        # with s = 1 - alpha tau v: v_-i = v / s, mu_-i = (mu - alpha nu v) / s, and the
-        # evidence term has no 1/v (projections of points far from Z have v -> 0)
-        v, mu = var[i], mean[i]
-        sc = 1.0 - alpha * tau[i] * v
-        if not sc > 0.0:
+        ok, mc, vc, sc = power_cavity(mean[i], var[i], tau[i], nu[i], alpha)
+        if not ok:
             new_tau[i] = tau[i]
             new_nu[i] = nu[i]
             site_ev[i] = math.nan
@@ -162,22 +202,13 @@ def power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha, damp
             var_cav[i] = math.nan
             skipped += 1
             continue
-        vc = v / sc
-        mc = (mu - alpha * nu[i] * v) / sc
         lz, d1, d2 = tilted(y[i], extra[i], mc, vc + resid[i], alpha, params)
-        t, n = site_from_derivatives(d1, d2, mc, vc)
-        t += (1.0 - alpha) * tau[i]
-        n += (1.0 - alpha) * nu[i]
-        if clip and t < 0.0:
-            t = 0.0
-        if not (math.isfinite(t) and math.isfinite(n)):
-            t = tau[i]
-            n = nu[i]
+        t, n, ok = damped_site(d1, d2, mc, vc, tau[i], nu[i], alpha, damping, clip)
+        if not ok:
             skipped += 1
-        new_tau[i] = (1.0 - damping) * tau[i] + damping * t
-        new_nu[i] = (1.0 - damping) * nu[i] + damping * n
-        quad = alpha * (tau[i] * mu * mu - 2.0 * nu[i] * mu) + alpha * alpha * nu[i] * nu[i] * v
-        site_ev[i] = (lz - 0.5 * math.log(sc) + 0.5 * quad / sc) / alpha
+        new_tau[i] = t
+        new_nu[i] = n
+        site_ev[i] = power_site_evidence(lz, sc, mean[i], var[i], tau[i], nu[i], alpha)
         mu_cav[i] = mc
         var_cav[i] = vc
     return skipped

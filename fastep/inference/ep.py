@@ -260,6 +260,15 @@ def _validate(K, y, method, damping, tol, max_iter):
     return np.ascontiguousarray(K)
 
 
+def check_device(device, owner=None):
+    """Validate a ``device`` argument ("cpu" or "cuda") and return it."""
+    if device not in ("cpu", "cuda"):
+        where = f"of {owner} " if owner else ""
+        raise ValueError(f"The 'device' parameter {where}must be one of ['cpu', 'cuda']. "
+                         f"Got {device!r} instead.")
+    return device
+
+
 def check_covariance(K, name="K"):
     """Raise ValueError unless K is symmetric positive semi-definite (to rounding)."""
     asym = np.max(np.abs(K - K.T)) if K.shape[0] <= 8192 else 0.0
@@ -277,7 +286,7 @@ def check_covariance(K, name="K"):
 
 
 def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100,
-       site_tau=None, site_nu=None, extra=None, check_psd=True, callback=None):
+       site_tau=None, site_nu=None, extra=None, check_psd=True, callback=None, device="cpu"):
     """Run Expectation Propagation for ``f ~ N(0, K)``, ``y_i ~ p(y_i | f_i)``.
 
     Parameters
@@ -311,6 +320,9 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
         Verify that K is positive semi-definite first (one extra Cholesky).
     callback : callable, optional
         Called as ``callback(sweep, log_Z)`` after every sweep (progress reporting).
+    device : {"cpu", "cuda"}, default="cpu"
+        "cuda" runs parallel EP on an NVIDIA GPU (:func:`fastep.cuda.ep`; needs the
+        ``cuda`` extra: numba-cuda and CuPy).  ``K`` may then be a CuPy array.
 
     Returns
     -------
@@ -326,6 +338,15 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
     >>> bool(res.converged), bool(res.mean[-1] > 0)
     (True, True)
     """
+    if check_device(device) == "cuda":
+        if method != "parallel":
+            raise ValueError(f"device='cuda' runs parallel EP only; got method={method!r}. "
+                             "Use method='parallel', or device='cpu' for sequential EP.")
+        from .. import cuda
+        cuda.require()
+        return cuda.ep(K, y, likelihood, method=method, damping=damping, tol=tol,
+                       max_iter=max_iter, site_tau=site_tau, site_nu=site_nu, extra=extra,
+                       check_psd=check_psd, callback=callback)
     adaptive = damping is None and method == "parallel"
     if damping is None:
         damping = 1.0

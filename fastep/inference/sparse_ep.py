@@ -37,7 +37,7 @@ from scipy.linalg import blas, cho_solve, cholesky, solve_triangular
 
 from . import _ep_kernels as kern
 from .._linalg import NotPositiveDefiniteError
-from .ep import ConvergenceWarning, EPNumericalWarning, _site_change
+from .ep import ConvergenceWarning, EPNumericalWarning, _site_change, check_device
 from .sparse import cholesky_uu, uu_from_whitened
 
 CHUNK = 8192
@@ -189,7 +189,8 @@ def _validate(kernel, Z, X, y, alpha, damping, tol, max_iter, chunk_size):
 
 
 def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, max_iter=100,
-              site_tau=None, site_nu=None, extra=None, chunk_size=CHUNK, callback=None):
+              site_tau=None, site_nu=None, extra=None, chunk_size=CHUNK, callback=None,
+              device="cpu"):
     """Power EP with inducing points Z (see the module docstring).
 
     Parameters
@@ -206,6 +207,9 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
         as in :func:`fastep.ep` (adaptive damping when ``damping`` is None).
     chunk_size : int
         Rows of X per block; memory is O(chunk_size m + m^2).
+    device : {"cpu", "cuda"}, default="cpu"
+        "cuda" runs the sweeps on an NVIDIA GPU (:func:`fastep.cuda.sparse_ep`; X is
+        copied to the device whole).
 
     Returns
     -------
@@ -222,6 +226,12 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     >>> bool(res.converged), float(np.mean(np.sign(res.mean) == y))
     (True, 1.0)
     """
+    if check_device(device) == "cuda":
+        from .. import cuda
+        cuda.require()
+        return cuda.sparse_ep(kernel, Z, X, y, likelihood, alpha=alpha, damping=damping, tol=tol,
+                              max_iter=max_iter, site_tau=site_tau, site_nu=site_nu, extra=extra,
+                              chunk_size=chunk_size, callback=callback)
     adaptive = damping is None
     damping = 1.0 if damping is None else damping
     Xv = X if hasattr(X, "shape") and len(X.shape) == 2 else np.asarray(X, dtype=float)

@@ -12,7 +12,7 @@ import numbers
 
 import numpy as np
 
-from ..inference.ep import ep
+from ..inference.ep import check_device, ep
 from ..inference.sparse import check_inducing
 from ..inference.sparse_ep import sparse_ep, sparse_ep_gradient
 
@@ -31,18 +31,35 @@ def check_sparse_params(est):
     return True
 
 
-class Engine:
-    """Dense EP (``Z is None``) or sparse Power EP with inducing inputs ``Z``."""
+def check_device_param(est):
+    """Validate an estimator's ``device`` ("cpu" or "cuda"; "cuda" runs parallel EP)."""
+    cls = type(est).__name__
+    device = check_device(getattr(est, "device", "cpu"), cls)
+    if device == "cuda" and getattr(est, "method", "parallel") != "parallel":
+        raise ValueError(f"{cls} with device='cuda' runs parallel EP only; set "
+                         f"method='parallel' (got {est.method!r}).")
+    return device
 
-    def __init__(self, X, est, Z=None, alpha=1.0):
+
+class Engine:
+    """Dense EP (``Z is None``) or sparse Power EP with inducing inputs ``Z``, on the
+    CPU or (``device="cuda"``) on the GPU through :mod:`fastep.cuda`."""
+
+    def __init__(self, X, est, Z=None, alpha=1.0, device="cpu"):
         self.X, self.est, self.Z, self.alpha = X, est, Z, float(alpha)
+        self.device = device
+        if device == "cuda":
+            from .. import cuda
+            cuda.require()
+            self._cuda = cuda
 
     @classmethod
     def for_estimator(cls, est, X):
+        device = check_device_param(est)
         if not check_sparse_params(est):
-            return cls(X, est)
+            return cls(X, est, device=device)
         Z = check_inducing(X, est.n_inducing, est.inducing_points, est.random_state)
-        return cls(X, est, Z, est.alpha)
+        return cls(X, est, Z, est.alpha, device=device)
 
     @property
     def sparse(self):
@@ -70,16 +87,21 @@ class Engine:
         tol = e.tol if tol is None else tol
         if self.sparse:
             return sparse_ep(kernel, self.Z, self.X, y, lik, alpha=self.alpha, damping=e.damping,
-                             tol=tol, max_iter=max_iter, site_tau=tau, site_nu=nu, extra=extra)
-        return ep(kernel(self.X), y, lik, method=e.method, damping=e.damping, tol=tol,
-                  max_iter=max_iter, site_tau=tau, site_nu=nu, extra=extra, check_psd=False)
+                             tol=tol, max_iter=max_iter, site_tau=tau, site_nu=nu, extra=extra,
+                             device=self.device)
+        K = self._cuda.gram(kernel, self.X) if self.device == "cuda" else kernel(self.X)
+        return ep(K, y, lik, method=e.method, damping=e.damping, tol=tol,
+                  max_iter=max_iter, site_tau=tau, site_nu=nu, extra=extra, check_psd=False,
+                  device=self.device)
 
     def gradient(self, kernel, y, lik, res, extra=None, with_likelihood=True):
         """(d/dtheta kernel, d/dlog likelihood params, d/dZ flattened) of log Z at res."""
         if self.sparse:
             gk, gz, gl = sparse_ep_gradient(res, kernel, self.X, y, lik, extra)
             return gk, (gl if with_likelihood else np.zeros(0)), gz.ravel()
-        gk = kernel.gradient_contract(self.X, res.kernel_gradient_weights())
+        weights = res.kernel_gradient_weights()
+        gk = (self._cuda.gradient_contract(kernel, self.X, weights) if self.device == "cuda"
+              else kernel.gradient_contract(self.X, weights))
         gl = (lik.tilted_dparams(y, res.cavity_mean, res.cavity_var, extra).sum(0)
               if with_likelihood and lik.n_dims else np.zeros(0))
         return gk, gl, np.zeros(0)
@@ -88,4 +110,6 @@ class Engine:
         """Latent predictive mean and variance at Xs."""
         if self.sparse:
             return res.predict_latent(kernel, Xs)
+        if self.device == "cuda":
+            return res.predict_latent(self._cuda.gram(kernel, self.X, Xs), kernel.diag(Xs))
         return res.predict_latent(kernel(self.X, Xs), kernel.diag(Xs))

@@ -123,6 +123,8 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
         where k-means++ or ``inducing_points`` put them).
     random_state : int or None
         Seeds the k-means++ choice of inducing points.
+    device : {"cpu", "cuda"}, default="cpu"
+        "cuda" runs EP on an NVIDIA GPU, as in :class:`~fastep.EPGaussianProcessClassifier`.
 
     Attributes
     ----------
@@ -151,8 +153,9 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
                  em_tol=1e-4, max_em_iter=200, sensitivity=None, specificity=None,
                  update_reliabilities=True, damping=0.7, tol=1e-6, max_iter=200,
                  warm_start=False, n_inducing=None, inducing_points=None, alpha=1.0,
-                 random_state=None):
+                 random_state=None, device="cpu"):
         self.kernel = kernel
+        self.device = device
         self.n_inducing = n_inducing
         self.inducing_points = inducing_points
         self.alpha = alpha

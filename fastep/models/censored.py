@@ -37,6 +37,9 @@ class CensoredGPRegressor(RegressorMixin, BaseEstimator):
     n_inducing, inducing_points, alpha :
         Sparse Power EP with inducing points (fitted by ML-II with the kernel and noise),
         as in :class:`~fastep.EPGaussianProcessClassifier`; needs ``inference="ep"``.
+    device : {"cpu", "cuda"}, default="cpu"
+        "cuda" runs EP on an NVIDIA GPU, as in :class:`~fastep.EPGaussianProcessClassifier`;
+        needs ``inference="ep"``.
 
     Attributes
     ----------
@@ -56,8 +59,9 @@ class CensoredGPRegressor(RegressorMixin, BaseEstimator):
     def __init__(self, kernel=None, *, noise_variance=1.0, lower=None, upper=None,
                  inference="ep", optimizer="L-BFGS-B", n_restarts_optimizer=0,
                  random_state=None, method="parallel", damping=None, tol=1e-6, max_iter=200,
-                 n_inducing=None, inducing_points=None, alpha=1.0):
+                 n_inducing=None, inducing_points=None, alpha=1.0, device="cpu"):
         self.kernel = kernel
+        self.device = device
         self.n_inducing = n_inducing
         self.inducing_points = inducing_points
         self.alpha = alpha
@@ -96,6 +100,9 @@ class CensoredGPRegressor(RegressorMixin, BaseEstimator):
         up = self.upper if upper is None else upper
         y_arr, lo, up = check_censored_data(y_arr, lo, up)
         self._X, self._y = np.ascontiguousarray(X), y_arr
+        if self.device != "cpu" and self.inference != "ep":
+            raise ValueError("device='cuda' runs EP only; set inference='ep' (got "
+                             f"inference={self.inference!r}) or device='cpu'.")
         self._engine = Engine.for_estimator(self, self._X)
         if self._engine.sparse and self.inference != "ep":
             raise ValueError("inducing points (n_inducing / inducing_points) need "

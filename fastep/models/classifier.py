@@ -9,7 +9,7 @@ import numpy as np
 
 from ..kernels import RBF, as_kernel
 from ..likelihoods import Likelihood, Logistic, Probit
-from ._engine import Engine, check_sparse_params
+from ._engine import Engine, check_device_param, check_sparse_params
 from ._mlii import maximize_evidence
 from ._sklearn_compat import (BaseEstimator, ClassifierMixin, check_classification_targets,
                               check_is_fitted, validate_data)
@@ -132,6 +132,9 @@ class EPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         Initial inducing inputs (implies sparse EP; overrides ``n_inducing``).
     alpha : float in (0, 1], default=1.0
         Power of sparse Power EP (1 = EP with inducing points; alpha -> 0 approaches VFE).
+    device : {"cpu", "cuda"}, default="cpu"
+        Where EP runs: "cuda" puts the parallel EP sweeps, the Gram matrices and the
+        evidence gradients on an NVIDIA GPU (:mod:`fastep.cuda`; needs the ``cuda`` extra).
 
     Attributes
     ----------
@@ -166,8 +169,9 @@ class EPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, kernel=None, *, likelihood="probit", method="parallel",
                  optimizer="L-BFGS-B", n_restarts_optimizer=0, damping=None, tol=1e-6,
                  max_iter=100, random_state=None, n_inducing=None, inducing_points=None,
-                 alpha=1.0):
+                 alpha=1.0, device="cpu"):
         self.kernel = kernel
+        self.device = device
         self.n_inducing = n_inducing
         self.inducing_points = inducing_points
         self.alpha = alpha
@@ -195,6 +199,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError("The 'optimizer' parameter of EPGaussianProcessClassifier must be "
                              f"'L-BFGS-B', a callable or None. Got {self.optimizer!r} instead.")
         check_sparse_params(self)
+        check_device_param(self)
 
     def _make_likelihood(self):
         if isinstance(self.likelihood, Likelihood):

@@ -1,0 +1,352 @@
+"""Runs every GPU kernel and GPU driver of fastep.cuda on seeded inputs; saves inputs and outputs.
+
+Run by ``tests/test_cuda.py`` in a subprocess, on a real GPU when there is one, else
+under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` must be set before numba is
+imported, hence the subprocess).  This script only *runs* the GPU code: the CPU
+twins are computed, and compared, by the tests in the pytest process.
+
+    python tests/cuda_checks.py OUT.npz          # kernels and drivers
+    python tests/cuda_checks.py --ptx            # compile every kernel to PTX (needs NVVM)
+
+Launch sizes are tiny under the simulator (a few threads that each walk a
+grid-stride loop over many elements): fast, and the loops really do stride.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+
+import numpy as np
+
+N_SITES = 40
+N_QUAD = 16           # sites for likelihoods integrated by panel quadrature (slow in Python)
+KINDS = (0, 1, 2, 3)  # RBF, Matern12, Matern32, Matern52
+
+
+def log_lik_custom(y, extra, f, params):
+    """A user likelihood for CustomLikelihood: Student-t-like heavy tail, math only."""
+    r = (y - f) / params[0]
+    return -2.0 * math.log1p(0.25 * r * r) - math.log(params[0])
+
+
+def likelihoods(n, rng):
+    """(name, likelihood, y, extra) for every likelihood, with extreme-cavity data."""
+    from fastep.likelihoods import (CustomLikelihood, Gaussian, Logistic, MultiAnnotator,
+                                    Probit, Tobit)
+    from fastep.likelihoods.tobit import check_censored_data
+    pm = rng.choice([-1.0, 1.0], n)
+    out = [("probit", Probit(), pm), ("logistic", Logistic(), pm),
+           ("gaussian", Gaussian(0.3), rng.normal(0.0, 10.0, n))]
+    lower = np.where(rng.random(n) < 0.8, rng.normal(-1.0, 3.0, n), -np.inf)
+    base = np.where(np.isfinite(lower), lower, rng.normal(1.0, 3.0, n))
+    upper = np.where(rng.random(n) < 0.8, base + np.abs(rng.normal(3.0, 3.0, n)) + 0.1, np.inf)
+    lo_f, up_f = np.isfinite(lower), np.isfinite(upper)
+    exact = np.where(lo_f & up_f, 0.5 * (np.where(lo_f, lower, 0) + np.where(up_f, upper, 0)),
+                     np.where(lo_f, lower + 1.0, np.where(up_f, upper - 1.0, 0.0)))
+    kind = rng.integers(0, 4, n)          # 0 left, 1 right, 2 exact, 3 interval
+    y = np.where((kind == 0) & lo_f, lower, np.where((kind == 1) & up_f, upper, exact))
+    y = np.where((kind == 3) & lo_f & up_f, np.nan, y)
+    check_censored_data(y, lower, upper)
+    out.append(("tobit", Tobit(0.2, lower=lower, upper=upper), y))
+    labels = np.where(rng.random((n, 4)) < 0.3, np.nan, (rng.random((n, 4)) < 0.5) * 1.0)
+    out.append(("annotators", MultiAnnotator(labels, [0.9, 0.7, 0.6, 0.99],
+                                             [0.8, 0.65, 0.55, 1.0]), np.ones(n)))
+    out.append(("custom", CustomLikelihood(log_lik_custom, params={"scale": 0.7}),
+                rng.normal(0.0, 5.0, n)))
+    return [(name, lik, yy, lik.site_extra(n)) for name, lik, yy in out]
+
+
+def _extreme_cavities(rng, n):
+    return rng.uniform(-30.0, 30.0, n), 10.0 ** rng.uniform(-4.0, 4.0, n)
+
+
+def run_kernels(res, rng):
+    from fastep.cuda import kernels as ck
+    from scipy.linalg import solve_triangular
+
+    def n_for(name):
+        return N_QUAD if name in ("logistic", "custom") else N_SITES
+
+    # tilted moments, at alpha = 1 (closed forms) and alpha = 0.5 (panel quadrature)
+    for alpha in (1.0, 0.5):
+        for name, lik, y, extra in likelihoods(N_SITES, np.random.default_rng(1)):
+            n = n_for(name) if alpha == 1.0 else N_QUAD
+            mu, var = _extreme_cavities(rng, n)
+            y, extra = y[:n].copy(), np.ascontiguousarray(extra[:n])
+            out = np.full((3, n), np.nan)
+            ck.tilted_batch(lik._tilted, y, extra, mu, var, alpha, lik.params,
+                            out[0], out[1], out[2])
+            key = f"tilted/{name}/{alpha}"
+            res.update({f"{key}/mu": mu, f"{key}/var": var, f"{key}/out": out})
+
+    # parallel EP sites (alpha = 1) and Power-EP sites (alpha = 1 and 0.5)
+    for name, lik, y, extra in likelihoods(N_SITES, np.random.default_rng(1)):
+        n = n_for(name)
+        y, extra = y[:n].copy(), np.ascontiguousarray(extra[:n])
+        mc, vc = _extreme_cavities(rng, n)
+        tau = rng.normal(0.0, 1.0, n) * 10.0 ** rng.uniform(-3, 2, n)
+        nu = rng.normal(0.0, 3.0, n)
+        bad = rng.random(n) < 0.15                       # improper cavities: skipped
+        tau = np.where(bad, np.abs(tau) + 0.1, tau)
+        with np.errstate(divide="ignore"):
+            var = np.where(bad, 2.0 / tau, 1.0 / (1.0 / vc + tau))
+        var = np.where((var > 0) & np.isfinite(var), var, 1.0)
+        mean = var * (mc / vc + nu)
+        for clip in (True, False):
+            outs = [np.full(n, np.nan) for _ in range(5)]
+            counter = np.zeros(1, dtype=np.int64)
+            ck.parallel_sites(lik._tilted, y, extra, lik.params, mean, var, tau, nu, 0.7, clip,
+                              *outs, counter)
+            key = f"sites/{name}/{clip}"
+            res.update({f"{key}/mean": mean, f"{key}/var": var, f"{key}/tau": tau,
+                        f"{key}/nu": nu, f"{key}/out": np.array(outs),
+                        f"{key}/skipped": counter.copy()})
+        resid = 10.0 ** rng.uniform(-6, 1, n)
+        pvar = 10.0 ** rng.uniform(-6, 2, n)
+        pmean = rng.uniform(-20.0, 20.0, n)
+        for alpha in (1.0, 0.5):
+            if alpha != 1.0 and name in ("logistic", "custom"):
+                n2 = N_QUAD // 2
+            else:
+                n2 = n
+            outs = [np.full(n2, np.nan) for _ in range(5)]
+            counter = np.zeros(1, dtype=np.int64)
+            sl = slice(0, n2)
+            ck.power_sites(lik._tilted, y[sl], np.ascontiguousarray(extra[sl]), lik.params,
+                           pmean[sl], pvar[sl], resid[sl], tau[sl], nu[sl], alpha, 0.6,
+                           lik.log_concave, *outs, counter)
+            key = f"power/{name}/{alpha}"
+            res.update({f"{key}/mean": pmean[sl], f"{key}/var": pvar[sl],
+                        f"{key}/resid": resid[sl], f"{key}/tau": tau[sl], f"{key}/nu": nu[sl],
+                        f"{key}/out": np.array(outs), f"{key}/skipped": counter.copy()})
+
+    # dense covariance work
+    n = 40
+    A = rng.normal(size=(n, n))
+    K = A @ A.T / n
+    s = np.sqrt(np.abs(rng.normal(size=n))) * (rng.random(n) < 0.8)
+    b, sc, rs = np.empty((n, n)), np.empty((n, n)), np.empty(n)
+    ck.build_b(K, s, b)
+    ck.scale_columns(K, s, sc)
+    ck.row_sumsq(A, rs)
+    cs = np.empty(n)
+    ck.col_sumsq(A, cs)
+    res.update({"dense/K": K, "dense/s": s, "dense/A": A, "dense/build_b": b,
+                "dense/scale_columns": sc, "dense/row_sumsq": rs, "dense/col_sumsq": cs})
+
+    # sparse EP: per-site marginals of the projections
+    m, c = 7, 45
+    At = np.abs(rng.normal(size=(m, c)))
+    R = np.tril(rng.normal(size=(m, m)), -1) * 0.3 + np.diag(1.0 + rng.random(m))
+    w = rng.normal(size=m)
+    G = solve_triangular(R, At, lower=True)
+    mean, var = np.empty(c), np.empty(c)
+    ck.projection_marginals(At, w, G, mean, var)
+    res.update({"marg/At": At, "marg/R": R, "marg/w": w, "marg/mean": mean, "marg/var": var})
+
+    # stationary Gram matrices and contractions, every kind, ARD
+    x1, x2 = rng.normal(size=(23, 3)), rng.normal(size=(19, 3))
+    inv_ls = 1.0 / np.array([0.5, 1.3, 2.0])
+    g = rng.normal(size=(23, 19))
+    g[rng.random(g.shape) < 0.1] = 0.0
+    res.update({"gram/x1": x1, "gram/x2": x2, "gram/inv_ls": inv_ls, "gram/g": g})
+    for kind in KINDS:
+        cross, sym = np.empty((23, 19)), np.empty((23, 23))
+        ck.stationary_gram(x1, x2, inv_ls, 1.7, kind, cross)
+        ck.stationary_gram(x1, x1, inv_ls, 1.7, kind, sym)
+        cols = np.empty((19, 4))
+        ck.stationary_contract(x1, x2, inv_ls, 1.7, kind, g, cols)
+        dx = np.empty((23, 3))
+        ck.stationary_input_contract(x1, x2, inv_ls, 1.7, kind, np.ascontiguousarray(g.T), dx)
+        res.update({f"gram/{kind}/cross": cross, f"gram/{kind}/sym": sym,
+                    f"gram/{kind}/contract": cols, f"gram/{kind}/input": dx})
+
+
+def composite_kernels():
+    from fastep.kernels import (RBF, ConstantKernel, Linear, Matern12, Matern32, Matern52,
+                                WhiteKernel)
+    return {"rbf_ard": RBF(1.3, [0.7, 1.4]),
+            "sum": Matern32(0.8, 0.9) + WhiteKernel(0.1) + ConstantKernel(0.5),
+            "product": Matern52(1.1, [1.0, 0.6]) * Linear(0.4),
+            "m12_fixed": Matern12(1.0, 0.8, variance_bounds="fixed")}
+
+
+def run_gram_api(res, backend, rng):
+    import fastep.cuda as fc
+    X, Y = rng.normal(size=(21, 2)), rng.normal(size=(13, 2))
+    G, Gc = rng.normal(size=(21, 21)), rng.normal(size=(21, 13))
+    res.update({"api/X": X, "api/Y": Y, "api/G": G, "api/Gc": Gc})
+    for name, k in composite_kernels().items():
+        res[f"api/{name}/K"] = backend.to_host(fc.gram(k, X, backend=backend))
+        res[f"api/{name}/Kxy"] = backend.to_host(fc.gram(k, X, Y, backend=backend))
+        res[f"api/{name}/dK"] = fc.gradient_contract(k, X, G, backend=backend)
+        res[f"api/{name}/dKxy"] = fc.gradient_contract(k, X, Gc, Y, backend=backend)
+
+
+def driver_problems():
+    """(name, K, y, likelihood, kwargs) for the dense driver; seeded."""
+    from fastep.kernels import RBF
+    from fastep.likelihoods import Gaussian, MultiAnnotator, Probit, Tobit
+    rng = np.random.default_rng(7)
+    n = 20
+    X = rng.normal(size=(n, 2))
+    K = RBF(2.0, 0.9)(X) + 1e-6 * np.eye(n)
+    f = np.sin(2 * X[:, 0])
+    pm = np.where(f + 0.3 * rng.normal(size=n) > 0, 1.0, -1.0)
+    ycens = np.maximum(f + 0.1 * rng.normal(size=n), -0.3)
+    labels = np.where(rng.random((n, 3)) < 0.75, (pm[:, None] > 0) * 1.0,
+                      (pm[:, None] < 0) * 1.0)
+    labels[rng.random((n, 3)) < 0.2] = np.nan
+    return X, [("probit", K, pm, Probit(), {}),
+               ("gaussian", K, f, Gaussian(0.05), {}),
+               ("tobit", K, ycens, Tobit(0.01, lower=-0.3), {"damping": 0.8}),
+               ("annotators", K, np.ones(n),
+                MultiAnnotator(labels, [0.9, 0.6, 0.55], [0.85, 0.6, 0.5]), {"damping": 0.5})]
+
+
+def sparse_problems():
+    from fastep.kernels import RBF
+    from fastep.likelihoods import Gaussian, Probit
+    rng = np.random.default_rng(8)
+    n = 30
+    X = rng.uniform(-2, 2, (n, 1))
+    pm = np.where(np.sin(2 * X[:, 0]) > 0, 1.0, -1.0)
+    Z = np.linspace(-2, 2, 6)[:, None]
+    return X, Z, [("probit", RBF(2.0, 0.7), pm, Probit(), {"alpha": 1.0}),
+                  ("gaussian", RBF(1.0, 0.7), np.sin(2 * X[:, 0]), Gaussian(0.1),
+                   {"alpha": 0.5})]
+
+
+def run_drivers(res, backend):
+    import fastep.cuda as fc
+    X, problems = driver_problems()
+    for name, K, y, lik, kw in problems:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = fc.ep(K, y, lik, backend=backend, **kw)
+        Xs = X[:5] + 0.1
+        from fastep.kernels import RBF
+        kc = RBF(2.0, 0.9)(X, Xs)
+        pm, pv = r.predict_latent(kc, np.full(5, 2.0))
+        weights = backend.to_host(r.kernel_gradient_weights())
+        res.update({f"ep/{name}/mean": r.mean, f"ep/{name}/var": r.var,
+                    f"ep/{name}/tau": r.site_tau, f"ep/{name}/nu": r.site_nu,
+                    f"ep/{name}/logz": np.array([r.log_marginal_likelihood]),
+                    f"ep/{name}/n_iter": np.array([r.n_iter]),
+                    f"ep/{name}/cav": np.array([r.cavity_mean, r.cavity_var]),
+                    f"ep/{name}/pred": np.array([pm, pv]), f"ep/{name}/weights": weights})
+    X, Z, problems = sparse_problems()
+    for name, kernel, y, lik, kw in problems:
+        r = fc.sparse_ep(kernel, Z, X, y, lik, chunk_size=16, backend=backend, **kw)
+        pm, pv = r.predict_latent(kernel, X[:5] + 0.05)
+        res.update({f"sparse/{name}/mean": r.mean, f"sparse/{name}/var": r.var,
+                    f"sparse/{name}/tau": r.site_tau, f"sparse/{name}/nu": r.site_nu,
+                    f"sparse/{name}/logz": np.array([r.log_marginal_likelihood]),
+                    f"sparse/{name}/n_iter": np.array([r.n_iter]),
+                    f"sparse/{name}/pred": np.array([pm, pv])})
+
+
+def estimator_problem():
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(20, 2))
+    y = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(int)
+    return X, y
+
+
+def run_estimator(res, backend):
+    """The classifier with device='cuda' through the Engine (backend made the default)."""
+    from fastep import EPGaussianProcessClassifier
+    from fastep.cuda import _backend
+    from fastep.kernels import RBF
+    X, y = estimator_problem()
+    _backend.use_backend(backend)
+    try:
+        clf = EPGaussianProcessClassifier(RBF(1.5, 0.8), optimizer=None, device="cuda").fit(X, y)
+        value, grad = clf.log_marginal_likelihood(np.log([1.2, 0.9]), eval_gradient=True)
+        res["est/proba"] = clf.predict_proba(X[:6] + 0.1)
+        res["est/lml"] = np.array([clf.log_marginal_likelihood_value_, value])
+        res["est/grad"] = grad
+    finally:
+        _backend.use_backend(None)
+    import os
+    import tempfile
+
+    from fastep._io import load_model, save_model
+    with tempfile.TemporaryDirectory() as tmp:       # saved from the GPU, loaded on the CPU
+        save_model(clf, os.path.join(tmp, "model.npz"))
+        loaded = load_model(os.path.join(tmp, "model.npz"))
+    res["est/loaded_proba"] = loaded.predict_proba(X[:6] + 0.1)
+    res["est/loaded_device"] = np.array([loaded.device])
+
+
+def run_messages(res):
+    """The error of device='cuda' without CuPy (under the simulator) or without a GPU."""
+    import fastep
+    from fastep.likelihoods import Probit
+    try:
+        fastep.ep(np.eye(3), np.ones(3), Probit(), device="cuda")
+        res["msg/ep"] = np.array(["(no error: a GPU with CuPy is usable)"])
+    except Exception as exc:
+        res["msg/ep"] = np.array([f"{type(exc).__name__}: {exc}"])
+
+
+def main(path):
+    import fastep.cuda as fc
+    from fastep.cuda import _backend
+    from fastep.cuda import kernels as ck
+    if fc.simulator_enabled():
+        ck.THREADS_PER_BLOCK, ck.THREADS_2D, ck.MAX_BLOCKS = 4, 2, 2
+    try:
+        backend = _backend.cupy_backend() if not fc.simulator_enabled() else None
+    except ImportError:
+        backend = None
+    backend = backend or _backend.numpy_backend()
+    res = {"meta/simulator": np.array([fc.simulator_enabled()]),
+           "meta/backend": np.array([backend.name])}
+    rng = np.random.default_rng(0)
+    run_kernels(res, rng)
+    run_gram_api(res, backend, rng)
+    run_drivers(res, backend)
+    run_estimator(res, backend)
+    run_messages(res)
+    np.savez(path, **res)
+
+
+def compile_ptx(cc=(9, 0)):
+    """Compile every kernel (all likelihoods) to PTX without a GPU: catches code that the
+    simulator runs but the CUDA target cannot compile.  Needs NVVM (CUDA_HOME)."""
+    import types as pytypes
+
+    import numba.cuda.dispatcher as dispatcher
+    from numba import cuda
+    from numba import types as nt
+    dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=cc)
+    from fastep.cuda import kernels as ck
+    f8, b1 = nt.float64, nt.boolean
+    a1, a2, a2a, i8 = nt.float64[::1], nt.float64[:, ::1], nt.float64[:, :], nt.int64[::1]
+    i8s = nt.int64
+    sigs = {"tilted": (a1, a2, a1, a1, f8, a1, a1, a1, a1),
+            "sites": (a1, a2, a1, a1, a1, a1, a1, f8, b1, a1, a1, a1, a1, a1, i8),
+            "power": (a1, a2, a1, a1, a1, a1, a1, a1, f8, f8, b1, a1, a1, a1, a1, a1, i8)}
+    done = []
+    for name, lik, _, _ in likelihoods(8, np.random.default_rng(0)):
+        for kname, kern in zip(("tilted", "sites", "power"), ck._per_likelihood(lik._tilted)):
+            cuda.compile_ptx(kern.py_func, sigs[kname], cc=cc)
+            done.append(f"{kname}/{name}")
+    fixed = {"_build_b_kernel": (a2, a1, a2), "_scale_columns_kernel": (a2, a1, a2),
+             "_col_sumsq_kernel": (a2a, a1), "_projection_marginals_kernel": (a2, a1, a2, a1, a1),
+             "_stationary_gram_kernel": (a2, a2, a1, f8, i8s, a2),
+             "_stationary_contract_kernel": (a2, a2, a1, f8, i8s, a2, a2),
+             "_stationary_input_contract_kernel": (a2, a2, a1, f8, i8s, a2, a2)}
+    for kname, sig in fixed.items():
+        cuda.compile_ptx(getattr(ck, kname).py_func, sig, cc=cc)
+        done.append(kname)
+    print("PTX OK:", len(done), "kernels:", ", ".join(done))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--ptx":
+        compile_ptx()
+    else:
+        main(sys.argv[1])

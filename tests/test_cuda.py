@@ -1,0 +1,361 @@
+"""The CUDA path (fastep.cuda): every GPU kernel and driver against its CPU twin.
+
+The GPU code runs in a subprocess (``tests/cuda_checks.py``): on a real GPU when one is
+usable, else under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` must be set before
+numba is imported, so it cannot be switched on inside this process without changing
+every other test).  The subprocess saves its inputs and outputs; the CPU twins are
+computed *here*, from the saved inputs, and compared.
+
+Tolerance: 1e-12 relative.  Where the twins sum in a different order (a dot product in
+BLAS against a loop) the error is relative to the sum of the magnitudes of the terms
+(the condition of the sum), stated at each such test.
+"""
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fastep
+import cuda_checks as cc
+from fastep.inference import _ep_kernels as kern
+from fastep.inference.ep import ep as cpu_ep
+from fastep.inference.sparse_ep import _InducingPosterior
+from fastep.inference.sparse_ep import sparse_ep as cpu_sparse_ep
+from fastep.kernels import _gram
+from fastep.likelihoods import tilted_batch
+
+HERE = Path(__file__).parent
+RTOL = 1e-12
+
+
+def _gpu_usable_here():
+    """A real GPU with its driver (checked without importing numba.cuda's simulator)."""
+    try:
+        import fastep.cuda as fc
+        return fc.is_available() and not fc.simulator_enabled()
+    except Exception:
+        return False
+
+
+def _run_checks(tmp, extra_env):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(HERE.parent), str(HERE), os.environ.get("PYTHONPATH", "")]), **extra_env)
+    out = tmp / "cuda_checks.npz"
+    proc = subprocess.run([sys.executable, str(HERE / "cuda_checks.py"), str(out)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    return proc, out
+
+
+@pytest.fixture(scope="module")
+def gpu(tmp_path_factory):
+    """Outputs of the GPU code: on a real GPU if usable, else under the CUDA simulator."""
+    tmp = tmp_path_factory.mktemp("cuda")
+    mode = "gpu" if _gpu_usable_here() else "simulator"
+    proc, out = _run_checks(tmp, {} if mode == "gpu" else {"NUMBA_ENABLE_CUDASIM": "1"})
+    if proc.returncode != 0:
+        probe = subprocess.run([sys.executable, "-c", "from numba import cuda; "
+                                "assert cuda.is_available()"], capture_output=True,
+                               env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"))
+        if probe.returncode != 0:
+            pytest.skip("neither a CUDA GPU nor Numba's CUDA simulator is usable here: "
+                        + (probe.stderr.decode().strip().splitlines() or ["?"])[-1])
+        raise AssertionError(f"GPU checks failed ({mode}):\n{proc.stdout}\n{proc.stderr}")
+    data = dict(np.load(out))
+    data["meta/mode"] = mode
+    return data
+
+
+def assert_twin(gpu_value, cpu_value, rtol=RTOL, scale=None):
+    """Equal to rtol relative (to |cpu| or to ``scale``, the size of the summed terms),
+    NaN where the CPU twin has NaN."""
+    g, c = np.asarray(gpu_value, float), np.asarray(cpu_value, float)
+    assert g.shape == c.shape
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(c))
+    ok = ~np.isnan(c)
+    np.testing.assert_array_equal(np.isinf(g[ok]), np.isinf(c[ok]))
+    fin = ok & np.isfinite(c)
+    np.testing.assert_array_equal(g[ok & ~fin], c[ok & ~fin])
+    ref = np.abs(c[fin]) if scale is None else np.broadcast_to(scale, c.shape)[fin]
+    err = np.abs(g[fin] - c[fin])
+    assert np.all(err <= rtol * ref), f"max relative error {np.max(err / np.maximum(ref, 1e-300)):.3g}"
+
+
+LIKS = {name: (lik, y, extra) for name, lik, y, extra in
+        cc.likelihoods(cc.N_SITES, np.random.default_rng(1))}
+
+
+# ---------------------------------------------------------------------------------------
+# likelihoods: tilted moments, parallel sites, Power-EP sites
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+@pytest.mark.parametrize("name", list(LIKS))
+def test_tilted_moments_equal_cpu(gpu, name, alpha):
+    """Extreme cavities: |mu| up to 30, var from 1e-4 to 1e4; alpha = 0.5 is the panel
+    quadrature for every likelihood but the Gaussian."""
+    lik, y, extra = LIKS[name]
+    key = f"tilted/{name}/{alpha}"
+    mu, var = gpu[f"{key}/mu"], gpu[f"{key}/var"]
+    n = mu.size
+    out = np.empty((3, n))
+    tilted_batch(lik._tilted, y[:n].copy(), np.ascontiguousarray(extra[:n]), mu, var, alpha,
+                 lik.params, out[0], out[1], out[2])
+    assert np.all(np.isfinite(out))
+    assert_twin(gpu[f"{key}/out"], out)
+
+
+@pytest.mark.parametrize("clip", [True, False])
+@pytest.mark.parametrize("name", list(LIKS))
+def test_parallel_sites_equal_cpu(gpu, name, clip):
+    lik, y, extra = LIKS[name]
+    key = f"sites/{name}/{clip}"
+    mean, var, tau, nu = (gpu[f"{key}/{k}"] for k in ("mean", "var", "tau", "nu"))
+    n = mean.size
+    outs = [np.empty(n) for _ in range(5)]
+    skipped = kern.SERIAL.parallel_sites(lik._tilted, y[:n].copy(),
+                                         np.ascontiguousarray(extra[:n]), lik.params, mean, var,
+                                         tau, nu, 0.7, clip, *outs)
+    assert skipped > 0                         # the improper cavities were exercised
+    assert int(gpu[f"{key}/skipped"][0]) == skipped
+    assert_twin(gpu[f"{key}/out"], np.array(outs))
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+@pytest.mark.parametrize("name", list(LIKS))
+def test_power_sites_equal_cpu(gpu, name, alpha):
+    lik, y, extra = LIKS[name]
+    key = f"power/{name}/{alpha}"
+    args = [gpu[f"{key}/{k}"] for k in ("mean", "var", "resid", "tau", "nu")]
+    n = args[0].size
+    outs = [np.empty(n) for _ in range(5)]
+    skipped = kern.SERIAL.power_sites(lik._tilted, y[:n].copy(), np.ascontiguousarray(extra[:n]),
+                                      lik.params, *args, alpha, 0.6, lik.log_concave, *outs)
+    assert int(gpu[f"{key}/skipped"][0]) == skipped
+    assert_twin(gpu[f"{key}/out"], np.array(outs))
+
+
+def test_device_functions_call_no_cpu_code():
+    """Every retargeted function reaches only device functions (under the simulator a CPU
+    dispatcher would run silently; on a GPU it would not compile)."""
+    from numba.core.registry import CPUDispatcher
+
+    from fastep.cuda import kernels as ck
+    for name, (lik, _, _) in LIKS.items():
+        ck._per_likelihood(lik._tilted)
+    assert len(ck._DEVICE) >= 10
+    for dev in ck._DEVICE.values():
+        py = getattr(dev, "py_func", None) or dev.fn
+        names = [py.__globals__.get(n) for n in py.__code__.co_names]
+        cells = [c.cell_contents for c in (py.__closure__ or ())]
+        assert not any(isinstance(v, CPUDispatcher) for v in names + cells), py.__name__
+
+
+# ---------------------------------------------------------------------------------------
+# covariance work, sparse marginals, Gram matrices
+# ---------------------------------------------------------------------------------------
+def test_dense_covariance_kernels_equal_cpu(gpu):
+    K, s, A = gpu["dense/K"], gpu["dense/s"], gpu["dense/A"]
+    n = K.shape[0]
+    b, sc, rs = np.empty((n, n)), np.empty((n, n)), np.empty(n)
+    kern.SERIAL.build_b(K, s, b)
+    kern.SERIAL.scale_columns(K, s, sc)
+    kern.SERIAL.row_sumsq(A, rs)
+    assert_twin(gpu["dense/build_b"], b)
+    assert_twin(gpu["dense/scale_columns"], sc)
+    assert_twin(gpu["dense/row_sumsq"], rs)
+    kern.SERIAL.row_sumsq(np.ascontiguousarray(A.T), rs)
+    assert_twin(gpu["dense/col_sumsq"], rs)
+
+
+def test_sparse_marginals_equal_cpu(gpu):
+    """Against ``_InducingPosterior.marginals`` (dtrmm by R^-1, mean G^T beta with
+    beta = R^T w): the mean is a dot product summed in another order, so its error is
+    relative to sum_k |a_k w_k|."""
+    At, R, w = gpu["marg/At"], gpu["marg/R"], gpu["marg/w"]
+    q = types.SimpleNamespace(beta=R.T @ w, R_inv=np.asfortranarray(np.linalg.inv(R)))
+    _, mean, var = _InducingPosterior.marginals(q, np.asfortranarray(At.copy()))
+    assert_twin(gpu["marg/mean"], mean, scale=np.abs(At).T @ np.abs(w))
+    assert_twin(gpu["marg/var"], var)
+
+
+@pytest.mark.parametrize("kind", cc.KINDS)
+def test_stationary_gram_and_contractions_equal_cpu(gpu, kind):
+    x1, x2, inv_ls, g = (gpu[f"gram/{k}"] for k in ("x1", "x2", "inv_ls", "g"))
+    cross, sym = np.empty((x1.shape[0], x2.shape[0])), np.empty((x1.shape[0],) * 2)
+    _gram.stationary_gram(x1, x2, inv_ls, 1.7, kind, False, cross)
+    _gram.stationary_gram(x1, x1, inv_ls, 1.7, kind, True, sym)
+    assert_twin(gpu[f"gram/{kind}/cross"], cross)
+    assert_twin(gpu[f"gram/{kind}/sym"], sym)
+    # the GPU kernel owns columns: it equals the CPU kernel with the roles swapped
+    rows = np.empty((x2.shape[0], 1 + x2.shape[1]))
+    _gram.stationary_contract(x2, x1, inv_ls, 1.7, kind, np.ascontiguousarray(g.T), rows)
+    assert_twin(gpu[f"gram/{kind}/contract"], rows)
+    dx = np.empty(x1.shape)
+    _gram.stationary_input_contract(x1, x2, inv_ls, 1.7, kind, g, dx)
+    assert_twin(gpu[f"gram/{kind}/input"], dx)
+
+
+@pytest.mark.parametrize("name", list(cc.composite_kernels()))
+def test_gram_api_every_kernel_equals_cpu(gpu, name):
+    """fastep.cuda.gram / gradient_contract for sums, products, linear, constant, white,
+    ARD and fixed parameters.  The contraction totals are sums over many terms of both
+    signs, summed per column on the GPU and per row on the CPU: error relative to the
+    contraction of |G| (the same sum with all terms positive)."""
+    k = cc.composite_kernels()[name]
+    X, Y, G, Gc = (gpu[f"api/{v}"] for v in ("X", "Y", "G", "Gc"))
+    assert_twin(gpu[f"api/{name}/K"], k(X))
+    assert_twin(gpu[f"api/{name}/Kxy"], k(X, Y))
+    assert_twin(gpu[f"api/{name}/dK"], k.gradient_contract(X, G),
+                scale=np.abs(k.gradient_contract(X, np.abs(G))) + 1e-300)
+    assert_twin(gpu[f"api/{name}/dKxy"], k.gradient_contract(X, Gc, Y),
+                scale=np.abs(k.gradient_contract(X, np.abs(Gc), Y)) + 1e-300)
+
+
+# ---------------------------------------------------------------------------------------
+# drivers: the whole GPU code path (CuPy, or its NumPy stand-in under the simulator)
+# ---------------------------------------------------------------------------------------
+DENSE = {name: (K, y, lik, kw) for name, K, y, lik, kw in cc.driver_problems()[1]}
+
+
+@pytest.mark.parametrize("name", list(DENSE))
+def test_dense_driver_equals_cpu_ep(gpu, name):
+    """Same sweeps, same sites: the GPU driver reproduces fastep.ep (parallel) including
+    the split form for negative site precisions (annotators), predictions and the
+    evidence-gradient weights.  Linear algebra differs in summation order, hence 1e-9."""
+    import warnings
+    K, y, lik, kw = DENSE[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = cpu_ep(K, y, lik, **kw)
+    key = f"ep/{name}"
+    if name == "annotators":
+        assert np.any(r.site_tau < 0)
+    assert int(gpu[f"{key}/n_iter"][0]) == r.n_iter
+    for field, value in (("mean", r.mean), ("var", r.var), ("tau", r.site_tau),
+                         ("nu", r.site_nu), ("logz", [r.log_marginal_likelihood]),
+                         ("cav", [r.cavity_mean, r.cavity_var])):
+        np.testing.assert_allclose(gpu[f"{key}/{field}"], value, rtol=1e-9, atol=1e-11)
+    X = cc.driver_problems()[0]
+    from fastep.kernels import RBF
+    pm, pv = r.predict_latent(RBF(2.0, 0.9)(X, X[:5] + 0.1), np.full(5, 2.0))
+    np.testing.assert_allclose(gpu[f"{key}/pred"], [pm, pv], rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(gpu[f"{key}/weights"], r.kernel_gradient_weights(), rtol=1e-9,
+                               atol=1e-11)
+
+
+@pytest.mark.parametrize("i", [0, 1])
+def test_sparse_driver_equals_cpu_sparse_ep(gpu, i):
+    X, Z, problems = cc.sparse_problems()
+    name, kernel, y, lik, kw = problems[i]
+    r = cpu_sparse_ep(kernel, Z, X, y, lik, chunk_size=16, **kw)
+    key = f"sparse/{name}"
+    assert int(gpu[f"{key}/n_iter"][0]) == r.n_iter
+    for field, value in (("mean", r.mean), ("var", r.var), ("tau", r.site_tau),
+                         ("nu", r.site_nu), ("logz", [r.log_marginal_likelihood])):
+        np.testing.assert_allclose(gpu[f"{key}/{field}"], value, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(gpu[f"{key}/pred"], r.predict_latent(kernel, X[:5] + 0.05),
+                               rtol=1e-9, atol=1e-11)
+
+
+def test_classifier_device_cuda_equals_cpu(gpu):
+    """EPGaussianProcessClassifier(device='cuda') through the Engine: probabilities, log Z
+    and its gradient (GPU contraction of the GPU weights) equal device='cpu'."""
+    from fastep import EPGaussianProcessClassifier
+    from fastep.kernels import RBF
+    X, y = cc.estimator_problem()
+    clf = EPGaussianProcessClassifier(RBF(1.5, 0.8), optimizer=None).fit(X, y)
+    value, grad = clf.log_marginal_likelihood(np.log([1.2, 0.9]), eval_gradient=True)
+    np.testing.assert_allclose(gpu["est/proba"], clf.predict_proba(X[:6] + 0.1), rtol=1e-9)
+    np.testing.assert_allclose(gpu["est/lml"], [clf.log_marginal_likelihood_value_, value],
+                               rtol=1e-9)
+    np.testing.assert_allclose(gpu["est/grad"], grad, rtol=1e-8, atol=1e-10)
+    # saved after a GPU fit, loaded (on the CPU) without a GPU
+    assert str(gpu["est/loaded_device"][0]) == "cpu"
+    np.testing.assert_allclose(gpu["est/loaded_proba"], clf.predict_proba(X[:6] + 0.1),
+                               rtol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------
+# errors: what is missing, and bad arguments
+# ---------------------------------------------------------------------------------------
+def test_error_names_cupy_under_simulator(gpu):
+    msg = str(gpu["msg/ep"][0])
+    if gpu["meta/mode"] == "gpu":
+        pytest.skip(f"a real GPU ran the checks ({msg})")
+    assert msg.startswith("CUDAUnavailableError")
+    assert "CuPy" in msg and "cupy-cuda12x" in msg and "fastep[cuda]" in msg
+    assert "driver" not in msg                   # the simulator stands in for the GPU
+
+
+def test_error_names_driver_and_cupy_without_gpu():
+    import fastep.cuda as fc
+    from fastep.likelihoods import Probit
+    if _gpu_usable_here():
+        pytest.skip("a CUDA GPU is usable on this machine")
+    for call in (lambda: fastep.ep(np.eye(3), np.ones(3), Probit(), device="cuda"),
+                 lambda: fastep.EPGaussianProcessClassifier(device="cuda").fit(
+                     np.arange(6.0)[:, None], [0, 1, 0, 1, 0, 1])):
+        with pytest.raises(fc.CUDAUnavailableError) as info:
+            call()
+        msg = str(info.value)
+        assert "driver" in msg and "GPU" in msg
+        if fc._cupy_reason() is not None:
+            assert "CuPy" in msg and "cupy-cuda12x" in msg
+        assert "device='cpu'" in msg
+    assert not fc.is_available()
+
+
+def test_bad_device_and_method_are_value_errors():
+    from fastep import CensoredGPRegressor, EPGaussianProcessClassifier
+    from fastep.inference.sparse_ep import sparse_ep
+    from fastep.kernels import RBF
+    from fastep.likelihoods import Probit
+    X, y = np.arange(6.0)[:, None], np.array([0, 1, 0, 1, 0, 1])
+    with pytest.raises(ValueError, match="'device' parameter must be one of"):
+        fastep.ep(np.eye(3), np.ones(3), Probit(), device="gpu")
+    with pytest.raises(ValueError, match="parallel EP only"):
+        fastep.ep(np.eye(3), np.ones(3), Probit(), method="sequential", device="cuda")
+    with pytest.raises(ValueError, match="'device' parameter must be one of"):
+        sparse_ep(RBF(), X[:2], X, np.ones(6), Probit(), device="tpu")
+    with pytest.raises(ValueError, match="'device' parameter of EPGaussianProcessClassifier"):
+        EPGaussianProcessClassifier(device="gpu").fit(X, y)
+    with pytest.raises(ValueError, match="parallel EP only"):
+        EPGaussianProcessClassifier(device="cuda", method="sequential").fit(X, y)
+    with pytest.raises(ValueError, match="inference='ep'"):
+        CensoredGPRegressor(device="cuda", inference="laplace").fit(X, np.arange(6.0))
+
+
+def test_import_fastep_does_not_import_cuda():
+    code = ("import sys, fastep; fastep.EPGaussianProcessClassifier; "
+            "bad = [m for m in sys.modules if m.startswith('fastep.cuda') or m == 'numba.cuda'"
+            " or m.startswith('cupy')]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(
+        os.environ, PYTHONPATH=str(HERE.parent)))
+
+
+def _nvvm_home():
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and (Path(home) / "nvvm").is_dir():
+        return home
+    try:
+        import nvidia.cuda_nvcc as nv           # pip install nvidia-cuda-nvcc-cu12
+        return str(Path(list(nv.__path__)[0]))
+    except Exception:
+        return None
+
+
+@pytest.mark.skipif(_nvvm_home() is None, reason="NVVM not found (set CUDA_HOME, or pip "
+                    "install nvidia-cuda-nvcc-cu12): cannot compile the kernels to PTX")
+def test_every_kernel_compiles_to_ptx():
+    """The simulator runs any Python; this compiles every kernel, every likelihood's
+    (panel quadrature included), for a real GPU (sm_90) without one."""
+    env = dict(os.environ, CUDA_HOME=_nvvm_home(), PYTHONPATH=os.pathsep.join(
+        [str(HERE.parent), str(HERE)]))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    proc = subprocess.run([sys.executable, str(HERE / "cuda_checks.py"), "--ptx"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "PTX OK" in proc.stdout
