@@ -5,7 +5,8 @@ from ._precompile import precompile
 
 __version__ = "0.1.0"
 
-_ESTIMATORS = ("CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier")
+_ESTIMATORS = ("CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier",
+               "GWIClassifier")
 
 
 def __getattr__(name):
@@ -21,5 +22,5 @@ def __dir__():
     return sorted(set(globals()) | set(_ESTIMATORS))
 
 __all__ = ["ep", "CensoredGPRegressor", "EPGaussianProcessClassifier",
-           "MultiAnnotatorGPClassifier", "precompile", "EPResult", "ConvergenceWarning",
+           "MultiAnnotatorGPClassifier", "GWIClassifier", "precompile", "EPResult", "ConvergenceWarning",
            "EPNumericalWarning", "kernels", "likelihoods", "__version__"]

@@ -2,6 +2,8 @@
 from .annotators import MultiAnnotatorGPClassifier, concatenate_labels, majority_vote
 from .censored import CensoredGPRegressor
 from .classifier import EPGaussianProcessClassifier
+from .gwi import GWIClassifier
 
-__all__ = ["CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier", "majority_vote",
+__all__ = ["CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier", "GWIClassifier",
+           "majority_vote",
            "concatenate_labels"]
