@@ -6,7 +6,7 @@ from ._precompile import precompile
 __version__ = "0.1.0"
 
 _ESTIMATORS = ("CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier",
-               "SparseGPRegressor")
+               "SparseGPRegressor", "GWIClassifier")
 
 
 def __getattr__(name):
@@ -22,5 +22,6 @@ def __dir__():
     return sorted(set(globals()) | set(_ESTIMATORS))
 
 __all__ = ["ep", "CensoredGPRegressor", "EPGaussianProcessClassifier",
-           "MultiAnnotatorGPClassifier", "SparseGPRegressor", "precompile", "EPResult", "ConvergenceWarning",
+           "MultiAnnotatorGPClassifier", "SparseGPRegressor", "GWIClassifier", "precompile",
+           "EPResult", "ConvergenceWarning",
            "EPNumericalWarning", "kernels", "likelihoods", "__version__"]

@@ -23,7 +23,7 @@ def precompile(verbose=False):
     from .inference.ep import ep
     from .inference.sparse_ep import sparse_ep
     from .kernels import RBF, Matern12, Matern32, Matern52
-    from .likelihoods import Gaussian, Logistic, Probit
+    from .likelihoods import Gaussian, Logistic, Probit, RobustMax
 
     t0 = time.perf_counter()
     X = np.linspace(0.0, 1.0, 6)[:, None]
@@ -48,6 +48,9 @@ def precompile(verbose=False):
             finally:
                 _ep_kernels.PARALLEL_MIN_N = saved
         Probit().tilted(y, y, np.ones(6), alpha=0.5)
+    robust = RobustMax(3)                      # multiclass GWI: S(x, j) and its gradient
+    robust.predict_proba(np.zeros((2, 3)), np.ones((2, 3)))
+    robust.prob_largest_grad(np.zeros((2, 3)), np.ones((2, 3)), np.array([0, 2]))
     seconds = time.perf_counter() - t0
     logging.getLogger("fastep").log(logging.INFO if verbose else logging.DEBUG,
                                     "fastep kernels ready in %.2f s", seconds)

@@ -18,6 +18,9 @@ ep_log_evidence_from_sites     R&W eqs. 3.65 / 3.73-3.74 for arbitrary sites
 tilted_moments_quad            log Z and its mu-derivatives by adaptive quadrature
 log_ndtr_ref                   log Phi(z) (scipy.special.log_ndtr)
 probit_tilted_moments          closed-form probit tilted moments, R&W eq. 3.58
+gaussian_w2_squared            W2^2 between two Gaussians on R^n (scipy.linalg.sqrtm)
+prob_largest_quad              P(f_j = max_l f_l) for independent Gaussians, adaptive quadrature
+svgp_moments_dense             GWI/SVGP-style means and variances by explicit inverses
 """
 
 import math
@@ -39,6 +42,9 @@ __all__ = [
     "log_ndtr_ref",
     "probit_tilted_moments",
     "probit_log_Z_tilted",
+    "gaussian_w2_squared",
+    "prob_largest_quad",
+    "svgp_moments_dense",
 ]
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -436,3 +442,40 @@ def tilted_moments_quad(log_lik, mu, var, alpha=1.0):
     d1 = mean_x / s
     d2 = (var_x - 1.0) / var
     return float(log_Z), float(d1), float(d2)
+
+
+# ---------------------------------------------------------------------------
+# Multiclass GWI (Wild, Hu & Sejdinovic 2022)
+# ---------------------------------------------------------------------------
+def gaussian_w2_squared(m1, K1, m2, K2):
+    """W_2^2(N(m1, K1), N(m2, K2)) = |m1 - m2|^2 + tr K1 + tr K2 - 2 tr (K1^1/2 K2 K1^1/2)^1/2
+    (Gelbrich / Dowson & Landau), with matrix square roots from scipy.linalg.sqrtm."""
+    root = scipy.linalg.sqrtm(K1)
+    cross = scipy.linalg.sqrtm(root @ K2 @ root)
+    d = np.asarray(m1, float) - np.asarray(m2, float)
+    return float(d @ d + np.trace(K1) + np.trace(K2) - 2.0 * np.trace(cross).real)
+
+
+def prob_largest_quad(mean, var, j):
+    """P(f_j > f_l for all l != j) for independent f_l ~ N(mean_l, var_l):
+    int phi(u) prod_{l != j} Phi((mean_j + sd_j u - mean_l) / sd_l) du by scipy quad."""
+    mean = np.asarray(mean, float)
+    sd = np.sqrt(np.asarray(var, float))
+    others = [l for l in range(mean.size) if l != j]
+
+    def integrand(u):
+        t = mean[j] + sd[j] * u
+        return scipy.stats.norm.pdf(u) * np.prod(scipy.special.ndtr((t - mean[others]) / sd[others]))
+
+    val, _ = scipy.integrate.quad(integrand, -40.0, 40.0, points=[0.0], epsabs=1e-14,
+                                  epsrel=1e-12, limit=500)
+    return val
+
+
+def svgp_moments_dense(k_diag, K_xz, K_zz, delta, a, L):
+    """m(x) = k(x, Z) a and r(x, x) = k(x, x) - k(x, Z) (K_ZZ + delta I)^-1 k(Z, x)
+    + k(x, Z) L L^T k(Z, x), with explicit matrix inverses (one class)."""
+    inv = np.linalg.inv(K_zz + delta * np.eye(K_zz.shape[0]))
+    mean = K_xz @ a
+    var = k_diag - np.einsum("ij,jk,ik->i", K_xz, inv, K_xz) + np.sum((K_xz @ L) ** 2, axis=1)
+    return mean, var

@@ -3,6 +3,7 @@ from ._base import CustomLikelihood, Likelihood, quad_tilted, tilted_batch
 from .annotators import MultiAnnotator
 from .binary import Logistic, Probit
 from .gaussian import Gaussian
+from .robustmax import RobustMax
 from .tobit import Tobit, censored_predictive, censored_quantile
 
 _TYPES = {c.__name__: c for c in (Gaussian, Probit, Logistic, Tobit)}
@@ -19,5 +20,5 @@ def likelihood_from_dict(d):
     return _TYPES[d["type"]](**kw)
 
 
-__all__ = ["MultiAnnotator", "Tobit", "censored_predictive", "censored_quantile", "Likelihood", "CustomLikelihood", "Gaussian", "Probit", "Logistic", "quad_tilted",
+__all__ = ["MultiAnnotator", "RobustMax", "Tobit", "censored_predictive", "censored_quantile", "Likelihood", "CustomLikelihood", "Gaussian", "Probit", "Logistic", "quad_tilted",
            "tilted_batch", "likelihood_from_dict"]
