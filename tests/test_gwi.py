@@ -5,7 +5,6 @@ the closed form Phi((m0 - m1) / sqrt(v0 + v1)) for two classes, scipy.linalg.sqr
 exact W2 between Gaussians, five-point central finite differences for every gradient, explicit
 matrix inverses for the variational moments, and a bounded scalar minimiser for tempering.
 """
-import warnings
 
 import numpy as np
 import pytest

@@ -25,8 +25,8 @@ in SVGP: with ``K_ZZ + delta I = C C^T`` (Cholesky) and ``v(x) = C^-1 k(Z, x)``:
     a_j = C^-T a~_j,   L_j L_j^T = C^-T L~_j L~_j^T C^-1,
     m_j(x) = v(x)^T a~_j,   r_j(x, x') = k(x, x') - v(x)^T (I - L~_j L~_j^T) v(x'),
 
-with ``L~_j`` lower triangular.  It is the same family of measures (any PSD ``L_j L_j^T`` is reachable),
-but K_ZZ's conditioning no longer slows the optimiser down; ``L~_j = I`` gives
+with ``L~_j`` lower triangular.  It is the same family of measures (any PSD ``L_j L_j^T``
+is reachable), but K_ZZ's conditioning no longer slows the optimiser down; ``L~_j = I`` gives
 ``r_j = k`` (the prior covariance), ``L~_j = 0`` the Nystrom residual alone.
 
 **The W2 estimator.** For one class, on N training inputs X and N_S inputs X_S
