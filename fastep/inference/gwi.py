@@ -25,8 +25,8 @@ in SVGP: with ``K_ZZ + delta I = C C^T`` (Cholesky) and ``v(x) = C^-1 k(Z, x)``:
     a_j = C^-T a~_j,   L_j L_j^T = C^-T L~_j L~_j^T C^-1,
     m_j(x) = v(x)^T a~_j,   r_j(x, x') = k(x, x') - v(x)^T (I - L~_j L~_j^T) v(x'),
 
-with ``L~_j`` lower triangular.  It is the same family of measures (any PSD ``L_j L_j^T`` is reachable),
-but K_ZZ's conditioning no longer slows the optimiser down; ``L~_j = I`` gives
+with ``L~_j`` lower triangular.  It is the same family of measures (any PSD ``L_j L_j^T``
+is reachable), but K_ZZ's conditioning no longer slows the optimiser down; ``L~_j = I`` gives
 ``r_j = k`` (the prior covariance), ``L~_j = 0`` the Nystrom residual alone.
 
 **The W2 estimator.** For one class, on N training inputs X and N_S inputs X_S
@@ -382,27 +382,32 @@ def fit_adam(params, objective, n, batch_size, n_epochs, learning_rate, rng):
     return GWIParams.unpack(theta, J, M, d)
 
 
-def temper(mean, var, y, likelihood, bounds=(1e-3, 1e3)):
-    """Temperature T (r_j <- T r_j for every class) minimising the negative log predictive
-    density ``-sum log((1 - eps) S + eps/(J - 1) (1 - S))`` of (mean, var, y).
-
-    One temperature is shared by all classes: per-class temperatures (the reference
-    code's choice) overfit a validation split of a hundred points.  Returns
-    ``(T, nll_before, nll_after)`` (NLL summed over the points); T = 1 if tempering
-    does not lower the NLL.
-    """
+def tempered_log_loss(log_t, mean, var, y, likelihood):
+    """``-sum_i log p(y_i)`` with every variance scaled by ``T = exp(log_t)``, and its
+    derivative in ``log_t``: ``p = eps/(J - 1) + (1 - eps - eps/(J - 1)) S(x, y)``."""
     eps, J = likelihood.epsilon, likelihood.n_classes
     slope = 1.0 - eps - eps / (J - 1)
+    t = math.exp(log_t)
+    s, _, dv = likelihood.prob_largest_grad(mean, var * t, y)
+    p = eps / (J - 1) + slope * s
+    return float(-np.log(p).sum()), float(-np.sum((slope / p)[:, None] * dv * var) * t)
 
-    def nll(log_t):
-        t = math.exp(log_t[0])
-        s, _, dv = likelihood.prob_largest_grad(mean, var * t, y)
-        p = eps / (J - 1) + slope * s
-        g = -np.sum((slope / p)[:, None] * dv * var) * t
-        return float(-np.log(p).sum()), np.array([g])
 
-    before = nll(np.zeros(1))[0]
-    res = minimize(nll, np.zeros(1), jac=True, method="L-BFGS-B",
+def temper(mean, var, y, likelihood, bounds=(1e-3, 1e3)):
+    """Temperature T (r_j <- T r_j for every class) minimising :func:`tempered_log_loss`
+    on (mean, var, y), e.g. a validation split.
+
+    One temperature is shared by all classes: per-class temperatures (the reference
+    code's choice) overfit a validation split of a hundred points (in a digits fit they
+    raised the test log loss from 0.11 to 0.19).  Returns ``(T, loss_before, loss_after)``
+    (summed over the points); T = 1 if tempering does not lower the loss.
+    """
+    def fun(x):
+        value, grad = tempered_log_loss(x[0], mean, var, y, likelihood)
+        return value, np.array([grad])
+
+    before = fun(np.zeros(1))[0]
+    res = minimize(fun, np.zeros(1), jac=True, method="L-BFGS-B",
                    bounds=[(math.log(bounds[0]), math.log(bounds[1]))])
     if not res.fun < before:
         return 1.0, before, before

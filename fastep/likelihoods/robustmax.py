@@ -35,7 +35,7 @@ from .._jit import pjit
 from .._numerics import SQRT_HALF as _SQRT_HALF
 from .._numerics import gauss_hermite
 
-_TINY = 1e-18             # node terms below this are dropped (S is a probability: absolute accuracy)
+_TINY = 1e-18             # node terms below this are dropped (S is a probability)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import logging
 import numbers
+import warnings
 
 import numpy as np
 from scipy.linalg import solve_triangular
@@ -17,6 +18,7 @@ from ._sklearn_compat import (BaseEstimator, ClassifierMixin, check_classificati
 from .classifier import _check_param
 
 _LOG = logging.getLogger("fastep")
+TEMPERATURE_BOUNDS = (1e-3, 1e3)
 _CHUNK = 4096            # prediction rows per block (bounds the (J, rows, M) work array)
 
 
@@ -45,9 +47,9 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
     variational Gaussian measures ``Q_j`` with kernel means (plus an optional linear
     term) and SVGP-like covariances on ``n_inducing`` inputs taken from the data
     (:mod:`fastep.inference.gwi` has the equations).  The prior kernel stays fixed.
-    After the fit, the variational covariances are tempered (``r_j <- T r_j``, T
-    minimising the log loss on a held-out ``validation_fraction`` of the data), as in
-    the reference code.
+    With ``validation_fraction > 0`` the variational covariances are tempered after the
+    fit (``r_j <- T r_j``, T minimising the log loss on that held-out share of the
+    data), as in the reference code.
 
     Parameters
     ----------
@@ -58,9 +60,9 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
     n_inducing : int, default=None
         Number of inducing inputs M, drawn at random from the training inputs; None means
         ``min(200, n_train)``.  Costs grow as ``n M^2`` per class and iteration.  On five
-        70/30 splits of digits (200 iterations for M = 200, 300 for M = 100) mean test
-        accuracy was 0.974 with M = 200 and 0.973 with M = 100, log loss 0.098 and 0.113,
-        median fit 26 s and 14 s on two shared cores.
+        70/30 splits of digits the defaults gave test accuracy 0.972-0.987 (mean 0.980) and
+        log loss 0.089 in a median 25 s on two shared cores; M = 100 with 300 iterations
+        took 15 s for mean accuracy 0.976 and log loss 0.103.
     epsilon : float in (0, 1), default=0.01
         Robust-max label noise (the paper's value).
     linear_mean : bool, default=True
@@ -86,8 +88,12 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         anew at every Adam step).
     n_nodes : int, default=20
         Gauss-Hermite nodes for S(x, j).
-    validation_fraction : float in [0, 1), default=0.1
-        Share of the data held out to fit the temperature; 0 disables tempering.
+    validation_fraction : float in [0, 1), default=0.0
+        Share of the data held out to fit the temperature; 0 (the default) disables
+        tempering.  Off by default: a small validation split that the model classifies
+        without error drives T to its lower bound, and trained on digits 0-4 with 10%
+        held out the out-of-distribution AUROC (predictive entropy, digits 5-9) was
+        0.78 / 0.95 / 0.96 on three splits against 0.97 / 0.95 / 0.97 without.
     prior_mean : float, default=0.0
         Constant prior mean m_P.
     random_state : int, Generator or None
@@ -137,7 +143,7 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, kernel=None, *, n_inducing=None, epsilon=0.01, linear_mean=True,
                  distance="squared", optimizer="L-BFGS-B", max_iter=200, tol=1e-6,
                  batch_size=256, learning_rate=0.01, n_subsample=100, n_nodes=20,
-                 validation_fraction=0.1, prior_mean=0.0, random_state=None):
+                 validation_fraction=0.0, prior_mean=0.0, random_state=None):
         self.kernel = kernel
         self.n_inducing = n_inducing
         self.epsilon = epsilon
@@ -217,7 +223,13 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
             if n_val:
                 mean, var = self._latent(X[val], tempered=False)
                 T, before, after = gwi.temper(mean, var, y_idx[val].astype(np.int64),
-                                              self.likelihood_)
+                                              self.likelihood_, bounds=TEMPERATURE_BOUNDS)
+                if np.any(np.isclose(T, TEMPERATURE_BOUNDS, rtol=1e-6)):
+                    warnings.warn(f"GWIClassifier: the fitted temperature {T:g} sits at its "
+                                  f"bound: the {n_val} validation points cannot calibrate the "
+                                  f"variances (e.g. none is misclassified).  Use a larger "
+                                  f"validation_fraction, or 0 to switch tempering off.",
+                                  UserWarning)
                 self.temperature_ = T
                 _LOG.info("GWI tempering on %d validation points: T = %.4g, log loss %.4f -> "
                           "%.4f per point", n_val, T, before / n_val, after / n_val)
