@@ -20,6 +20,7 @@ keep the BLAS threading the user configured.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 
 import numpy as np
 from scipy.linalg import blas, lapack
@@ -102,3 +103,69 @@ def solve_lower_inplace(l: np.ndarray, b: np.ndarray, trans: bool = False) -> np
     if out is not b:  # pragma: no cover
         b[...] = out
     return b
+
+
+# --- level-3 BLAS without the GIL --------------------------------------------------------
+# SciPy's f2py BLAS wrappers hold the GIL, so two Python threads calling them run one after
+# the other.  The same Fortran routines reached through SciPy's Cython BLAS table and a
+# ctypes function pointer release it (ctypes drops the GIL around foreign calls), so chunks
+# of a streamed sweep can run on several cores with single-threaded BLAS each.
+_VP = ctypes.c_void_p
+_NOGIL = {}
+
+
+def _blas_fn(name, n_args):
+    if name not in _NOGIL:
+        from numba.extending import get_cython_function_address
+        proto = ctypes.CFUNCTYPE(None, *([_VP] * n_args))
+        _NOGIL[name] = proto(get_cython_function_address("scipy.linalg.cython_blas", name))
+    return _NOGIL[name]
+
+
+def _ints(*values):
+    return [ctypes.byref(ctypes.c_int(v)) for v in values]
+
+
+def _check_f64(what, a, order="F"):
+    flag = a.flags.f_contiguous if order == "F" else a.flags.c_contiguous
+    if a.dtype != np.float64 or not flag or not a.flags.writeable:
+        raise ValueError(f"{what} must be a writeable {order}-contiguous float64 array")
+
+
+def trmm_lower_nogil(L, B):
+    """``B <- L B`` in place (dtrmm) for lower-triangular ``L`` (m x m) and ``B`` (m x c),
+    both F-contiguous float64, without holding the GIL."""
+    _check_f64("L", L)
+    _check_f64("B", B)
+    m, c = B.shape
+    if L.shape != (m, m):
+        raise ValueError(f"L must be ({m}, {m}); got {L.shape}")
+    if m and c:
+        one = ctypes.c_double(1.0)
+        mm, cc, lda, ldb = _ints(m, c, m, m)
+        _blas_fn("dtrmm", 11)(b"L", b"L", b"N", b"N", mm, cc, ctypes.byref(one),
+                              L.ctypes.data, lda, B.ctypes.data, ldb)
+    return B
+
+
+def syrk_lower_nogil(alpha, A, C):
+    """``C <- C + alpha A A^T`` on the lower triangle of ``C`` (m x m, F-contiguous) for
+    ``A`` (m x k, C- or F-contiguous float64), without holding the GIL."""
+    _check_f64("C", C)
+    m = C.shape[0]
+    if A.dtype != np.float64 or A.ndim != 2 or A.shape[0] != m:
+        raise ValueError(f"A must be a float64 array with {m} rows; got {A.dtype} {A.shape}")
+    if A.flags.f_contiguous:
+        trans, lda = b"N", m
+    elif A.flags.c_contiguous:                  # A^T is F-contiguous (k x m): C += A^T^T A^T
+        trans, lda = b"T", A.shape[1]
+    else:
+        A = np.asfortranarray(A)
+        trans, lda = b"N", m
+    k = A.shape[1]
+    if m and k:
+        a, one = ctypes.c_double(alpha), ctypes.c_double(1.0)
+        mm, kk, la, lc = _ints(m, k, max(lda, 1), m)
+        _blas_fn("dsyrk", 10)(b"L", trans, mm, kk, ctypes.byref(a), A.ctypes.data, la,
+                              ctypes.byref(one), C.ctypes.data, lc)
+    return C

@@ -5,9 +5,10 @@
     Each n runs in its own process so that the peak resident memory is that of the fit.
     Printed per n: sweeps to convergence, total time (compile paid before timing), median
     time per sweep (from the callback's time stamps), peak RSS, and the floor: one streamed
-    pass of the unavoidable BLAS-3 work, ``sum_c A_c A_c^T`` by dsyrk over the same chunks
-    of a random m x n matrix plus the Gram matrix K(X_c, Z).  Ratios: sweep/floor and the
-    growth of the sweep time from the smallest to the largest n.
+    pass of the sweep's rank-k update ``sum_c A_c A_c^T`` (dsyrk over the same chunks of a
+    random m x n matrix, on the same threads; a sweep also does a dtrmm of the same flop
+    count, so about 2 is the best sweep/floor ratio).  Ratios: sweep/floor and the growth
+    of the sweep time from the smallest to the largest n.
     ``--check`` exits 1 unless the largest n converges within 60 s and 4 GiB, and (when
     10^5 and 10^6 are both run) the sweep time grows between 8x and 12x from 10^5 to 10^6.
 
@@ -37,8 +38,11 @@ def make_data(n, seed=0):
 
 def one_size(n, m, seed=0):
     """Run in a child process: fit, time and measure the floor; print one JSON line."""
-    from scipy.linalg import blas
+    from concurrent.futures import ThreadPoolExecutor
 
+    import numba
+
+    from fastep._linalg import single_threaded_blas, syrk_lower_nogil
     from fastep.inference.sparse_ep import CHUNK, sparse_ep
     from fastep.kernels import RBF
     from fastep.likelihoods import Probit
@@ -53,13 +57,19 @@ def one_size(n, m, seed=0):
     total = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB -> GiB
     sweep = statistics.median(np.diff([t0] + stamps)) if stamps else total
+    # floor: the sweep's dsyrk alone (its dtrmm costs as much again), over the same chunks
+    # on the same threads as the sweep (sparse_ep shares chunks out over numba's thread count)
     A = np.asfortranarray(np.random.default_rng(2).standard_normal((m, CHUNK)))
-    P = np.zeros((m, m), order="F")
+    n_threads = numba.get_num_threads()
+    Ps = [np.zeros((m, m), order="F") for _ in range(n_threads)]
+
+    def part(t):
+        for c0 in range(t * CHUNK, n, n_threads * CHUNK):
+            syrk_lower_nogil(1.0, A[:, : min(n, c0 + CHUNK) - c0], Ps[t])
+
     t1 = time.perf_counter()
-    for c0 in range(0, n, CHUNK):
-        c1 = min(n, c0 + CHUNK)
-        k(X[c0:c1], Z)
-        blas.dsyrk(1.0, A[:, : c1 - c0], beta=1.0, c=P, lower=1, overwrite_c=1)
+    with single_threaded_blas(), ThreadPoolExecutor(n_threads) as pool:
+        list(pool.map(part, range(n_threads)))
     floor = time.perf_counter() - t1
     print(json.dumps(dict(n=n, m=m, sweeps=res.n_iter, converged=res.converged, total=total,
                           sweep=sweep, floor=floor, peak_gib=peak,

@@ -7,18 +7,20 @@ scipy's multivariate normal CDF) for the tilted variational bound.
 """
 import warnings
 
+import numba
 import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
 import fastep
 from fastep import CensoredGPRegressor, EPGaussianProcessClassifier, MultiAnnotatorGPClassifier
+from fastep._linalg import syrk_lower_nogil, trmm_lower_nogil
 from fastep.datasets import simulate_annotators
 from fastep.inference.bounds import tilted_bound
 from fastep.inference.sparse import collapsed_objective
 from fastep.inference.sparse_ep import sparse_ep, sparse_ep_gradient
 from fastep.kernels import RBF
-from fastep.likelihoods import Gaussian, Probit, Tobit
+from fastep.likelihoods import Gaussian, MultiAnnotator, Probit, Tobit
 
 TIGHT = dict(tol=1e-12, max_iter=3000)
 
@@ -105,6 +107,53 @@ def test_chunked_and_memory_mapped_data_give_the_same_answer(data, tmp_path):
     np.testing.assert_allclose(chunked.mean, whole.mean, atol=1e-9)
 
 
+def test_threads_share_a_sweep_without_changing_the_answer():
+    """Chunks of a sweep run on numba.get_num_threads() Python threads: one thread and three
+    must give the same sites, also with negative site precisions (MultiAnnotator is not
+    log-concave), with and without the in-memory Gram cache."""
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-3, 3, (300, 2))
+    z = (np.sin(2 * X[:, 0]) + X[:, 1] > 0).astype(int)
+    labels = simulate_annotators(z, [0.95, 0.9], [0.9, 0.4], random_state=1).astype(float)
+    lik = MultiAnnotator(labels, [0.95, 0.9], [0.9, 0.4])
+    Z, k = X[::15], RBF(4.0, 0.7)
+    previous = numba.get_num_threads()
+    fits = {}
+    try:
+        for threads in (1, min(3, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(threads)
+            for cache in (0, 2 ** 31):
+                fits[threads, cache] = sparse_ep(k, Z, X, np.ones(300), lik, chunk_size=16, damping=0.5,
+                                                 gram_cache=cache, **TIGHT)
+    finally:
+        numba.set_num_threads(previous)
+    ref = fits[1, 0]
+    assert ref.converged and np.any(ref.site_tau < 0)
+    for res in fits.values():
+        assert res.n_iter == ref.n_iter
+        assert res.log_marginal_likelihood == pytest.approx(ref.log_marginal_likelihood,
+                                                            rel=1e-12)
+        np.testing.assert_allclose(res.site_tau, ref.site_tau, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(res.mean, ref.mean, rtol=1e-9, atol=1e-12)
+
+
+def test_gil_free_blas_matches_numpy():
+    rng = np.random.default_rng(4)
+    L = np.asfortranarray(np.tril(rng.normal(size=(7, 7))))
+    B = np.asfortranarray(rng.normal(size=(7, 5)))
+    np.testing.assert_allclose(trmm_lower_nogil(L, B.copy(order="F")), L @ B, rtol=1e-13)
+    C = np.asfortranarray(rng.normal(size=(7, 7)))
+    A = rng.normal(size=(7, 9))
+    for a in (A, np.asfortranarray(A), A[:, ::2]):                 # C, F, strided
+        out = syrk_lower_nogil(-0.5, a, C.copy(order="F"))
+        np.testing.assert_allclose(np.tril(out), np.tril(C - 0.5 * a @ a.T), rtol=1e-13)
+        np.testing.assert_array_equal(np.triu(out, 1), np.triu(C, 1))
+    with pytest.raises(ValueError, match="F-contiguous"):
+        trmm_lower_nogil(L, np.ascontiguousarray(B))
+    with pytest.raises(ValueError, match="7 rows"):
+        syrk_lower_nogil(1.0, A.T, C.copy(order="F"))
+
+
 def test_points_far_from_every_inducing_point_stay_finite(data):
     X, _, yb, _, Z = data
     X_far = np.vstack([X, [[400.0, 400.0]]])          # K(Z, x) underflows to 0
@@ -167,6 +216,9 @@ def test_bad_input(data):
     k = RBF()
     with pytest.raises(ValueError, match="more inducing points"):
         sparse_ep(k, np.vstack([X, X[:1]]), X, yb, Probit())
+    for bad_y in (None, yb[:-1], yb[:, None]):
+        with pytest.raises(ValueError, match="y must have one entry per row of X"):
+            sparse_ep(k, Z, X, bad_y, Probit())
     with pytest.raises(ValueError, match=r"shape \(m, 2\)"):
         sparse_ep(k, Z[:, :1], X, yb, Probit())
     for alpha in (0.0, 1.5, -1.0):

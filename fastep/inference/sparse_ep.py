@@ -30,13 +30,17 @@ from __future__ import annotations
 
 import math
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
+import numba
 import numpy as np
-from scipy.linalg import blas, cho_solve, cholesky, solve_triangular
+from scipy.linalg import cho_solve, cholesky, solve_triangular
 
 from . import _ep_kernels as kern
-from .._linalg import NotPositiveDefiniteError, blas_threads_for
+from .._linalg import (SMALL_N, NotPositiveDefiniteError, blas_threads_for, syrk_lower_nogil,
+                       trmm_lower_nogil)
 from .ep import ConvergenceWarning, EPNumericalWarning, _site_change, check_device
 from .sparse import cholesky_uu, uu_from_whitened
 
@@ -121,7 +125,7 @@ class _InducingPosterior:
     def marginals(self, At):
         """``G = R^-1 K(Z, X_c)`` (in place over ``At``, m x c F order) and the mean
         ``G^T beta`` and variance ``|G_i|^2`` of each h_i."""
-        G = blas.dtrmm(1.0, self.R_inv, At, side=0, lower=1, overwrite_b=1)
+        G = trmm_lower_nogil(self.R_inv, At)
         return G, G.T @ self.beta, np.einsum("ij,ij->j", G, G)
 
     def predict(self, kernel, Z, X):
@@ -148,17 +152,11 @@ def _accumulate(P, b, G, tau, nu):
     b += G @ nu
     if np.all(tau >= 0):
         G *= np.sqrt(tau)
-        _syrk(1.0, G, P)
+        syrk_lower_nogil(1.0, G, P)
         return
     for sign, part in ((1.0, tau > 0), (-1.0, tau < 0)):
         if np.any(part):
-            _syrk(sign, G[:, part] * np.sqrt(sign * tau[part]), P)
-
-
-def _syrk(alpha, A, C):
-    out = blas.dsyrk(alpha, A, beta=1.0, c=C, lower=1, overwrite_c=1)
-    if out is not C:  # pragma: no cover - f2py copied
-        C[...] = out
+            syrk_lower_nogil(sign, G[:, part] * np.sqrt(sign * tau[part]), P)
 
 
 def _symmetrise_lower(P):
@@ -184,8 +182,10 @@ def _validate(kernel, Z, X, y, alpha, damping, tol, max_iter, chunk_size):
     if Z.shape[0] > X.shape[0]:
         raise ValueError(f"more inducing points ({Z.shape[0]}) than data points "
                          f"({X.shape[0]}); use at most {X.shape[0]}.")
-    if np.asarray(y).shape[0] != X.shape[0]:
-        raise ValueError(f"y has {np.asarray(y).shape[0]} entries but X has {X.shape[0]} rows.")
+    shape = np.shape(y)
+    if len(shape) != 1 or shape[0] != X.shape[0]:
+        raise ValueError(f"y must have one entry per row of X, shape ({X.shape[0]},); got "
+                         f"shape {shape}.")
     return Z
 
 
@@ -244,23 +244,63 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     n, m = Xv.shape[0], Z.shape[0]
     y = likelihood.encode_targets(y)
     extra = likelihood.site_extra(n) if extra is None else np.ascontiguousarray(extra, float)
-    kset = kern.select(min(n, chunk_size))
     L_uu = cholesky_uu(kernel(Z))
     cache = None
     if type(Xv) is np.ndarray and 8 * n * m <= gram_cache:
         cache = np.empty((n, m))                          # rows K(x_i, Z), filled in sweep 0
     # BLAS calls here are m x chunk blocks: OpenBLAS threads slow them down (measured 1.7x
-    # on 2 cores beside Numba's pool), so below m = 1024 they run single-threaded
-    with blas_threads_for(m):
+    # on 2 cores beside Numba's pool), so below m = 1024 they run single-threaded and the
+    # chunks of a sweep are shared out over Python threads instead (see _SweepPart)
+    n_threads = min(numba.get_num_threads() if m < SMALL_N else 1, -(-n // chunk_size))
+    with blas_threads_for(m), ThreadPoolExecutor(n_threads) as pool:
         return _sparse_ep(kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_iter,
-                          site_tau, site_nu, extra, chunk_size, callback, n, m, kset, L_uu,
-                          cache)
+                          site_tau, site_nu, extra, chunk_size, callback, n, m, L_uu, cache,
+                          pool, n_threads)
+
+
+class _SweepPart:
+    """One thread's share of a sweep: chunks ``k, k + T, k + 2T, ...`` of the rows, with its
+    own Gram buffer and its own sums ``P_G``, ``b_G``.
+
+    Every chunk writes only its own rows of the site arrays; the BLAS-3 work (dtrmm,
+    dsyrk) runs without the GIL, so T threads keep T cores busy.  The fixed assignment of
+    chunks to parts and the fixed order of the final sum keep results reproducible.
+    With T > 1 the site kernel is the serial one (the threads are the parallelism).
+    """
+
+    def __init__(self, index, n_threads, n, m, chunk_size):
+        self.chunks = list(_chunks(n, chunk_size))[index::n_threads]
+        self.kset = kern.select(min(n, chunk_size)) if n_threads == 1 else kern.SERIAL
+        self.buffer = np.empty((m, min(n, chunk_size)), order="F")
+        self.P_G, self.b_G = np.zeros((m, m), order="F"), np.zeros(m)
+
+    def sweep(self, ctx, q, tau, nu, new_tau, new_nu, first):
+        self.P_G[...] = 0.0
+        self.b_G[...] = 0.0
+        skipped = 0
+        for c0, c1 in self.chunks:
+            sl, At = slice(c0, c1), self.buffer[:, : c1 - c0]
+            if ctx.cache is not None and not first:
+                np.copyto(At, ctx.cache[sl].T)
+            else:
+                Xc = _read(ctx.X, c0, c1)
+                K = ctx.kernel(Xc, ctx.Z)
+                np.copyto(At, K.T)
+                if ctx.cache is not None:
+                    ctx.cache[sl] = K
+            G, ctx.mean[sl], ctx.var[sl] = q.marginals(At)
+            if first and ctx.cold:
+                ctx.resid[sl] = np.maximum(ctx.kernel.diag(Xc) - ctx.var[sl], 0.0)
+            skipped += self.kset.power_sites(
+                ctx.tilted, ctx.y[sl], ctx.extra[sl], ctx.params, ctx.mean[sl], ctx.var[sl],
+                ctx.resid[sl], tau[sl], nu[sl], ctx.alpha, ctx.damping, ctx.clip, new_tau[sl],
+                new_nu[sl], ctx.site_ev[sl], ctx.mu_cav[sl], ctx.var_cav[sl])
+            _accumulate(self.P_G, self.b_G, G, new_tau[sl], new_nu[sl])
+        return skipped
 
 
 def _sparse_ep(kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_iter, site_tau,
-               site_nu, extra, chunk_size, callback, n, m, kset, L_uu, cache):
-    params, tilted, clip = likelihood.params, likelihood._tilted, bool(likelihood.log_concave)
-
+               site_nu, extra, chunk_size, callback, n, m, L_uu, cache, pool, n_threads):
     tau, nu = np.zeros(n), np.zeros(n)
     if site_tau is not None or site_nu is not None:
         tau = np.array(site_tau, dtype=float).ravel()
@@ -268,49 +308,39 @@ def _sparse_ep(kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_
         if tau.shape != (n,) or nu.shape != (n,) or not (np.all(np.isfinite(tau))
                                                         and np.all(np.isfinite(nu))):
             raise ValueError(f"site_tau and site_nu must be finite arrays of shape ({n},).")
-    resid = np.empty(n)
-    mean, var = np.empty(n), np.empty(n)
     new_tau, new_nu = np.empty(n), np.empty(n)
-    site_ev, mu_cav, var_cav = np.empty(n), np.empty(n), np.empty(n)
-
     # d_i = K_ii - |V_i|^2: from a cold start it is K_ii - var(h_i) in the first sweep (q is
     # the prior there); a warm start needs one extra pass, which also builds q from the sites
-    P_G, b_G = np.zeros((m, m), order="F"), np.zeros(m)
-    q = _InducingPosterior.prior(L_uu)
     warm = bool(np.any(tau) or np.any(nu))
+    ctx = SimpleNamespace(
+        kernel=kernel, Z=Z, X=Xv, y=y, extra=extra, cache=cache, cold=not warm,
+        params=likelihood.params, tilted=likelihood._tilted, clip=bool(likelihood.log_concave),
+        alpha=float(alpha), damping=damping, resid=np.empty(n), mean=np.empty(n),
+        var=np.empty(n), site_ev=np.empty(n), mu_cav=np.empty(n), var_cav=np.empty(n))
+    parts = [_SweepPart(k, n_threads, n, m, chunk_size) for k in range(n_threads)]
+    q = _InducingPosterior.prior(L_uu)
     if warm:
+        P_G, b_G = np.zeros((m, m), order="F"), np.zeros(m)
         for c0, c1 in _chunks(n, chunk_size):
             Xc = _read(Xv, c0, c1)
-            V, _, var0 = q.marginals(kernel(Xc, Z).T)     # the prior's G is V
-            resid[c0:c1] = np.maximum(kernel.diag(Xc) - var0, 0.0)
+            V, _, var0 = q.marginals(np.asfortranarray(kernel(Xc, Z).T))  # prior's G is V
+            ctx.resid[c0:c1] = np.maximum(kernel.diag(Xc) - var0, 0.0)
             _accumulate(P_G, b_G, V, tau[c0:c1], nu[c0:c1])
         q = _InducingPosterior(L_uu, q.L_P, _symmetrise_lower(P_G), b_G)
 
     prev, change, last_raw = math.nan, math.inf, math.inf
     history, sweeps, converged = [], 0, False
     while True:
-        P_G[...] = 0.0
-        b_G[...] = 0.0
-        skipped = 0
-        for c0, c1 in _chunks(n, chunk_size):
-            if cache is not None and sweeps > 0:
-                At = cache[c0:c1].T.copy(order="F")
-            else:
-                Xc = _read(Xv, c0, c1)
-                At = kernel(Xc, Z).T
-                if cache is not None:
-                    cache[c0:c1] = At.T
-            G, mean[c0:c1], var[c0:c1] = q.marginals(At)
-            sl = slice(c0, c1)
-            if not warm and sweeps == 0:
-                resid[sl] = np.maximum(kernel.diag(Xc) - var[sl], 0.0)
-            skipped += kset.power_sites(tilted, y[sl], extra[sl], params, mean[sl], var[sl],
-                                        resid[sl], tau[sl], nu[sl], float(alpha), damping, clip,
-                                        new_tau[sl], new_nu[sl], site_ev[sl], mu_cav[sl],
-                                        var_cav[sl])
-            _accumulate(P_G, b_G, G, new_tau[sl], new_nu[sl])
-        ok = np.isfinite(site_ev)
-        log_ev = q.log_z_global() + float(np.sum(site_ev[ok]))
+        ctx.damping = damping
+        args = (ctx, q, tau, nu, new_tau, new_nu, sweeps == 0)
+        if n_threads == 1:
+            skipped = parts[0].sweep(*args)
+        else:
+            skipped = sum(pool.map(lambda part: part.sweep(*args), parts))
+        P_G = parts[0].P_G + sum(part.P_G for part in parts[1:])
+        b_G = parts[0].b_G + sum(part.b_G for part in parts[1:])
+        ok = np.isfinite(ctx.site_ev)
+        log_ev = q.log_z_global() + float(np.sum(ctx.site_ev[ok]))
         history.append(log_ev)
         if callback is not None and sweeps:
             callback(sweeps, log_ev)
@@ -330,6 +360,8 @@ def _sparse_ep(kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_
         prev = log_ev
         q = _InducingPosterior(L_uu, q.L_P, _symmetrise_lower(P_G), b_G)
 
+    mean, var, resid = ctx.mean, ctx.var, ctx.resid
+    mu_cav, var_cav = ctx.mu_cav, ctx.var_cav
     n_bad = int(np.count_nonzero(~ok))
     if n_bad:
         warnings.warn(f"sparse EP: {n_bad} site(s) have an improper cavity and were left out of "
