@@ -10,8 +10,10 @@ kernel RBF(variance=1, lengthscale=1) (+ 1e-6 jitter for dense EP).  Rows:
   of one posterior refresh (cuBLAS trsm); ratio sweep / Cholesky floor;
 * sparse Power EP (alpha = 1), n in --sparse (default 1e6, 1e7), m = --m (256) inducing
   points on a grid of data rows: a converged fit;
-* Gauss-Hermite products of the multiclass robust-max likelihood, n = 1e6, J = 10:
-  printed when fastep.cuda.kernels provides ``gh_products`` (not on this branch yet).
+* Gauss-Hermite products of the multiclass robust-max likelihood, n = --gh (1e6),
+  J = 10, 20 nodes: S(x, j) for every class ("GH S(x,j)") and S(x_i, y_i) with its
+  gradient ("GH grad"), kernel time on device arrays against the parallel CPU loops
+  (columns "GPU fit s" and "CPU fit s").
 
 CPU timings run only up to --cpu-max-dense / --cpu-max-sparse (they take minutes beyond).
 GPU times are wall-clock with the device synchronised (every driver returns host arrays).
@@ -149,11 +151,45 @@ def sparse_rows(gpu, sizes, m, cpu_max, repeats):
     return rows
 
 
-def gh_rows(gpu, n, J):
-    if not hasattr(gpu.fc.kernels, "gh_products"):
-        return [("GH products", n, J, "-", None)]
-    raise NotImplementedError("wire the robust-max GH products benchmark here when the "
-                              "kernel lands (fastep.cuda.kernels.gh_products)")
+def gh_rows(gpu, n, J, cpu_max, repeats):
+    """Robust-max S(x, j) for all classes, and S(x_i, y_i) with its gradient: the CUDA
+    kernels on device arrays against the compiled parallel CPU loops (20 nodes)."""
+    from numba import cuda
+
+    from fastep._numerics import gauss_hermite
+    from fastep.cuda import kernels as ck
+    from fastep.likelihoods import robustmax as rm
+    rng = np.random.default_rng(0)
+    mean, var = rng.normal(0.0, 2.0, (n, J)), rng.uniform(0.1, 3.0, (n, J))
+    labels = rng.integers(0, J, n)
+    nodes, weights = (np.array(a) for a in gauss_hermite(20))
+    d_mean, d_var, d_nodes, d_weights, d_labels = (
+        cuda.to_device(a) for a in (mean, var, nodes, weights, labels))
+    out, s, dm, dv = (cuda.device_array(shape) for shape in ((n, J), n, (n, J), (n, J)))
+
+    def gpu_all():
+        ck.prob_largest_all(d_mean, d_var, d_nodes, d_weights, out)
+        cuda.synchronize()
+
+    def gpu_grad():
+        ck.prob_largest_grad(d_mean, d_var, d_labels, d_nodes, d_weights, s, dm, dv)
+        cuda.synchronize()
+
+    h_out, h_s, h_dm, h_dv = np.empty((n, J)), np.empty(n), np.empty((n, J)), np.empty((n, J))
+    rows = []
+    for task, gpu_fn, cpu_fn in (
+            ("GH S(x,j)", gpu_all, lambda: rm.prob_largest_all(mean, var, nodes, weights, h_out)),
+            ("GH grad", gpu_grad, lambda: rm.prob_largest_grad(mean, var, labels, nodes,
+                                                               weights, h_s, h_dm, h_dv))):
+        gpu_fn()                                       # compile / warm up
+        t_gpu = timed(gpu_fn, repeats)
+        t_cpu = float("nan")
+        if n <= cpu_max:
+            cpu_fn()
+            t_cpu = timed(cpu_fn, repeats)
+        rows.append((task, n, J, "-", t_gpu, float("nan"), t_cpu, float("nan"), float("nan"),
+                     float("nan"), float("nan")))
+    return rows
 
 
 def main(argv=None):
@@ -163,27 +199,27 @@ def main(argv=None):
     p.add_argument("--m", type=int, default=256)
     p.add_argument("--cpu-max-dense", type=int, default=10_000)
     p.add_argument("--cpu-max-sparse", type=int, default=1_000_000)
+    p.add_argument("--gh", type=int, default=1_000_000, help="points for the GH products")
+    p.add_argument("--cpu-max-gh", type=int, default=1_000_000)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--smoke", action="store_true",
                    help="tiny sizes under the CUDA simulator: checks the script, times nothing")
     a = p.parse_args(argv)
     if a.smoke:
         a.dense, a.sparse, a.m = [48], [300], 8
-        a.cpu_max_dense, a.cpu_max_sparse = 48, 300
+        a.cpu_max_dense, a.cpu_max_sparse, a.gh, a.cpu_max_gh = 48, 300, 30, 30
         from fastep.cuda import kernels as ck
         ck.THREADS_PER_BLOCK, ck.THREADS_2D, ck.MAX_BLOCKS = 4, 2, 2
     gpu = GPU(a.smoke)
     rows = dense_rows(gpu, a.dense, a.cpu_max_dense, a.repeats)
     rows += sparse_rows(gpu, a.sparse, a.m, a.cpu_max_sparse, a.repeats)
+    rows += gh_rows(gpu, a.gh, 10, a.cpu_max_gh, a.repeats)
     head = ("task", "n", "m/J", "sweeps", "GPU fit s", "GPU sweep s", "CPU fit s",
             "CPU sweep s", "chol floor s", "chol+trsm s", "sweep/floor")
     print(f"backend: {gpu.be.name}" + (" (simulator: times mean nothing)" if a.smoke else ""))
     print(" | ".join(f"{h:>11}" for h in head))
     for r in rows:
         print(" | ".join(f"{v:>11.4g}" if isinstance(v, float) else f"{v!s:>11}" for v in r))
-    for task, n, J, _, _ in gh_rows(gpu, 1_000_000, 10):
-        print(f"{task:>11} | {n:>11} | {J:>11} | not available: the robust-max kernels are not "
-              "on this branch")
 
 
 if __name__ == "__main__":

@@ -163,6 +163,50 @@ def run_kernels(res, rng):
                     f"gram/{kind}/contract": cols, f"gram/{kind}/input": dx})
 
 
+def robustmax_inputs(rng):
+    """(mean, var, labels) for J = 2 and 10, extreme moments included: means +-30,
+    variances 1e-6 ... 1e3, and near-ties between classes."""
+    out = []
+    for J in (2, 10):
+        n = 9
+        mean = rng.uniform(-30.0, 30.0, (n, J)) * (rng.random((n, J)) < 0.7)
+        mean[0] = 0.5                                    # an exact tie
+        var = 10.0 ** rng.uniform(-6.0, 3.0, (n, J))
+        out.append((J, mean, var, rng.integers(0, J, n)))
+    return out
+
+
+def run_robustmax(res, rng):
+    from fastep._numerics import gauss_hermite
+    from fastep.cuda import kernels as ck
+    nodes, weights = (np.array(a) for a in gauss_hermite(20))
+    for J, mean, var, labels in robustmax_inputs(rng):
+        out = np.full((mean.shape[0], J), np.nan)
+        ck.prob_largest_all(mean, var, nodes, weights, out)
+        grads = [np.full(mean.shape[0], np.nan), np.full((mean.shape[0], J), np.nan),
+                 np.full((mean.shape[0], J), np.nan)]
+        ck.prob_largest_grad(mean, var, labels, nodes, weights, *grads)
+        key = f"robustmax/{J}"
+        res.update({f"{key}/mean": mean, f"{key}/var": var, f"{key}/labels": labels,
+                    f"{key}/all": out, f"{key}/s": grads[0], f"{key}/dm": grads[1],
+                    f"{key}/dv": grads[2]})
+
+
+def gwi_problem():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(24, 2))
+    y = np.digitize(X[:, 0] + 0.3 * X[:, 1], [-0.5, 0.5])   # 3 classes
+    return X, y
+
+
+def run_gwi(res):
+    """GWIClassifier(device='cuda'): the robust-max products on the GPU, a short fit."""
+    from fastep import GWIClassifier
+    X, y = gwi_problem()
+    clf = GWIClassifier(n_inducing=6, max_iter=4, random_state=0, device="cuda").fit(X, y)
+    res["gwi/proba"] = clf.predict_proba(X[:5] + 0.1)
+
+
 def composite_kernels():
     from fastep.kernels import (RBF, ConstantKernel, Linear, Matern12, Matern32, Matern52,
                                 WhiteKernel)
@@ -306,9 +350,11 @@ def main(path):
            "meta/backend": np.array([backend.name])}
     rng = np.random.default_rng(0)
     run_kernels(res, rng)
+    run_robustmax(res, rng)
     run_gram_api(res, backend, rng)
     run_drivers(res, backend)
     run_estimator(res, backend)
+    run_gwi(res)
     run_messages(res)
     np.savez(path, **res)
 
@@ -338,7 +384,9 @@ def compile_ptx(cc=(9, 0)):
              "_col_sumsq_kernel": (a2a, a1), "_projection_marginals_kernel": (a2, a1, a2, a1, a1),
              "_stationary_gram_kernel": (a2, a2, a1, f8, i8s, a2),
              "_stationary_contract_kernel": (a2, a2, a1, f8, i8s, a2, a2),
-             "_stationary_input_contract_kernel": (a2, a2, a1, f8, i8s, a2, a2)}
+             "_stationary_input_contract_kernel": (a2, a2, a1, f8, i8s, a2, a2),
+             "_prob_largest_all_kernel": (a2, a2, a1, a1, a2),
+             "_prob_largest_grad_kernel": (a2, a2, i8, a1, a1, a1, a2, a2)}
     for kname, sig in fixed.items():
         cuda.compile_ptx(getattr(ck, kname).py_func, sig, cc=cc)
         done.append(kname)

@@ -260,6 +260,32 @@ def test_sparse_driver_equals_cpu_sparse_ep(gpu, i):
                                rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.parametrize("J", [2, 10])
+def test_robustmax_gauss_hermite_equals_cpu(gpu, J):
+    """S(x, j) for every class and S(x_i, y_i) with its gradient, extreme moments included."""
+    from fastep._numerics import gauss_hermite
+    from fastep.likelihoods import robustmax as rm
+    key = f"robustmax/{J}"
+    mean, var, labels = gpu[f"{key}/mean"], gpu[f"{key}/var"], gpu[f"{key}/labels"]
+    nodes, weights = gauss_hermite(20)
+    out = np.empty(mean.shape)
+    rm.prob_largest_all(mean, var, nodes, weights, out)
+    assert_twin(gpu[f"{key}/all"], out)
+    s, dm, dv = np.empty(mean.shape[0]), np.empty(mean.shape), np.empty(mean.shape)
+    rm.prob_largest_grad(mean, var, labels.astype(np.int64), nodes, weights, s, dm, dv)
+    assert_twin(gpu[f"{key}/s"], s)
+    assert_twin(gpu[f"{key}/dm"], dm)
+    assert_twin(gpu[f"{key}/dv"], dv)
+    assert np.any(out > 0.999) and np.any((out > 1e-3) & (out < 0.999))   # not all 0/1
+
+
+def test_gwi_classifier_device_cuda_equals_cpu(gpu):
+    from fastep import GWIClassifier
+    X, y = cc.gwi_problem()
+    clf = GWIClassifier(n_inducing=6, max_iter=4, random_state=0).fit(X, y)
+    np.testing.assert_allclose(gpu["gwi/proba"], clf.predict_proba(X[:5] + 0.1), rtol=1e-9)
+
+
 def test_classifier_device_cuda_equals_cpu(gpu):
     """EPGaussianProcessClassifier(device='cuda') through the Engine: probabilities, log Z
     and its gradient (GPU contraction of the GPU weights) equal device='cpu'."""
@@ -305,6 +331,11 @@ def test_error_names_driver_and_cupy_without_gpu():
         if fc._cupy_reason() is not None:
             assert "CuPy" in msg and "cupy-cuda12x" in msg
         assert "device='cpu'" in msg
+    # the robust-max products need no CuPy: the error names only the driver
+    with pytest.raises(fc.CUDAUnavailableError, match="driver") as info:
+        fastep.GWIClassifier(device="cuda", max_iter=2).fit(np.arange(6.0)[:, None],
+                                                            [0, 1, 2, 0, 1, 2])
+    assert "CuPy" not in str(info.value)
     assert not fc.is_available()
 
 
@@ -316,6 +347,10 @@ def test_bad_device_and_method_are_value_errors():
     X, y = np.arange(6.0)[:, None], np.array([0, 1, 0, 1, 0, 1])
     with pytest.raises(ValueError, match="'device' parameter must be one of"):
         fastep.ep(np.eye(3), np.ones(3), Probit(), device="gpu")
+    with pytest.raises(ValueError, match="'device' parameter of GWIClassifier"):
+        fastep.GWIClassifier(device="gpu").fit(X, y)
+    with pytest.raises(ValueError, match="'device' parameter of RobustMax"):
+        fastep.likelihoods.RobustMax(3, device="gpu")
     with pytest.raises(ValueError, match="parallel EP only"):
         fastep.ep(np.eye(3), np.ones(3), Probit(), method="sequential", device="cuda")
     with pytest.raises(ValueError, match="'device' parameter must be one of"):

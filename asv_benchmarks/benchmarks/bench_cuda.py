@@ -144,3 +144,37 @@ class GPUKernels:
 
     def time_logistic_tilted_1e6(self, n):
         self._tilted(self.logistic, 10**6)
+
+
+class GPURobustMax:
+    """Robust-max Gauss-Hermite products on the device: S(x, j) for every class, and
+    S(x_i, y_i) with its gradient; n points, J = 10 classes, 20 nodes (bench_gwi.py has
+    the CPU twin at n = 10^5)."""
+
+    params = [10**5, 10**6]
+    param_names = ["n"]
+    timeout = 600
+
+    def setup(self, n):
+        self.fc, self.be = _gpu()
+        from fastep._numerics import gauss_hermite
+        from fastep.cuda import kernels as ck
+        xp, J, rng = self.be.xp, 10, np.random.default_rng(5)
+        self.ck = ck
+        self.args = [self.be.asarray(a) for a in (rng.normal(0.0, 2.0, (n, J)),
+                                                   rng.uniform(0.1, 3.0, (n, J)),
+                                                   *gauss_hermite(20))]
+        self.labels = self.be.asarray(rng.integers(0, J, n), dtype=np.int64)
+        self.out = xp.empty((n, J))
+        self.grad = [xp.empty(n), xp.empty((n, J)), xp.empty((n, J))]
+        self.time_prob_largest(n)
+        self.time_prob_largest_grad(n)
+
+    def time_prob_largest(self, n):
+        self.ck.prob_largest_all(*self.args, self.out)
+        _sync(self.be)
+
+    def time_prob_largest_grad(self, n):
+        mean, var, nodes, weights = self.args
+        self.ck.prob_largest_grad(mean, var, self.labels, nodes, weights, *self.grad)
+        _sync(self.be)

@@ -7,8 +7,9 @@ and the estimators' ``device="cuda"`` import it on first use.  What runs on the 
   functions from the *same Python source* as their CPU ``njit`` versions
   (:func:`fastep.cuda.kernels.device_function`), so there is one copy of the maths;
 * per-site parallel EP and Power-EP updates, Gram matrices and their gradient
-  contractions, and the per-site marginals of sparse EP (:mod:`fastep.cuda.kernels`,
-  each kernel beside its CPU twin's name);
+  contractions, the per-site marginals of sparse EP and the robust-max Gauss-Hermite
+  products of multiclass GWI (:mod:`fastep.cuda.kernels`, each kernel beside its CPU
+  twin's name; ``RobustMax(device="cuda")`` and ``GWIClassifier(device="cuda")``);
 * dense factorisations through CuPy (cuSOLVER / cuBLAS): the dense parallel EP
   driver :func:`fastep.cuda.ep` and the sparse Power-EP driver
   :func:`fastep.cuda.sparse_ep` keep the data and sites on the device across sweeps.
@@ -23,7 +24,8 @@ from __future__ import annotations
 import importlib
 
 __all__ = ["is_available", "require", "CUDAUnavailableError", "simulator_enabled", "ep",
-           "sparse_ep", "gram", "gradient_contract", "kernels"]
+           "sparse_ep", "gram", "gradient_contract", "prob_largest", "prob_largest_grad",
+           "kernels"]
 
 
 class CUDAUnavailableError(RuntimeError):
@@ -109,6 +111,8 @@ def require(need_cupy: bool = True) -> None:
 _LAZY = {"ep": ("fastep.cuda._dense", "ep"), "sparse_ep": ("fastep.cuda._sparse", "sparse_ep"),
          "gram": ("fastep.cuda._gram", "gram"),
          "gradient_contract": ("fastep.cuda._gram", "gradient_contract"),
+         "prob_largest": ("fastep.cuda._multiclass", "prob_largest"),
+         "prob_largest_grad": ("fastep.cuda._multiclass", "prob_largest_grad"),
          "kernels": ("fastep.cuda.kernels", None)}
 
 

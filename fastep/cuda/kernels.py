@@ -19,10 +19,10 @@ calls.  CUDA kernels cannot take a function as an argument, so the kernels that 
 a likelihood are built per tilted function by a small factory and cached
 (:func:`_per_likelihood`).
 
-Adding a kernel (e.g. the robust-max Gauss-Hermite products of multiclass GWI when
-they land): write the scalar part once in the CPU module, build its device twin
-here with :func:`device_function`, add a grid-stride ``@cuda.jit`` kernel and a
-launcher named like the CPU function, and add the pair to ``tests/cuda_checks.py``.
+Adding a kernel (as done for the robust-max Gauss-Hermite products): write the
+scalar part once in the CPU module, build its device twin here with
+:func:`device_function`, add a grid-stride ``@cuda.jit`` kernel and a launcher named
+like the CPU function, and add the pair to ``tests/cuda_checks.py``.
 
 Launch sizes come from :data:`THREADS_PER_BLOCK` / :data:`THREADS_2D`
 (the tests shrink them so that the simulator stays fast).
@@ -32,11 +32,12 @@ from __future__ import annotations
 import math
 import types as pytypes
 
-from numba import cuda
+from numba import cuda, float64
 from numba.core.registry import CPUDispatcher
 
 from ..inference._ep_kernels import cavity, damped_site, power_cavity, power_site_evidence
 from ..kernels._gram import shape, shape_grad
+from ..likelihoods import robustmax as _rm
 
 #: Threads per block of 1-D kernels, and the side of a 2-D block.
 THREADS_PER_BLOCK = 256
@@ -359,3 +360,46 @@ def stationary_input_contract(x1, x2, inv_ls, variance, kind, gt, out):
     reads contiguous memory."""
     _stationary_input_contract_kernel[_launch_1d(x1.shape[0])](
         x1, x2, inv_ls, float(variance), int(kind), gt, out)
+
+
+# ---------------------------------------------------------------------------------------
+# robust-max Gauss-Hermite products (twins of fastep.likelihoods.robustmax)
+# ---------------------------------------------------------------------------------------
+#: Most classes the gradient kernel supports (its per-thread scratch is a local array).
+MAX_CLASSES = 256
+_d_prob_largest_one = device_function(_rm.prob_largest_one)
+_d_prob_largest_grad_one = device_function(_rm.prob_largest_grad_one)
+
+
+@cuda.jit
+def _prob_largest_all_kernel(mean, var, nodes, weights, out):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    n, J = mean.shape
+    for t in range(start, n * J, stride):           # a thread owns one (point, class) pair
+        i = t // J
+        j = t - i * J
+        out[i, j] = _d_prob_largest_one(mean, var, i, j, nodes, weights)
+
+
+def prob_largest_all(mean, var, nodes, weights, out):
+    """out[i, j] = S(x_i, j) (twin of ``robustmax.prob_largest_all``)."""
+    _prob_largest_all_kernel[_launch_1d(mean.shape[0] * mean.shape[1])](
+        mean, var, nodes, weights, out)
+
+
+@cuda.jit
+def _prob_largest_grad_kernel(mean, var, labels, nodes, weights, s, ds_dmean, ds_dvar):
+    scratch = cuda.local.array(2 * MAX_CLASSES, float64)
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, mean.shape[0], stride):   # a thread owns row i of every output
+        s[i] = _d_prob_largest_grad_one(mean, var, i, labels[i], nodes, weights, scratch,
+                                        ds_dmean, ds_dvar)
+
+
+def prob_largest_grad(mean, var, labels, nodes, weights, s, ds_dmean, ds_dvar):
+    """S(x_i, labels[i]) and its gradient (twin of ``robustmax.prob_largest_grad``)."""
+    if mean.shape[1] > MAX_CLASSES:
+        raise ValueError(f"the GPU robust-max gradient supports at most {MAX_CLASSES} classes; "
+                         f"got {mean.shape[1]}. Use device='cpu'.")
+    _prob_largest_grad_kernel[_launch_1d(mean.shape[0])](
+        mean, var, labels, nodes, weights, s, ds_dmean, ds_dvar)

@@ -31,12 +31,78 @@ import numbers
 import numpy as np
 from numba import prange
 
-from .._jit import pjit
+from .._jit import jit, pjit
 from .._numerics import SQRT_HALF as _SQRT_HALF
 from .._numerics import gauss_hermite
 
 _TINY = 1e-18             # node terms below this are dropped (S is a probability)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+@jit
+def prob_largest_one(mean, var, i, j, nodes, weights):
+    """S(x_i, j) by Gauss-Hermite (scalar; shared by the CPU kernels and their GPU twins)."""
+    sj = math.sqrt(var[i, j])
+    mj = mean[i, j]
+    acc = 0.0
+    for k in range(nodes.shape[0]):
+        t = mj + sj * nodes[k]
+        p = weights[k]
+        for l in range(mean.shape[1]):
+            if l != j:
+                p *= 0.5 * math.erfc((mean[i, l] - t) / math.sqrt(var[i, l]) * _SQRT_HALF)
+                if p < _TINY:
+                    break
+        if p >= _TINY:
+            acc += p
+    return acc
+
+
+@jit
+def prob_largest_grad_one(mean, var, i, j, nodes, weights, scratch, ds_dmean, ds_dvar):
+    """S(x_i, j) and its gradient in row i of the means and variances (written to row i
+    of ``ds_dmean``, ``ds_dvar``); ``scratch`` has length >= 2J.
+
+    With ``t_k = m_j + s_j x_k``, ``z_kl = (t_k - m_l) / s_l``, ``P_k = prod_{l != j} Phi(z_kl)``
+    and ``c_kl = w_k P_k phi(z_kl) / Phi(z_kl) / s_l`` (s = standard deviation)::
+
+        dS/dm_l = -sum_k c_kl            dS/dm_j = sum_{k, l != j} c_kl
+        dS/ds_l = -sum_k c_kl z_kl       dS/ds_j = sum_{k, l != j} c_kl x_k
+
+    and ``dS/dv = dS/ds / (2 s)``.  Node terms below 1e-18 are dropped: S and its
+    gradient are accurate in absolute terms (S is a probability), which is all the
+    expected log-likelihood needs.
+    """
+    J = mean.shape[1]
+    for l in range(J):
+        ds_dmean[i, l] = 0.0
+        ds_dvar[i, l] = 0.0
+        scratch[J + l] = math.sqrt(var[i, l])          # standard deviations; cdf in [0, J)
+    sj = scratch[J + j]
+    mj = mean[i, j]
+    acc = 0.0
+    ds_j = 0.0
+    for k in range(nodes.shape[0]):
+        t = mj + sj * nodes[k]
+        p = weights[k]
+        for l in range(J):
+            if l != j:
+                scratch[l] = 0.5 * math.erfc((mean[i, l] - t) / scratch[J + l] * _SQRT_HALF)
+                p *= scratch[l]
+        if p < _TINY:
+            continue
+        acc += p
+        for l in range(J):
+            if l != j:
+                sl = scratch[J + l]
+                z = (t - mean[i, l]) / sl
+                c = p * math.exp(-0.5 * z * z) * _INV_SQRT_2PI / (scratch[l] * sl)
+                ds_dmean[i, l] -= c
+                ds_dmean[i, j] += c
+                ds_dvar[i, l] -= c * z / (2.0 * sl)
+                ds_j += c * nodes[k]
+    ds_dvar[i, j] = ds_j / (2.0 * sj)
+    return acc
 
 
 @pjit
@@ -45,68 +111,24 @@ def prob_largest_all(mean, var, nodes, weights, out):
     n, J = mean.shape
     for i in prange(n):
         for j in range(J):
-            sj = math.sqrt(var[i, j])
-            mj = mean[i, j]
-            acc = 0.0
-            for k in range(nodes.shape[0]):
-                t = mj + sj * nodes[k]
-                p = weights[k]
-                for l in range(J):
-                    if l != j:
-                        p *= 0.5 * math.erfc((mean[i, l] - t) / math.sqrt(var[i, l]) * _SQRT_HALF)
-                        if p < _TINY:
-                            break
-                if p >= _TINY:
-                    acc += p
-            out[i, j] = acc
+            out[i, j] = prob_largest_one(mean, var, i, j, nodes, weights)
 
 
 @pjit
 def prob_largest_grad(mean, var, labels, nodes, weights, s, ds_dmean, ds_dvar):
-    """S(x_i, labels[i]) and its gradient in every mean and variance of point i.
+    """S(x_i, labels[i]) and its gradient in every mean and variance of point i
+    (:func:`prob_largest_grad_one`); row i of every output is owned by point i."""
+    for i in prange(mean.shape[0]):
+        scratch = np.empty(2 * mean.shape[1])
+        s[i] = prob_largest_grad_one(mean, var, i, labels[i], nodes, weights, scratch, ds_dmean,
+                                     ds_dvar)
 
-    With ``t_k = m_j + s_j x_k``, ``z_kl = (t_k - m_l) / s_l``, ``P_k = prod_{l != j} Phi(z_kl)``
-    and ``c_kl = w_k P_k phi(z_kl) / Phi(z_kl) / s_l`` (s = standard deviation)::
 
-        dS/dm_l = -sum_k c_kl            dS/dm_j = sum_{k, l != j} c_kl
-        dS/ds_l = -sum_k c_kl z_kl       dS/ds_j = sum_{k, l != j} c_kl x_k
-
-    and ``dS/dv = dS/ds / (2 s)``.  Row i of every output is owned by point i.
-    Node terms below 1e-18 are dropped: S and its gradient are accurate in absolute
-    terms (S is a probability), which is all the expected log-likelihood needs.
-    """
-    n, J = mean.shape
-    for i in prange(n):
-        j = labels[i]
-        cdf = np.empty(J)
-        sd = np.empty(J)
-        for l in range(J):
-            ds_dmean[i, l] = 0.0
-            ds_dvar[i, l] = 0.0
-            sd[l] = math.sqrt(var[i, l])
-        mj = mean[i, j]
-        acc = 0.0
-        ds_j = 0.0
-        for k in range(nodes.shape[0]):
-            t = mj + sd[j] * nodes[k]
-            p = weights[k]
-            for l in range(J):
-                if l != j:
-                    cdf[l] = 0.5 * math.erfc((mean[i, l] - t) / sd[l] * _SQRT_HALF)
-                    p *= cdf[l]
-            if p < _TINY:
-                continue
-            acc += p
-            for l in range(J):
-                if l != j:
-                    z = (t - mean[i, l]) / sd[l]
-                    c = p * math.exp(-0.5 * z * z) * _INV_SQRT_2PI / (cdf[l] * sd[l])
-                    ds_dmean[i, l] -= c
-                    ds_dmean[i, j] += c
-                    ds_dvar[i, l] -= c * z / (2.0 * sd[l])
-                    ds_j += c * nodes[k]
-        ds_dvar[i, j] = ds_j / (2.0 * sd[j])
-        s[i] = acc
+def _gpu():
+    """:mod:`fastep.cuda`, after checking that its kernels can run (CuPy optional)."""
+    from .. import cuda
+    cuda.require(need_cupy=False)
+    return cuda
 
 
 def _check_moments(mean, var, n_classes):
@@ -135,6 +157,9 @@ class RobustMax:
         J - 1 classes).  Wild, Hu & Sejdinovic (2022) use 0.01.
     n_nodes : int, default=20
         Gauss-Hermite nodes for S(x, j).
+    device : {"cpu", "cuda"}, default="cpu"
+        Where the Gauss-Hermite products run: compiled parallel CPU loops, or their
+        CUDA twins (:mod:`fastep.cuda`; needs numba's CUDA target and a GPU).
 
     References
     ----------
@@ -151,7 +176,7 @@ class RobustMax:
     (True, 1.0)
     """
 
-    def __init__(self, n_classes, epsilon=0.01, n_nodes=20):
+    def __init__(self, n_classes, epsilon=0.01, n_nodes=20, device="cpu"):
         if (not isinstance(n_classes, numbers.Integral) or isinstance(n_classes, bool)
                 or n_classes < 2):
             raise ValueError(f"n_classes must be an integer >= 2 (robust-max needs at least two "
@@ -166,6 +191,8 @@ class RobustMax:
         if (not isinstance(n_nodes, numbers.Integral) or isinstance(n_nodes, bool)
                 or n_nodes < 1):
             raise ValueError(f"n_nodes must be a positive integer; got {n_nodes!r}.")
+        from ..inference.ep import check_device
+        self.device = check_device(device, "RobustMax")
         self.n_classes = int(n_classes)
         self.epsilon = float(epsilon)
         self.n_nodes = int(n_nodes)
@@ -190,6 +217,8 @@ class RobustMax:
         one up to the quadrature error (see :meth:`predict_proba`).
         """
         mean, var = _check_moments(mean, var, self.n_classes)
+        if self.device == "cuda":
+            return _gpu().prob_largest(mean, var, *self._nodes())
         out = np.empty_like(mean)
         prob_largest_all(mean, var, *self._nodes(), out)
         return out
@@ -198,6 +227,8 @@ class RobustMax:
         """``(S, dS/dmean, dS/dvar)`` of S(x_i, y_i) for integer labels ``y`` in [0, J)."""
         mean, var = _check_moments(mean, var, self.n_classes)
         y = self._check_labels(y, mean.shape[0])
+        if self.device == "cuda":
+            return _gpu().prob_largest_grad(mean, var, y, *self._nodes())
         s = np.empty(mean.shape[0])
         dm = np.empty_like(mean)
         dv = np.empty_like(mean)

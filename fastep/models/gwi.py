@@ -98,6 +98,9 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         Constant prior mean m_P.
     random_state : int, Generator or None
         Seeds the validation split, the inducing and subsampled inputs, and Adam.
+    device : {"cpu", "cuda"}, default="cpu"
+        Where the robust-max Gauss-Hermite products run (``RobustMax(device=...)``);
+        the rest of the fit is small dense algebra and stays on the CPU.
 
     Attributes
     ----------
@@ -143,7 +146,7 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, kernel=None, *, n_inducing=None, epsilon=0.01, linear_mean=True,
                  distance="squared", optimizer="L-BFGS-B", max_iter=200, tol=1e-6,
                  batch_size=256, learning_rate=0.01, n_subsample=100, n_nodes=20,
-                 validation_fraction=0.0, prior_mean=0.0, random_state=None):
+                 validation_fraction=0.0, prior_mean=0.0, random_state=None, device="cpu"):
         self.kernel = kernel
         self.n_inducing = n_inducing
         self.epsilon = epsilon
@@ -159,6 +162,7 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         self.validation_fraction = validation_fraction
         self.prior_mean = prior_mean
         self.random_state = random_state
+        self.device = device
 
     def _validate_params(self):
         cls = type(self).__name__
@@ -175,6 +179,7 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         _check_param(self, "n_subsample", self.n_subsample, numbers.Integral, 1)
         _check_param(self, "n_nodes", self.n_nodes, numbers.Integral, 1)
         _check_param(self, "prior_mean", self.prior_mean, numbers.Real)
+        _check_param(self, "device", self.device, None, options=["cpu", "cuda"])
         if not (isinstance(self.learning_rate, numbers.Real) and self.learning_rate > 0):
             raise ValueError(f"The 'learning_rate' parameter of {cls} must be a positive float. "
                              f"Got {self.learning_rate!r} instead.")
@@ -193,7 +198,7 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         if J < 2:
             raise ValueError(f"GWIClassifier requires at least 2 classes in y; got only one "
                              f"class: {self.classes_[0]!r}.")
-        self.likelihood_ = RobustMax(J, self.epsilon, self.n_nodes)
+        self.likelihood_ = RobustMax(J, self.epsilon, self.n_nodes, device=self.device)
         rng = _rng(self.random_state)
         n = X.shape[0]
         n_val = int(self.validation_fraction * n)
