@@ -137,6 +137,19 @@ def test_threads_share_a_sweep_without_changing_the_answer():
         np.testing.assert_allclose(res.mean, ref.mean, rtol=1e-9, atol=1e-12)
 
 
+def test_warnings_name_the_knob_and_point_at_the_caller(data):
+    """Dense and sparse EP share SweepControl: a ConvergenceWarning naming max_iter and
+    damping, reported at the line that called the driver (not inside fastep)."""
+    X, _, yb, _, Z = data
+    k = RBF(1.5, 1.1)
+    for call in (lambda: sparse_ep(k, Z, X, yb, Probit(), max_iter=1),
+                 lambda: fastep.ep(k(X), yb, Probit(), max_iter=1)):
+        with pytest.warns(fastep.ConvergenceWarning, match="max_iter=1.*damping") as rec:
+            res = call()
+        assert not res.converged and res.n_iter == 1 and len(res.history) == 2
+        assert all(r.filename == __file__ for r in rec)
+
+
 def test_gil_free_blas_matches_numpy():
     rng = np.random.default_rng(4)
     L = np.asfortranarray(np.tril(rng.normal(size=(7, 7))))

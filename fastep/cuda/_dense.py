@@ -11,14 +11,12 @@ the skipped count) come back to the host per sweep.
 """
 from __future__ import annotations
 
-import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from .._linalg import NotPositiveDefiniteError
-from ..inference.ep import ConvergenceWarning, EPNumericalWarning, EPResult
+from ..inference.ep import EPResult, SweepControl
 from . import kernels as ck
 from ._backend import get_backend
 
@@ -251,54 +249,34 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
     new_tau, new_nu = xp.empty(n), xp.empty(n)
     log_z, mu_cav, var_cav = xp.empty(n), xp.empty(n), xp.empty(n)
     counter = xp.zeros(1, dtype=np.int64)
-    prev, change, last_raw = math.nan, math.inf, math.inf
-    history, sweeps, converged = [], 0, False
+    ctl = SweepControl("EP", damping, adaptive, tol, max_iter, callback)
     while True:
         counter[...] = 0
-        ck.parallel_sites(tilted, y, extra, params, post.mean, post.var, tau, nu, damping, clip,
-                          new_tau, new_nu, log_z, mu_cav, var_cav, counter)
+        ck.parallel_sites(tilted, y, extra, params, post.mean, post.var, tau, nu, ctl.damping,
+                          clip, new_tau, new_nu, log_z, mu_cav, var_cav, counter)
         skipped = int(counter[0])
         ok = xp.isfinite(log_z)
         terms = (log_z + 0.5 * xp.log(var_cav / post.var) + 0.5 * mu_cav * mu_cav / var_cav
                  - 0.5 * post.mean * post.mean / post.var)
         log_ev = (float(xp.sum(xp.where(ok, terms, 0.0))) + 0.5 * float(nu @ post.mean)
                   - post.half_logdet)
-        history.append(log_ev)
-        if callback is not None and sweeps:
-            callback(sweeps, log_ev)
-        if sweeps >= 2 and abs(log_ev - prev) < tol * max(1.0, abs(log_ev)) and change < tol:
-            converged = True
+        if ctl.done(log_ev):
             break
-        if sweeps >= max_iter:
-            break
-        raw = _site_change(xp, tau, nu, new_tau, new_nu) / damping
-        change = raw
+        ctl.advance(_site_change(xp, tau, nu, new_tau, new_nu))
         tau, new_tau = new_tau, tau
         nu, new_nu = new_nu, nu
-        if adaptive and raw > last_raw:
-            damping = max(0.1, 0.7 * damping)
-        last_raw = raw
-        sweeps += 1
-        prev = log_ev
         post = None                                   # free the old factors first
         post = _DevicePosterior(be, K, tau, nu, kdiag)
 
     n_bad = int(xp.count_nonzero(~ok))
     if n_bad:
-        warnings.warn(f"EP: {n_bad} site(s) have an improper cavity (negative variance) and "
-                      "were left out of the update and of log Z_EP; take smaller EP steps "
-                      "(e.g. damping=0.5).", EPNumericalWarning, stacklevel=3)
         mu_cav = xp.where(ok, mu_cav, post.mean)
         var_cav = xp.where(ok, var_cav, post.var)
-    if not converged:
-        warnings.warn(f"EP did not converge in max_iter={max_iter} sweeps (last change of "
-                      f"log Z_EP {abs(log_ev - prev):.2e}, largest site change {change:.2e}, "
-                      f"tol={tol:g}). Increase max_iter, or use a smaller damping "
-                      f"(now {damping:g}) if EP oscillates.", ConvergenceWarning, stacklevel=3)
+    ctl.warn(n_bad)
     host = be.to_host
     return DeviceEPResult(mean=host(post.mean).copy(), var=host(post.var).copy(),
                           site_tau=host(tau).copy(), site_nu=host(nu).copy(),
-                          log_marginal_likelihood=float(log_ev), n_iter=sweeps,
-                          converged=converged, n_skipped=int(skipped),
+                          log_marginal_likelihood=float(log_ev), n_iter=ctl.sweeps,
+                          converged=ctl.converged, n_skipped=int(skipped),
                           cavity_mean=host(mu_cav).copy(), cavity_var=host(var_cav).copy(),
-                          method="parallel", history=history, _posterior=post)
+                          method="parallel", history=ctl.history, _posterior=post)

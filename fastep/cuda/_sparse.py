@@ -17,12 +17,10 @@ differentiates (``sparse_ep_gradient``) exactly like a CPU result.
 """
 from __future__ import annotations
 
-import math
-import warnings
 
 import numpy as np
 
-from ..inference.ep import ConvergenceWarning, EPNumericalWarning
+from ..inference.ep import SweepControl
 from ..inference.sparse import cholesky_uu
 from ..inference.sparse_ep import (CHUNK, SparseEPResult, _chunks, _InducingPosterior,
                                    _symmetrise_lower, _validate)
@@ -82,8 +80,7 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     q = _InducingPosterior(L_uu, np.eye(m), _symmetrise_lower(be.to_host(P_G)),
                            be.to_host(b_G))
 
-    prev, change, last_raw = math.nan, math.inf, math.inf
-    history, sweeps, converged = [], 0, False
+    ctl = SweepControl("sparse EP", damping, adaptive, tol, max_iter, callback)
     while True:
         P_G[...] = 0.0
         b_G[...] = 0.0
@@ -95,48 +92,29 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
             sl = slice(c0, c1)
             ck.projection_marginals(At, w_d, G, mean[sl], var[sl])
             ck.power_sites(tilted, y[sl], extra[sl], params, mean[sl], var[sl], resid[sl],
-                           tau[sl], nu[sl], alpha, damping, clip, new_tau[sl], new_nu[sl],
+                           tau[sl], nu[sl], alpha, ctl.damping, clip, new_tau[sl], new_nu[sl],
                            site_ev[sl], mu_cav[sl], var_cav[sl], counter)
             accumulate(P_G, b_G, G, new_tau[sl], new_nu[sl])
         skipped = int(counter[0])
         ok = xp.isfinite(site_ev)
         log_ev = q.log_z_global() + float(xp.sum(xp.where(ok, site_ev, 0.0)))
-        history.append(log_ev)
-        if callback is not None and sweeps:
-            callback(sweeps, log_ev)
-        if sweeps >= 2 and abs(log_ev - prev) < tol * max(1.0, abs(log_ev)) and change < tol:
-            converged = True
+        if ctl.done(log_ev):
             break
-        if sweeps >= max_iter:
-            break
-        raw = _site_change(xp, tau, nu, new_tau, new_nu) / damping
-        change = raw
+        ctl.advance(_site_change(xp, tau, nu, new_tau, new_nu))
         tau, new_tau = new_tau, tau
         nu, new_nu = new_nu, nu
-        if adaptive and raw > last_raw:
-            damping = max(0.1, 0.7 * damping)
-        last_raw = raw
-        sweeps += 1
-        prev = log_ev
         q = _InducingPosterior(L_uu, q.L_P, _symmetrise_lower(be.to_host(P_G)),
                                be.to_host(b_G))
 
     n_bad = int(xp.count_nonzero(~ok))
     if n_bad:
-        warnings.warn(f"sparse EP: {n_bad} site(s) have an improper cavity and were left out of "
-                      "the update and of log Z; take smaller EP steps (e.g. damping=0.5).",
-                      EPNumericalWarning, stacklevel=2)
         mu_cav = xp.where(ok, mu_cav, mean)
         var_cav = xp.where(ok, var_cav, var)
-    if not converged:
-        warnings.warn(f"sparse EP did not converge in max_iter={max_iter} sweeps (last change "
-                      f"of log Z {abs(log_ev - prev):.2e}, largest site change {change:.2e}, "
-                      f"tol={tol:g}). Increase max_iter, or use a smaller damping (now "
-                      f"{damping:g}) if EP oscillates.", ConvergenceWarning, stacklevel=2)
+    ctl.warn(n_bad)
     host = be.to_host
     return SparseEPResult(mean=host(mean).copy(), var=host(var + resid).copy(),
                           site_tau=host(tau).copy(), site_nu=host(nu).copy(),
-                          log_marginal_likelihood=float(log_ev), n_iter=sweeps,
-                          converged=converged, n_skipped=int(skipped),
+                          log_marginal_likelihood=float(log_ev), n_iter=ctl.sweeps,
+                          converged=ctl.converged, n_skipped=int(skipped),
                           cavity_mean=host(mu_cav).copy(), cavity_var=host(var_cav + resid).copy(),
-                          alpha=float(alpha), inducing_points=Z, history=history, _q=q)
+                          alpha=float(alpha), inducing_points=Z, history=ctl.history, _q=q)

@@ -388,67 +388,45 @@ def _ep(K, y, likelihood, method, damping, adaptive, tol, max_iter, site_tau, si
 
     new_tau, new_nu = np.empty(n), np.empty(n)
     log_z, mu_cav, var_cav = np.empty(n), np.empty(n), np.empty(n)
-    prev = math.nan
-    change = math.inf
-    last_raw = math.inf
-    history = []
-    sweeps = 0
-    converged = False
+    ctl = SweepControl("EP", damping, adaptive, tol, max_iter, callback)
     while True:
-        skipped, ok, log_ev = _evaluate(tilted, y, extra, params, post, tau, nu, damping, clip,
-                                        new_tau, new_nu, log_z, mu_cav, var_cav)
-        history.append(log_ev)
-        if callback is not None and sweeps:
-            callback(sweeps, log_ev)
-        if sweeps >= 2 and abs(log_ev - prev) < tol * max(1.0, abs(log_ev)) and change < tol:
-            converged = True
-            break
-        if sweeps >= max_iter:
+        skipped, ok, log_ev = _evaluate(tilted, y, extra, params, post, tau, nu, ctl.damping,
+                                        clip, new_tau, new_nu, log_z, mu_cav, var_cav)
+        if ctl.done(log_ev):
             break
         if method == "parallel":
-            raw = _site_change(tau, nu, new_tau, new_nu) / damping   # undamped step size
-            change = raw
+            ctl.advance(_site_change(tau, nu, new_tau, new_nu))
             tau, new_tau = new_tau, tau
             nu, new_nu = new_nu, nu
-            if adaptive and raw > last_raw:
-                damping = max(0.1, 0.7 * damping)
-            last_raw = raw
         else:
             old_tau, old_nu = tau.copy(), nu.copy()
-            skipped = _sequential_sweep(tilted, y, extra, params, post, tau, nu, damping, clip)
-            change = _site_change(old_tau, old_nu, tau, nu)
-        sweeps += 1
-        prev = log_ev
+            skipped = _sequential_sweep(tilted, y, extra, params, post, tau, nu, ctl.damping,
+                                        clip)
+            ctl.advance(_site_change(old_tau, old_nu, tau, nu), damped=False)
         post = _Posterior(K, tau, nu, need_cov, work)
 
     n_bad = int(np.count_nonzero(~ok))
     if n_bad:
-        warnings.warn(f"EP: {n_bad} site(s) have an improper cavity (negative variance) and "
-                      "were left out of the update and of log Z_EP; take smaller EP steps "
-                      "(e.g. damping=0.5).", EPNumericalWarning, stacklevel=3)
         mu_cav = np.where(ok, mu_cav, post.mean)
         var_cav = np.where(ok, var_cav, post.var)
-    if not converged:
-        warnings.warn(f"EP did not converge in max_iter={max_iter} sweeps (last change of "
-                      f"log Z_EP {abs(log_ev - prev):.2e}, largest site change {change:.2e}, "
-                      f"tol={tol:g}). Increase max_iter, or use a smaller damping "
-                      f"(now {damping:g}) if EP oscillates.", ConvergenceWarning, stacklevel=3)
+    ctl.warn(n_bad)
     if post.cov is not None:
         post.cov = None                               # not needed after the sweeps
     post.vt = post.vt.copy() if post.vt is work[1] else post.vt
     return EPResult(mean=post.mean, var=post.var, site_tau=tau, site_nu=nu,
-                    log_marginal_likelihood=float(log_ev), n_iter=sweeps, converged=converged,
-                    n_skipped=int(skipped), cavity_mean=mu_cav.copy(), cavity_var=var_cav.copy(),
-                    method=method, history=history, _posterior=post)
+                    log_marginal_likelihood=float(log_ev), n_iter=ctl.sweeps,
+                    converged=ctl.converged, n_skipped=int(skipped), cavity_mean=mu_cav.copy(),
+                    cavity_var=var_cav.copy(), method=method, history=ctl.history,
+                    _posterior=post)
 
 
 def _evaluate(tilted, y, extra, params, post, tau, nu, damping, clip, new_tau, new_nu, log_z,
               mu_cav, var_cav):
     """Cavities and tilted log Z at the current posterior, log Z_EP of the current
     sites, and (as a by-product) damped parallel proposals for every site."""
-    skipped = kern.select(y.shape[0]).parallel_sites(tilted, y, extra, params, post.mean, post.var, tau, nu,
-                                                    damping, clip, new_tau, new_nu, log_z, mu_cav,
-                                                    var_cav)
+    skipped = kern.select(y.shape[0]).parallel_sites(
+        tilted, y, extra, params, post.mean, post.var, tau, nu, damping, clip, new_tau, new_nu,
+        log_z, mu_cav, var_cav)
     ok = np.isfinite(log_z)
     log_ev = (kern.evidence_site_terms(log_z[ok], mu_cav[ok], var_cav[ok], post.mean[ok],
                                        post.var[ok])
@@ -475,6 +453,73 @@ def posterior_from_sites(K, y, likelihood, site_tau, site_nu, extra=None):
                     log_marginal_likelihood=float(log_ev), n_iter=0, converged=True,
                     n_skipped=int(skipped), cavity_mean=buf[3], cavity_var=buf[4],
                     method="parallel", history=[log_ev], _posterior=post)
+
+
+class SweepControl:
+    """Convergence bookkeeping shared by every EP driver (dense and sparse, CPU and GPU).
+
+    EP has converged when, after at least two sweeps, log Z changed by less than
+    ``tol * max(1, |log Z|)`` and the largest relative site change is below ``tol``.
+    With adaptive damping the step starts at 1 and shrinks by 0.7 (to at least 0.1)
+    whenever the undamped site change grows from one sweep to the next.
+
+    Use::
+
+        ctl = SweepControl("EP", damping, adaptive, tol, max_iter, callback)
+        while True:
+            ...sites and log_ev from the current posterior...
+            if ctl.done(log_ev):
+                break
+            ctl.advance(site_change)        # the damped change of this sweep's sites
+            ...adopt the new sites, rebuild the posterior...
+        ctl.warn(n_bad)
+    """
+
+    def __init__(self, what, damping, adaptive, tol, max_iter, callback=None):
+        self.what, self.damping, self.adaptive = what, damping, adaptive
+        self.tol, self.max_iter, self.callback = tol, max_iter, callback
+        self.prev = self.log_ev = math.nan
+        self.change = self.last_raw = math.inf
+        self.history, self.sweeps, self.converged = [], 0, False
+
+    def done(self, log_ev):
+        """Record the current sweep's log Z; True when the loop is to stop."""
+        self.log_ev = log_ev
+        self.history.append(log_ev)
+        if self.callback is not None and self.sweeps:
+            self.callback(self.sweeps, log_ev)
+        if (self.sweeps >= 2 and abs(log_ev - self.prev) < self.tol * max(1.0, abs(log_ev))
+                and self.change < self.tol):
+            self.converged = True
+        return self.converged or self.sweeps >= self.max_iter
+
+    def advance(self, change, damped=True):
+        """Count a sweep whose sites moved by ``change`` (``damped``: a parallel step
+        scaled by the current damping, whose undamped size drives adaptive damping)."""
+        if damped:
+            raw = change / self.damping
+            change = raw
+            if self.adaptive and raw > self.last_raw:
+                self.damping = max(0.1, 0.7 * self.damping)
+            self.last_raw = raw
+        self.change = change
+        self.sweeps += 1
+        self.prev = self.log_ev
+
+    def warn(self, n_bad, stacklevel=3):
+        """Warn about sites left out (improper cavities) and about non-convergence,
+        naming the knob to turn; ``stacklevel`` counts from the caller of this method."""
+        if n_bad:
+            warnings.warn(f"{self.what}: {n_bad} site(s) have an improper cavity (negative "
+                          "variance) and were left out of the update and of log Z; take smaller "
+                          "EP steps (e.g. damping=0.5).", EPNumericalWarning,
+                          stacklevel=stacklevel + 1)
+        if not self.converged:
+            warnings.warn(f"{self.what} did not converge in max_iter={self.max_iter} sweeps "
+                          f"(last change of log Z {abs(self.log_ev - self.prev):.2e}, largest "
+                          f"site change {self.change:.2e}, tol={self.tol:g}). Increase "
+                          f"max_iter, or use a smaller damping (now {self.damping:g}) if EP "
+                          "oscillates.", ConvergenceWarning, stacklevel=stacklevel + 1)
 
 
 def _site_change(tau0, nu0, tau1, nu1):

@@ -28,8 +28,6 @@ is the collapsed objective of :mod:`fastep.inference.sparse`.
 """
 from __future__ import annotations
 
-import math
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -41,7 +39,7 @@ from scipy.linalg import cho_solve, cholesky, solve_triangular
 from . import _ep_kernels as kern
 from .._linalg import (SMALL_N, NotPositiveDefiniteError, blas_threads_for, syrk_lower_nogil,
                        trmm_lower_nogil)
-from .ep import ConvergenceWarning, EPNumericalWarning, _site_change, check_device
+from .ep import SweepControl, _site_change, check_device
 from .sparse import cholesky_uu, uu_from_whitened
 
 CHUNK = 8192
@@ -328,11 +326,10 @@ def _sparse_ep(kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_
             _accumulate(P_G, b_G, V, tau[c0:c1], nu[c0:c1])
         q = _InducingPosterior(L_uu, q.L_P, _symmetrise_lower(P_G), b_G)
 
-    prev, change, last_raw = math.nan, math.inf, math.inf
-    history, sweeps, converged = [], 0, False
+    ctl = SweepControl("sparse EP", damping, adaptive, tol, max_iter, callback)
     while True:
-        ctx.damping = damping
-        args = (ctx, q, tau, nu, new_tau, new_nu, sweeps == 0)
+        ctx.damping = ctl.damping
+        args = (ctx, q, tau, nu, new_tau, new_nu, ctl.sweeps == 0)
         if n_threads == 1:
             skipped = parts[0].sweep(*args)
         else:
@@ -341,44 +338,25 @@ def _sparse_ep(kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_
         b_G = parts[0].b_G + sum(part.b_G for part in parts[1:])
         ok = np.isfinite(ctx.site_ev)
         log_ev = q.log_z_global() + float(np.sum(ctx.site_ev[ok]))
-        history.append(log_ev)
-        if callback is not None and sweeps:
-            callback(sweeps, log_ev)
-        if sweeps >= 2 and abs(log_ev - prev) < tol * max(1.0, abs(log_ev)) and change < tol:
-            converged = True
+        if ctl.done(log_ev):
             break
-        if sweeps >= max_iter:
-            break
-        raw = _site_change(tau, nu, new_tau, new_nu) / damping
-        change = raw
+        ctl.advance(_site_change(tau, nu, new_tau, new_nu))
         tau, new_tau = new_tau, tau
         nu, new_nu = new_nu, nu
-        if adaptive and raw > last_raw:
-            damping = max(0.1, 0.7 * damping)
-        last_raw = raw
-        sweeps += 1
-        prev = log_ev
         q = _InducingPosterior(L_uu, q.L_P, _symmetrise_lower(P_G), b_G)
 
     mean, var, resid = ctx.mean, ctx.var, ctx.resid
     mu_cav, var_cav = ctx.mu_cav, ctx.var_cav
     n_bad = int(np.count_nonzero(~ok))
     if n_bad:
-        warnings.warn(f"sparse EP: {n_bad} site(s) have an improper cavity and were left out of "
-                      "the update and of log Z; take smaller EP steps (e.g. damping=0.5).",
-                      EPNumericalWarning, stacklevel=2)
         mu_cav = np.where(ok, mu_cav, mean)
         var_cav = np.where(ok, var_cav, var)
-    if not converged:
-        warnings.warn(f"sparse EP did not converge in max_iter={max_iter} sweeps (last change "
-                      f"of log Z {abs(log_ev - prev):.2e}, largest site change {change:.2e}, "
-                      f"tol={tol:g}). Increase max_iter, or use a smaller damping (now "
-                      f"{damping:g}) if EP oscillates.", ConvergenceWarning, stacklevel=2)
+    ctl.warn(n_bad)
     return SparseEPResult(mean=mean, var=var + resid, site_tau=tau, site_nu=nu,
-                          log_marginal_likelihood=float(log_ev), n_iter=sweeps,
-                          converged=converged, n_skipped=int(skipped), cavity_mean=mu_cav,
+                          log_marginal_likelihood=float(log_ev), n_iter=ctl.sweeps,
+                          converged=ctl.converged, n_skipped=int(skipped), cavity_mean=mu_cav,
                           cavity_var=var_cav + resid, alpha=float(alpha), inducing_points=Z,
-                          history=history, _q=q)
+                          history=ctl.history, _q=q)
 
 
 def _site_derivatives(lik, y, extra, mean, var, resid, tau, nu, alpha):
