@@ -126,16 +126,17 @@ def _ints(*values):
     return [ctypes.byref(ctypes.c_int(v)) for v in values]
 
 
-def _check_f64(what, a, order="F"):
-    flag = a.flags.f_contiguous if order == "F" else a.flags.c_contiguous
-    if a.dtype != np.float64 or not flag or not a.flags.writeable:
-        raise ValueError(f"{what} must be a writeable {order}-contiguous float64 array")
+def _check_f64(what, a, writeable=True):
+    if (a.dtype != np.float64 or a.ndim != 2 or not a.flags.f_contiguous
+            or (writeable and not a.flags.writeable)):
+        raise ValueError(f"{what} must be a {'writeable ' if writeable else ''}F-contiguous "
+                         f"2-d float64 array")
 
 
-def trmm_lower_nogil(L, B):
-    """``B <- L B`` in place (dtrmm) for lower-triangular ``L`` (m x m) and ``B`` (m x c),
-    both F-contiguous float64, without holding the GIL."""
-    _check_f64("L", L)
+def trmm_lower_nogil(L, B, trans=False):
+    """``B <- L B`` (or ``L^T B`` with ``trans``) in place (dtrmm) for lower-triangular ``L``
+    (m x m) and ``B`` (m x c), both F-contiguous float64, without holding the GIL."""
+    _check_f64("L", L, writeable=False)
     _check_f64("B", B)
     m, c = B.shape
     if L.shape != (m, m):
@@ -143,8 +144,8 @@ def trmm_lower_nogil(L, B):
     if m and c:
         one = ctypes.c_double(1.0)
         mm, cc, lda, ldb = _ints(m, c, m, m)
-        _blas_fn("dtrmm", 11)(b"L", b"L", b"N", b"N", mm, cc, ctypes.byref(one),
-                              L.ctypes.data, lda, B.ctypes.data, ldb)
+        _blas_fn("dtrmm", 11)(b"L", b"L", b"T" if trans else b"N", b"N", mm, cc,
+                              ctypes.byref(one), L.ctypes.data, lda, B.ctypes.data, ldb)
     return B
 
 

@@ -4,8 +4,9 @@
     RBF(1, 1), m inducing points drawn from X, ``sparse_ep(..., tol=1e-4)`` from cold sites.
     Each n runs in its own process so that the peak resident memory is that of the fit.
     Printed per n: sweeps to convergence, total time (compile paid before timing), median
-    time per sweep (from the callback's time stamps), peak RSS, and the floor: one streamed
-    pass of the sweep's rank-k update ``sum_c A_c A_c^T`` (dsyrk over the same chunks of a
+    time per sweep (from the callback's time stamps), peak RSS (of the fit), the time of
+    the log Z gradient (``sparse_ep_gradient``, two streamed passes), and the floor: one
+    streamed pass of the sweep's rank-k update ``sum_c A_c A_c^T`` (dsyrk over the same chunks of a
     random m x n matrix, on the same threads; a sweep also does a dtrmm of the same flop
     count, so about 2 is the best sweep/floor ratio).  Ratios: sweep/floor and the growth
     of the sweep time from the smallest to the largest n.
@@ -43,19 +44,23 @@ def one_size(n, m, seed=0):
     import numba
 
     from fastep._linalg import single_threaded_blas, syrk_lower_nogil
-    from fastep.inference.sparse_ep import CHUNK, sparse_ep
+    from fastep.inference.sparse_ep import CHUNK, sparse_ep, sparse_ep_gradient
     from fastep.kernels import RBF
     from fastep.likelihoods import Probit
 
     X, y, _ = make_data(n, seed)
     Z = X[np.random.default_rng(seed + 1).choice(n, m, replace=False)]
     k = RBF(1.0, 1.0)
-    sparse_ep(k, Z, X[:2000], y[:2000], Probit(), max_iter=2, tol=1e-300)  # compile
+    warm = sparse_ep(k, Z, X[:2000], y[:2000], Probit(), max_iter=2, tol=1e-300)  # compile
+    sparse_ep_gradient(warm, k, X[:2000], y[:2000], Probit())
     stamps = []
     t0 = time.perf_counter()
     res = sparse_ep(k, Z, X, y, Probit(), callback=lambda s, lz: stamps.append(time.perf_counter()))
     total = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB -> GiB
+    t0 = time.perf_counter()
+    sparse_ep_gradient(res, k, X, y, Probit())
+    grad = time.perf_counter() - t0
     sweep = statistics.median(np.diff([t0] + stamps)) if stamps else total
     # floor: the sweep's dsyrk alone (its dtrmm costs as much again), over the same chunks
     # on the same threads as the sweep (sparse_ep shares chunks out over numba's thread count)
@@ -72,7 +77,7 @@ def one_size(n, m, seed=0):
         list(pool.map(part, range(n_threads)))
     floor = time.perf_counter() - t1
     print(json.dumps(dict(n=n, m=m, sweeps=res.n_iter, converged=res.converged, total=total,
-                          sweep=sweep, floor=floor, peak_gib=peak,
+                          sweep=sweep, floor=floor, peak_gib=peak, grad=grad,
                           acc=float(np.mean(np.sign(res.mean) == y)))))
 
 
@@ -84,11 +89,12 @@ def scaling(sizes, m):
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(f"(a) sparse probit EP, d = 3, m = {m}, tol = 1e-4 (each n in a fresh process)")
     print(f"{'n':>9s} {'sweeps':>6s} {'total s':>8s} {'s/sweep':>8s} {'floor s':>8s} "
-          f"{'sweep/floor':>11s} {'peak GiB':>8s} {'train acc':>9s}")
+          f"{'sweep/floor':>11s} {'peak GiB':>8s} {'train acc':>9s} {'grad s':>7s} "
+          f"{'grad/sweep':>10s}")
     for r in rows:
         print(f"{r['n']:9d} {r['sweeps']:6d} {r['total']:8.2f} {r['sweep']:8.3f} "
               f"{r['floor']:8.3f} {r['sweep'] / r['floor']:11.2f} {r['peak_gib']:8.2f} "
-              f"{r['acc']:9.3f}")
+              f"{r['acc']:9.3f} {r['grad']:7.2f} {r['grad'] / r['sweep']:10.2f}")
     growth = {}
     for a, b in zip(rows, rows[1:]):
         growth[(a["n"], b["n"])] = b["sweep"] / a["sweep"]

@@ -155,6 +155,8 @@ def test_gil_free_blas_matches_numpy():
     L = np.asfortranarray(np.tril(rng.normal(size=(7, 7))))
     B = np.asfortranarray(rng.normal(size=(7, 5)))
     np.testing.assert_allclose(trmm_lower_nogil(L, B.copy(order="F")), L @ B, rtol=1e-13)
+    np.testing.assert_allclose(trmm_lower_nogil(L, B.copy(order="F"), trans=True), L.T @ B,
+                               rtol=1e-13)
     C = np.asfortranarray(rng.normal(size=(7, 7)))
     A = rng.normal(size=(7, 9))
     for a in (A, np.asfortranarray(A), A[:, ::2]):                 # C, F, strided

@@ -145,6 +145,12 @@ def _read(X, c0, c1):
     return np.ascontiguousarray(X[c0:c1], dtype=float)
 
 
+def _gram_t(kernel, Z, Xc):
+    """``K(Z, X_c)`` as a writeable F-ordered array (the transpose of ``K(X_c, Z)``)."""
+    A = kernel(Xc, Z).T
+    return A if A.flags.f_contiguous and A.flags.writeable else np.array(A, order="F")
+
+
 def _accumulate(P, b, G, tau, nu):
     """P += G diag(tau) G^T (lower triangle, dsyrk), b += G nu.  Overwrites G."""
     b += G @ nu
@@ -249,11 +255,26 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     # BLAS calls here are m x chunk blocks: OpenBLAS threads slow them down (measured 1.7x
     # on 2 cores beside Numba's pool), so below m = 1024 they run single-threaded and the
     # chunks of a sweep are shared out over Python threads instead (see _SweepPart)
-    n_threads = min(numba.get_num_threads() if m < SMALL_N else 1, -(-n // chunk_size))
+    n_threads = _n_threads(n, m, chunk_size)
     with blas_threads_for(m), ThreadPoolExecutor(n_threads) as pool:
         return _sparse_ep(kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_iter,
                           site_tau, site_nu, extra, chunk_size, callback, n, m, L_uu, cache,
                           pool, n_threads)
+
+
+def _n_threads(n, m, chunk_size):
+    """Python threads sharing the chunks of a streamed pass: numba's thread count while
+    BLAS runs single-threaded (m below SMALL_N), else 1 (threaded BLAS does the work)."""
+    return max(1, min(numba.get_num_threads() if m < SMALL_N else 1, -(-n // chunk_size)))
+
+
+def _map_chunks(pool, n_threads, chunks, work):
+    """``[work(part) for part]`` where part k is chunks k, k + T, ... (T = n_threads), on
+    the pool's threads; the fixed split and order keep sums reproducible."""
+    parts = [chunks[k::n_threads] for k in range(n_threads)]
+    if n_threads == 1:
+        return [work(parts[0])]
+    return list(pool.map(work, parts))
 
 
 class _SweepPart:
@@ -321,7 +342,7 @@ def _sparse_ep(kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_
         P_G, b_G = np.zeros((m, m), order="F"), np.zeros(m)
         for c0, c1 in _chunks(n, chunk_size):
             Xc = _read(Xv, c0, c1)
-            V, _, var0 = q.marginals(np.asfortranarray(kernel(Xc, Z).T))  # prior's G is V
+            V, _, var0 = q.marginals(_gram_t(kernel, Z, Xc))   # the prior's G is V
             ctx.resid[c0:c1] = np.maximum(kernel.diag(Xc) - var0, 0.0)
             _accumulate(P_G, b_G, V, tau[c0:c1], nu[c0:c1])
         q = _InducingPosterior(L_uu, q.L_P, _symmetrise_lower(P_G), b_G)
@@ -387,7 +408,8 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
     ``(d/dtheta kernel, d/dZ, d/dlog likelihood params)``.  Two streamed passes:
     the first collects ``V a`` and ``U = V diag(c) V^T`` (a, c: derivatives of the
     site terms in the marginal mean and variance), the second forms
-    ``G = dlogZ/dV`` per chunk and contracts it with the kernel derivatives.
+    ``G = dlogZ/dV`` per chunk and contracts it with the kernel derivatives.  The
+    chunks of each pass are shared out over threads as in :func:`sparse_ep`.
     """
     q, Z, alpha = result._q, result.inducing_points, result.alpha
     Xv = X if hasattr(X, "shape") and len(X.shape) == 2 else np.asarray(X, dtype=float)
@@ -395,13 +417,15 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
     y = likelihood.encode_targets(y)
     extra = likelihood.site_extra(n) if extra is None else np.ascontiguousarray(extra, float)
     tau, nu = result.site_tau, result.site_nu
-    L_uu, L_P, mv = q.L_uu, q.L_P, q.m
-    S = cho_solve((L_P, True), np.eye(m), check_finite=False)
+    L_uu, mv = q.L_uu, q.m
+    S = cho_solve((q.L_P, True), np.eye(m), check_finite=False)
+    L_inv = np.asfortranarray(solve_triangular(L_uu, np.eye(m), lower=True, check_finite=False))
+    chunks = list(_chunks(n, chunk_size))
+    n_threads = _n_threads(n, m, chunk_size)
 
     def chunk(c0, c1):
         Xc = _read(Xv, c0, c1)
-        At = kernel(Z, Xc)
-        V = solve_triangular(L_uu, At, lower=True, check_finite=False)
+        V = trmm_lower_nogil(L_inv, _gram_t(kernel, Z, Xc))   # L_uu^-1 K(Z, X_c)
         mean = V.T @ mv
         SV = S @ V
         var = np.einsum("ij,ij->j", V, SV)
@@ -411,28 +435,39 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
                               alpha)
         return Xc, V, SV, mean, g
 
-    Va, U = np.zeros(m), np.zeros((m, m))
-    d_lik = np.zeros(likelihood.n_dims)
-    for c0, c1 in _chunks(n, chunk_size):
-        _, V, _, _, (g_mu, g_var, _, g_lik) = chunk(c0, c1)
-        Va += V @ g_mu
-        U += (V * g_var) @ V.T
-        d_lik += g_lik.sum(0)
-    r = S @ Va
-    SU = S @ U
-    d_theta, d_Z = np.zeros(kernel.n_dims), np.zeros(Z.shape)
-    GVt = np.zeros((m, m))
-    for c0, c1 in _chunks(n, chunk_size):
-        Xc, V, SV, mean, (g_mu, g_var, g_d, _) = chunk(c0, c1)
-        t, s = tau[c0:c1], nu[c0:c1]
-        w = s - t * mean
-        G = (np.outer(mv, w + g_mu - t * (V.T @ r)) + np.outer(r, w)
-             + SV * (2.0 * g_var - t) - 2.0 * (SU @ SV) * t - 2.0 * V * g_d)
-        GVt += G @ V.T
-        G_uf = solve_triangular(L_uu, G, lower=True, trans="T", check_finite=False)
-        d_theta += kernel.gradient_contract(Z, G_uf, Xc) + kernel.diag_gradient_contract(Xc, g_d)
-        d_Z += kernel.input_gradient_contract(Z, G_uf, Xc)
+    def first_pass(part):
+        Va, U, d_lik = np.zeros(m), np.zeros((m, m)), np.zeros(likelihood.n_dims)
+        for c0, c1 in part:
+            _, V, _, _, (g_mu, g_var, _, g_lik) = chunk(c0, c1)
+            Va += V @ g_mu
+            U += (V * g_var) @ V.T
+            d_lik += g_lik.sum(0)
+        return Va, U, d_lik
+
+    def second_pass(part):
+        d_theta, d_Z, GVt = np.zeros(kernel.n_dims), np.zeros(Z.shape), np.zeros((m, m))
+        for c0, c1 in part:
+            Xc, V, SV, mean, (g_mu, g_var, g_d, _) = chunk(c0, c1)
+            t, s = tau[c0:c1], nu[c0:c1]
+            w = s - t * mean
+            G = np.asfortranarray(
+                np.outer(mv, w + g_mu - t * (V.T @ r)) + np.outer(r, w)
+                + SV * (2.0 * g_var - t) - 2.0 * (SU @ SV) * t - 2.0 * V * g_d)
+            GVt += G @ V.T
+            G_uf = trmm_lower_nogil(L_inv, G, trans=True)   # L_uu^-T G
+            d_theta += (kernel.gradient_contract(Z, G_uf, Xc)
+                        + kernel.diag_gradient_contract(Xc, g_d))
+            d_Z += kernel.input_gradient_contract(Z, G_uf, Xc)
+        return d_theta, d_Z, GVt
+
+    with blas_threads_for(m), ThreadPoolExecutor(n_threads) as pool:
+        Va, U, d_lik = (sum(parts) for parts in
+                        zip(*_map_chunks(pool, n_threads, chunks, first_pass)))
+        r = S @ Va
+        SU = S @ U
+        d_theta, d_Z, GVt = (sum(parts) for parts in
+                             zip(*_map_chunks(pool, n_threads, chunks, second_pass)))
     G_uu = uu_from_whitened(GVt, L_uu)
-    d_theta += kernel.gradient_contract(Z, G_uu)
-    d_Z += kernel.input_gradient_contract(Z, G_uu)
+    d_theta = d_theta + kernel.gradient_contract(Z, G_uu)
+    d_Z = d_Z + kernel.input_gradient_contract(Z, G_uu)
     return d_theta, d_Z, d_lik
