@@ -14,7 +14,7 @@ and the estimators' ``device="cuda"`` import it on first use.  What runs on the 
   driver :func:`fastep.cuda.ep` and the sparse Power-EP driver
   :func:`fastep.cuda.sparse_ep` keep the data and sites on the device across sweeps.
 
-Install with ``pip install "fastep[cuda]"`` (numba-cuda and cupy-cuda12x).  The
+Install with ``pip install "fastep[cuda]"`` (numba-cuda[cu12] and cupy-cuda12x).  The
 kernels also run under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, set
 before numba is imported), which is how the test-suite compares every kernel
 with its CPU twin on machines without a GPU.

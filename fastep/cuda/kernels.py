@@ -367,6 +367,7 @@ def stationary_input_contract(x1, x2, inv_ls, variance, kind, gt, out):
 # ---------------------------------------------------------------------------------------
 #: Most classes the gradient kernel supports (its per-thread scratch is a local array).
 MAX_CLASSES = 256
+_SCRATCH = 2 * MAX_CLASSES       # a global, so that numba sees a compile-time constant
 _d_prob_largest_one = device_function(_rm.prob_largest_one)
 _d_prob_largest_grad_one = device_function(_rm.prob_largest_grad_one)
 
@@ -389,7 +390,7 @@ def prob_largest_all(mean, var, nodes, weights, out):
 
 @cuda.jit
 def _prob_largest_grad_kernel(mean, var, labels, nodes, weights, s, ds_dmean, ds_dvar):
-    scratch = cuda.local.array(2 * MAX_CLASSES, float64)
+    scratch = cuda.local.array(_SCRATCH, float64)
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, mean.shape[0], stride):   # a thread owns row i of every output
         s[i] = _d_prob_largest_grad_one(mean, var, i, labels[i], nodes, weights, scratch,
