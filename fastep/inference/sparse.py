@@ -22,7 +22,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import cholesky, solve_triangular
+from scipy.linalg import cho_solve, cholesky, solve_triangular
 
 JITTER = 1e-8
 
@@ -56,19 +56,12 @@ def cholesky_uu(K_uu):
     return cholesky(K_uu + JITTER * scale * np.eye(m), lower=True, check_finite=False)
 
 
-def chain_whitened(G_V, V, L_uu):
-    """Gradients in ``K_uf`` and ``K_uu`` from ``G = dF/dV``, ``V = L_uu^-1 K_uf``.
-
-    Valid for any F that depends on V only through ``V^T V`` (rotation invariant), so
-    ``G V^T`` is symmetric: ``dF/dK_uf = L^-T G`` and ``dF/dK_uu = -1/2 L^-T (G V^T) L^-1``.
-    """
-    G_uf = solve_triangular(L_uu, G_V, lower=True, trans="T", check_finite=False)
-    return G_uf, uu_from_whitened(G_V @ V.T, L_uu)
-
-
 def uu_from_whitened(GVt, L_uu):
-    """``dF/dK_uu = -1/2 L^-T sym(G V^T) L^-1`` (see :func:`chain_whitened`); ``GVt`` may be
-    summed over chunks of data."""
+    """``dF/dK_uu`` from ``GVt = G V^T``, where ``G = dF/dV`` and ``V = L_uu^-1 K_uf``.
+
+    For any F that depends on V only through ``V^T V`` (rotation invariant) ``G V^T`` is
+    symmetric, ``dF/dK_uf = L^-T G`` and ``dF/dK_uu = -1/2 L^-T sym(G V^T) L^-1``.
+    ``GVt`` may be summed over chunks of data."""
     S = 0.5 * (GVt + GVt.T)
     T = solve_triangular(L_uu, S, lower=True, trans="T", check_finite=False)
     G_uu = -0.5 * solve_triangular(L_uu, T.T, lower=True, trans="T", check_finite=False)
@@ -100,7 +93,11 @@ def collapsed_objective(K_uu, K_uf, kff_diag, y, noise_variance, alpha, eval_gra
         raise ValueError(f"noise_variance must be positive; got {noise_variance!r}.")
     m, n = K_uf.shape
     L_uu = cholesky_uu(K_uu)
-    V = solve_triangular(L_uu, K_uf, lower=True, check_finite=False)
+    # the m x n work is matrix products with the m x m inverses of the factors: no copies
+    # of K_uf into Fortran order (which every triangular solve on it would make), BLAS-3
+    # gemm / syrk throughout
+    L_inv = solve_triangular(L_uu, np.eye(m), lower=True, check_finite=False)
+    V = L_inv @ K_uf
     d = np.maximum(kff_diag - np.einsum("ij,ij->j", V, V), 0.0)
     lam = alpha * d + noise_variance
     Vl = V / lam
@@ -116,12 +113,16 @@ def collapsed_objective(K_uu, K_uf, kff_diag, y, noise_variance, alpha, eval_gra
     state = SparseState(L_uu=L_uu, L_B=L_B, lam=lam, beta=beta, value=value)
     if eval_gradient:
         a = (y - V.T @ solve_triangular(L_B, beta, lower=True, trans="T", check_finite=False)) / lam
-        P = solve_triangular(L_B, Vl, lower=True, check_finite=False)         # L_B^-1 V Lambda^-1
-        W_diag = a * a - (1.0 / lam - np.einsum("ij,ij->j", P, P))
+        B_inv = cho_solve((L_B, True), np.eye(m), check_finite=False)
+        G_V = B_inv @ Vl                                   # V Sigma^-1 = B^-1 V Lambda^-1
+        W_diag = a * a - (1.0 / lam - np.einsum("ij,ij->j", Vl, G_V))
         g = 0.5 * alpha * W_diag - 0.5 * (1.0 - alpha) / lam
-        V_Sinv = solve_triangular(L_B, P, lower=True, trans="T", check_finite=False)
-        G_V = np.outer(V @ a, a) - V_Sinv - 2.0 * V * g
-        G_uf, G_uu = chain_whitened(G_V, V, L_uu)
+        # G_V = dF/dV = (V a) a^T - V Sigma^-1 - 2 V diag(g), formed in place
+        np.negative(G_V, out=G_V)
+        G_V -= V * (2.0 * g)
+        G_V += np.multiply.outer(V @ a, a)
+        G_uf = L_inv.T @ G_V
+        G_uu = uu_from_whitened(G_V @ V.T, L_uu)
         g_noise = 0.5 * float(W_diag.sum()) + 0.5 * (1.0 - alpha) * float(
             np.sum(d / lam)) / noise_variance
         state.grad = SparseGradient(K_uu=G_uu, K_uf=G_uf, kff_diag=g, noise_variance=g_noise)
