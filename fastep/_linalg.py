@@ -154,6 +154,8 @@ def syrk_lower_nogil(alpha, A, C):
     ``A`` (m x k, C- or F-contiguous float64), without holding the GIL."""
     _check_f64("C", C)
     m = C.shape[0]
+    if C.shape != (m, m):
+        raise ValueError(f"C must be square; got shape {C.shape}")
     if A.dtype != np.float64 or A.ndim != 2 or A.shape[0] != m:
         raise ValueError(f"A must be a float64 array with {m} rows; got {A.dtype} {A.shape}")
     if A.flags.f_contiguous:

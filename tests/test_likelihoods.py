@@ -165,6 +165,32 @@ def test_base_class_fd_tilted_dparams(scaled_probit):
     np.testing.assert_allclose(got[:, 0], exact, rtol=1e-6, atol=1e-7)
 
 
+def test_fd_tilted_dparams_never_modifies_the_likelihood():
+    """Threads share a likelihood (sparse EP's gradient passes): finite differences in the
+    parameters must not write them, even for a moment.  A reader thread checks every
+    tilted evaluation while the main thread takes parameter derivatives."""
+    import threading
+    lik = fl.Tobit(0.1, lower=-0.2)
+    y, mu, var = np.array([-0.2, 0.3, 1.0]), np.array([0.0, 0.1, 0.5]), np.array([0.5, 1, 2])
+    expected = lik.tilted(y, mu, var, alpha=0.5)[0]
+    values = dict(lik._values)
+    stop, changed = threading.Event(), []
+
+    def reader():
+        while not stop.is_set():
+            if not np.array_equal(lik.tilted(y, mu, var, alpha=0.5)[0], expected):
+                changed.append(1)
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for _ in range(1000):
+            lik.tilted_dparams(y, mu, var, alpha=0.5)      # alpha < 1: finite differences
+    finally:
+        stop.set()
+        thread.join()
+    assert not changed and lik._values == values
+
+
 MEANS = np.array([-8.0, -1.0, 0.0, 0.4, 2.5, 6.0])
 PVARS = np.array([1e-3, 0.5, 3.0, 30.0])
 

@@ -5,7 +5,11 @@ Truth: dense EP at Z = X (alpha = 1), the collapsed Power-EP objective of
 differences, and the exact probit evidence (a Gaussian orthant probability by
 scipy's multivariate normal CDF) for the tilted variational bound.
 """
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -150,6 +154,49 @@ def test_warnings_name_the_knob_and_point_at_the_caller(data):
         assert all(r.filename == __file__ for r in rec)
 
 
+def test_threads_share_the_gradient_passes_without_touching_the_likelihood(data):
+    """Tobit at alpha = 0.5 takes its noise derivative by finite differences: with two
+    threads the likelihood object must stay unchanged and the gradient equal one thread's."""
+    X, _, _, yt, Z = data
+    lik, k = Tobit(0.1, lower=-0.2), RBF(1.5, 1.1)
+    res = sparse_ep(k, Z, X, yt, lik, alpha=0.5, **TIGHT)
+    theta0 = lik.theta.copy()
+    previous = numba.get_num_threads()
+    grads = []
+    try:
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)) * 3:
+            numba.set_num_threads(threads)
+            grads.append(sparse_ep_gradient(res, k, X, yt, lik, chunk_size=5))
+    finally:
+        numba.set_num_threads(previous)
+    np.testing.assert_array_equal(lik.theta, theta0)
+    for g in grads[1:]:
+        for a, b in zip(g, grads[0]):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_sparse_ep_runs_under_the_workqueue_threading_layer(tmp_path):
+    """Worker threads never launch Numba parallel kernels concurrently (the workqueue
+    layer aborts the process when they do)."""
+    code = ("import numpy as np, numba\n"
+            "from fastep.inference.sparse_ep import sparse_ep, sparse_ep_gradient\n"
+            "from fastep.kernels import RBF\n"
+            "from fastep.likelihoods import Probit\n"
+            "rng = np.random.default_rng(3)\n"
+            "X = rng.uniform(-3, 3, (3000, 2))\n"
+            "y = np.where(np.sin(2 * X[:, 0]) + X[:, 1] > 0, 1.0, -1.0)\n"
+            "r = sparse_ep(RBF(4.0, 0.7), X[::100], X, y, Probit(), chunk_size=300)\n"
+            "sparse_ep_gradient(r, RBF(4.0, 0.7), X, y, Probit(), chunk_size=300)\n"
+            "assert numba.threading_layer() == 'workqueue'\n"
+            "print('ok', r.converged)\n")
+    env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue", NUMBA_NUM_THREADS="2",
+               PYTHONPATH=str(Path(__file__).parent.parent))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "ok True"
+
+
 def test_gil_free_blas_matches_numpy():
     rng = np.random.default_rng(4)
     L = np.asfortranarray(np.tril(rng.normal(size=(7, 7))))
@@ -167,6 +214,8 @@ def test_gil_free_blas_matches_numpy():
         trmm_lower_nogil(L, np.ascontiguousarray(B))
     with pytest.raises(ValueError, match="7 rows"):
         syrk_lower_nogil(1.0, A.T, C.copy(order="F"))
+    with pytest.raises(ValueError, match="square"):
+        syrk_lower_nogil(1.0, A, np.zeros((7, 2), order="F"))
 
 
 def test_points_far_from_every_inducing_point_stay_finite(data):

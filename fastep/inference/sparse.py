@@ -22,7 +22,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import cho_solve, cholesky, solve_triangular
+from scipy.linalg import blas, cho_solve, cholesky, solve_triangular
 
 JITTER = 1e-8
 
@@ -54,6 +54,19 @@ def cholesky_uu(K_uu):
     m = K_uu.shape[0]
     scale = max(float(np.mean(np.diag(K_uu))), 1e-300)
     return cholesky(K_uu + JITTER * scale * np.eye(m), lower=True, check_finite=False)
+
+
+def _right_solve_t(L, A, trans, overwrite=False):
+    """``L^-1 A`` (``trans``) or ``L^-T A`` for lower ``L`` and C-ordered ``A`` (m x n), as
+    the transpose of ``A^T L^-T`` / ``A^T L^-1`` (dtrsm from the right on the Fortran-ordered
+    ``A^T``); a C-ordered result."""
+    At = A.T
+    copied = not At.flags.f_contiguous
+    if copied:
+        At = np.asfortranarray(At)
+    out = blas.dtrsm(1.0, L, At, side=1, lower=1, trans_a=int(trans),
+                     overwrite_b=int(overwrite or copied))
+    return out.T
 
 
 def uu_from_whitened(GVt, L_uu):
@@ -93,11 +106,11 @@ def collapsed_objective(K_uu, K_uf, kff_diag, y, noise_variance, alpha, eval_gra
         raise ValueError(f"noise_variance must be positive; got {noise_variance!r}.")
     m, n = K_uf.shape
     L_uu = cholesky_uu(K_uu)
-    # the m x n work is matrix products with the m x m inverses of the factors: no copies
-    # of K_uf into Fortran order (which every triangular solve on it would make), BLAS-3
-    # gemm / syrk throughout
-    L_inv = solve_triangular(L_uu, np.eye(m), lower=True, check_finite=False)
-    V = L_inv @ K_uf
+    # K_uf is C-ordered (m x n): its transpose is Fortran-ordered, so triangular solves
+    # from the right on K_uf^T need no reordering copy (solve_triangular on K_uf would make
+    # one); an explicit L_uu^-1 would be faster still but loses digits when K_uu is
+    # ill-conditioned.  B^-1 (m x m, well conditioned) is applied as a product.
+    V = _right_solve_t(L_uu, K_uf, trans=True)                     # L_uu^-1 K_uf
     d = np.maximum(kff_diag - np.einsum("ij,ij->j", V, V), 0.0)
     lam = alpha * d + noise_variance
     Vl = V / lam
@@ -121,8 +134,8 @@ def collapsed_objective(K_uu, K_uf, kff_diag, y, noise_variance, alpha, eval_gra
         np.negative(G_V, out=G_V)
         G_V -= V * (2.0 * g)
         G_V += np.multiply.outer(V @ a, a)
-        G_uf = L_inv.T @ G_V
         G_uu = uu_from_whitened(G_V @ V.T, L_uu)
+        G_uf = _right_solve_t(L_uu, G_V, trans=False, overwrite=True)   # L_uu^-T G_V
         g_noise = 0.5 * float(W_diag.sum()) + 0.5 * (1.0 - alpha) * float(
             np.sum(d / lam)) / noise_variance
         state.grad = SparseGradient(K_uu=G_uu, K_uf=G_uf, kff_diag=g, noise_variance=g_noise)

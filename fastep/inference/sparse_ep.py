@@ -28,6 +28,9 @@ is the collapsed objective of :mod:`fastep.inference.sparse`.
 """
 from __future__ import annotations
 
+import functools
+import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -256,10 +259,10 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     # on 2 cores beside Numba's pool), so below m = 1024 they run single-threaded and the
     # chunks of a sweep are shared out over Python threads instead (see _SweepPart)
     n_threads = _n_threads(n, m, chunk_size)
-    with blas_threads_for(m), ThreadPoolExecutor(n_threads) as pool:
+    with blas_threads_for(m):
         return _sparse_ep(kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_iter,
                           site_tau, site_nu, extra, chunk_size, callback, n, m, L_uu, cache,
-                          pool, n_threads)
+                          n_threads)
 
 
 def _n_threads(n, m, chunk_size):
@@ -268,13 +271,39 @@ def _n_threads(n, m, chunk_size):
     return max(1, min(numba.get_num_threads() if m < SMALL_N else 1, -(-n // chunk_size)))
 
 
-def _map_chunks(pool, n_threads, chunks, work):
-    """``[work(part) for part]`` where part k is chunks k, k + T, ... (T = n_threads), on
-    the pool's threads; the fixed split and order keep sums reproducible."""
-    parts = [chunks[k::n_threads] for k in range(n_threads)]
-    if n_threads == 1:
-        return [work(parts[0])]
-    return list(pool.map(work, parts))
+# Worker threads of the streamed passes.  One pool for the process (threads are reused,
+# so Numba/OpenMP thread teams are not created anew per call), reset in a forked child.
+# Compiled Numba kernels that may run in parallel (Gram matrices, contractions, tilted
+# moments) are entered by one worker at a time (_COMPILED): Numba's workqueue layer aborts
+# on concurrent parallel launches, and each launch already uses every Numba thread.
+_POOL = []
+_COMPILED = threading.Lock()
+os.register_at_fork(after_in_child=_POOL.clear)
+
+
+def _in_threads(jobs):
+    """Run the zero-argument callables ``jobs`` on the worker pool (the first one in this
+    thread), each with this thread's Numba thread count; results in order."""
+    if len(jobs) == 1:
+        return [jobs[0]()]
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max(2, numba.config.NUMBA_NUM_THREADS),
+                                        thread_name_prefix="fastep-sparse"))
+    threads = numba.get_num_threads()
+
+    def run(job):
+        numba.set_num_threads(threads)              # Numba's setting is per thread
+        return job()
+    futures = [_POOL[0].submit(run, job) for job in jobs[1:]]
+    first = jobs[0]()
+    return [first] + [f.result() for f in futures]
+
+
+def _map_chunks(n_threads, chunks, work):
+    """``[work(part) for part]`` where part k is chunks k, k + T, ... (T = n_threads), in
+    threads; the fixed split and order keep sums reproducible."""
+    return _in_threads([functools.partial(work, chunks[k::n_threads])
+                        for k in range(n_threads)])
 
 
 class _SweepPart:
@@ -303,13 +332,15 @@ class _SweepPart:
                 np.copyto(At, ctx.cache[sl].T)
             else:
                 Xc = _read(ctx.X, c0, c1)
-                K = ctx.kernel(Xc, ctx.Z)
+                with _COMPILED:
+                    K = ctx.kernel(Xc, ctx.Z)
+                    kdiag = ctx.kernel.diag(Xc)
                 np.copyto(At, K.T)
                 if ctx.cache is not None:
                     ctx.cache[sl] = K
             G, ctx.mean[sl], ctx.var[sl] = q.marginals(At)
             if first and ctx.cold:
-                ctx.resid[sl] = np.maximum(ctx.kernel.diag(Xc) - ctx.var[sl], 0.0)
+                ctx.resid[sl] = np.maximum(kdiag - ctx.var[sl], 0.0)
             skipped += self.kset.power_sites(
                 ctx.tilted, ctx.y[sl], ctx.extra[sl], ctx.params, ctx.mean[sl], ctx.var[sl],
                 ctx.resid[sl], tau[sl], nu[sl], ctx.alpha, ctx.damping, ctx.clip, new_tau[sl],
@@ -319,7 +350,7 @@ class _SweepPart:
 
 
 def _sparse_ep(kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_iter, site_tau,
-               site_nu, extra, chunk_size, callback, n, m, L_uu, cache, pool, n_threads):
+               site_nu, extra, chunk_size, callback, n, m, L_uu, cache, n_threads):
     tau, nu = np.zeros(n), np.zeros(n)
     if site_tau is not None or site_nu is not None:
         tau = np.array(site_tau, dtype=float).ravel()
@@ -351,10 +382,7 @@ def _sparse_ep(kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_
     while True:
         ctx.damping = ctl.damping
         args = (ctx, q, tau, nu, new_tau, new_nu, ctl.sweeps == 0)
-        if n_threads == 1:
-            skipped = parts[0].sweep(*args)
-        else:
-            skipped = sum(pool.map(lambda part: part.sweep(*args), parts))
+        skipped = sum(_in_threads([functools.partial(part.sweep, *args) for part in parts]))
         P_G = parts[0].P_G + sum(part.P_G for part in parts[1:])
         b_G = parts[0].b_G + sum(part.b_G for part in parts[1:])
         ok = np.isfinite(ctx.site_ev)
@@ -425,14 +453,17 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
 
     def chunk(c0, c1):
         Xc = _read(Xv, c0, c1)
-        V = trmm_lower_nogil(L_inv, _gram_t(kernel, Z, Xc))   # L_uu^-1 K(Z, X_c)
+        with _COMPILED:
+            At, kdiag = _gram_t(kernel, Z, Xc), kernel.diag(Xc)
+        V = trmm_lower_nogil(L_inv, At)                   # L_uu^-1 K(Z, X_c)
         mean = V.T @ mv
         SV = S @ V
         var = np.einsum("ij,ij->j", V, SV)
-        resid = np.maximum(kernel.diag(Xc) - np.einsum("ij,ij->j", V, V), 0.0)
+        resid = np.maximum(kdiag - np.einsum("ij,ij->j", V, V), 0.0)
         sl = slice(c0, c1)
-        g = _site_derivatives(likelihood, y[sl], extra[sl], mean, var, resid, tau[sl], nu[sl],
-                              alpha)
+        with _COMPILED:
+            g = _site_derivatives(likelihood, y[sl], extra[sl], mean, var, resid, tau[sl],
+                                  nu[sl], alpha)
         return Xc, V, SV, mean, g
 
     def first_pass(part):
@@ -455,18 +486,18 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
                 + SV * (2.0 * g_var - t) - 2.0 * (SU @ SV) * t - 2.0 * V * g_d)
             GVt += G @ V.T
             G_uf = trmm_lower_nogil(L_inv, G, trans=True)   # L_uu^-T G
-            d_theta += (kernel.gradient_contract(Z, G_uf, Xc)
-                        + kernel.diag_gradient_contract(Xc, g_d))
-            d_Z += kernel.input_gradient_contract(Z, G_uf, Xc)
+            with _COMPILED:
+                d_theta += (kernel.gradient_contract(Z, G_uf, Xc)
+                            + kernel.diag_gradient_contract(Xc, g_d))
+                d_Z += kernel.input_gradient_contract(Z, G_uf, Xc)
         return d_theta, d_Z, GVt
 
-    with blas_threads_for(m), ThreadPoolExecutor(n_threads) as pool:
-        Va, U, d_lik = (sum(parts) for parts in
-                        zip(*_map_chunks(pool, n_threads, chunks, first_pass)))
+    with blas_threads_for(m):
+        Va, U, d_lik = (sum(parts) for parts in zip(*_map_chunks(n_threads, chunks, first_pass)))
         r = S @ Va
         SU = S @ U
         d_theta, d_Z, GVt = (sum(parts) for parts in
-                             zip(*_map_chunks(pool, n_threads, chunks, second_pass)))
+                             zip(*_map_chunks(n_threads, chunks, second_pass)))
     G_uu = uu_from_whitened(GVt, L_uu)
     d_theta = d_theta + kernel.gradient_contract(Z, G_uu)
     d_Z = d_Z + kernel.input_gradient_contract(Z, G_uu)

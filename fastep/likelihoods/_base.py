@@ -264,10 +264,11 @@ class Likelihood:
         return np.zeros((n, 0))
 
     # --- moments -----------------------------------------------------------------
-    def tilted(self, y, mu_cav, var_cav, alpha=1.0, extra=None):
+    def tilted(self, y, mu_cav, var_cav, alpha=1.0, extra=None, params=None):
         """Vectorised tilted moments: arrays ``(log_Z, dlogZ_dmu, d2logZ_dmu2)``.
 
-        ``Z_i = int p(y_i | f)^alpha N(f | mu_cav_i, var_cav_i) df``.
+        ``Z_i = int p(y_i | f)^alpha N(f | mu_cav_i, var_cav_i) df``; ``params`` (an
+        array like :attr:`params`) evaluates them at other parameter values.
         """
         mu = np.array(np.atleast_1d(mu_cav), dtype=float).ravel()
         n = mu.shape[0]
@@ -277,7 +278,8 @@ class Likelihood:
             raise ValueError("var_cav must be positive.")
         extra = self.site_extra(n) if extra is None else np.ascontiguousarray(extra, dtype=float)
         out = np.empty((3, n))
-        tilted_batch(self._tilted, y, extra, mu, var, float(alpha), self.params,
+        tilted_batch(self._tilted, y, extra, mu, var, float(alpha),
+                     self.params if params is None else np.asarray(params, dtype=float),
                      out[0], out[1], out[2])
         return out[0], out[1], out[2]
 
@@ -285,18 +287,17 @@ class Likelihood:
         """d log Z_i / d log(param) for every free parameter, shape (n, n_dims).
 
         Default: central differences in log space (step 1e-5), exact enough for
-        evidence gradients; closed forms (at alpha = 1) override it.
+        evidence gradients; closed forms (at alpha = 1) override it.  The likelihood
+        itself is never modified, so threads may share it.
         """
         out = []
-        theta = self.theta
+        free = [self.param_names.index(name) for name in self._free()]
         for k in range(self.n_dims):
             vals = []
             for sgn in (1.0, -1.0):
-                t = theta.copy()
-                t[k] += sgn * 1e-5
-                self.theta = t
-                vals.append(self.tilted(y, mu_cav, var_cav, alpha, extra=extra)[0])
-            self.theta = theta
+                p = self.params
+                p[free[k]] *= math.exp(sgn * 1e-5)
+                vals.append(self.tilted(y, mu_cav, var_cav, alpha, extra=extra, params=p)[0])
             out.append((vals[0] - vals[1]) / 2e-5)
         return np.array(out).T.reshape(np.size(mu_cav), self.n_dims)
 
