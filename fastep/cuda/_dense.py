@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._linalg import NotPositiveDefiniteError
-from ..inference.ep import EPResult, SweepControl
+from ..inference.ep import EPResult, SweepControl, initial_sites
 from . import kernels as ck
 from ._backend import get_backend
 
@@ -230,14 +230,7 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
     clip = bool(likelihood.log_concave)
     kdiag = xp.ascontiguousarray(xp.diagonal(K))
 
-    tau, nu = xp.zeros(n), xp.zeros(n)
-    if site_tau is not None or site_nu is not None:
-        t = np.array(site_tau, dtype=float).ravel()
-        v = np.array(site_nu, dtype=float).ravel()
-        if t.shape != (n,) or v.shape != (n,) or not (np.all(np.isfinite(t))
-                                                      and np.all(np.isfinite(v))):
-            raise ValueError(f"site_tau and site_nu must be finite arrays of shape ({n},).")
-        tau, nu = be.asarray(np.maximum(t, 0.0) if clip else t), be.asarray(v)
+    tau, nu = (be.asarray(a) for a in initial_sites(site_tau, site_nu, n, clip))
     try:
         post = _DevicePosterior(be, K, tau, nu, kdiag)
     except NotPositiveDefiniteError:

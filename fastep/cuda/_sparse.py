@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..inference.ep import SweepControl
+from ..inference.ep import SweepControl, initial_sites
 from ..inference.sparse import cholesky_uu
 from ..inference.sparse_ep import (CHUNK, SparseEPResult, _chunks, _InducingPosterior,
                                    _symmetrise_lower, _validate)
@@ -51,14 +51,7 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     L_uu_d = be.asarray(L_uu)
     Xd, Zd = be.asarray(Xh), be.asarray(Z)
 
-    tau, nu = xp.zeros(n), xp.zeros(n)
-    if site_tau is not None or site_nu is not None:
-        t = np.array(site_tau, dtype=float).ravel()
-        v = np.array(site_nu, dtype=float).ravel()
-        if t.shape != (n,) or v.shape != (n,) or not (np.all(np.isfinite(t))
-                                                      and np.all(np.isfinite(v))):
-            raise ValueError(f"site_tau and site_nu must be finite arrays of shape ({n},).")
-        tau, nu = be.asarray(t), be.asarray(v)
+    tau, nu = (be.asarray(a) for a in initial_sites(site_tau, site_nu, n))
     resid, mean, var = xp.empty(n), xp.empty(n), xp.empty(n)
     new_tau, new_nu = xp.empty(n), xp.empty(n)
     site_ev, mu_cav, var_cav = xp.empty(n), xp.empty(n), xp.empty(n)

@@ -368,15 +368,7 @@ def _ep(K, y, likelihood, method, damping, adaptive, tol, max_iter, site_tau, si
     clip = bool(likelihood.log_concave)
     work = (np.empty((n, n)), np.empty((n, n)))
 
-    tau, nu = np.zeros(n), np.zeros(n)
-    if site_tau is not None or site_nu is not None:
-        tau = np.array(site_tau, dtype=float).ravel()
-        nu = np.array(site_nu, dtype=float).ravel()
-        if tau.shape != (n,) or nu.shape != (n,) or not (np.all(np.isfinite(tau)) and
-                                                        np.all(np.isfinite(nu))):
-            raise ValueError(f"site_tau and site_nu must be finite arrays of shape ({n},).")
-        if clip:
-            tau = np.maximum(tau, 0.0)
+    tau, nu = initial_sites(site_tau, site_nu, n, clip)
     need_cov = method == "sequential"
     try:
         post = _Posterior(K, tau, nu, need_cov, work)
@@ -453,6 +445,19 @@ def posterior_from_sites(K, y, likelihood, site_tau, site_nu, extra=None):
                     log_marginal_likelihood=float(log_ev), n_iter=0, converged=True,
                     n_skipped=int(skipped), cavity_mean=buf[3], cavity_var=buf[4],
                     method="parallel", history=[log_ev], _posterior=post)
+
+
+def initial_sites(site_tau, site_nu, n, clip=False):
+    """Starting sites ``(tau, nu)`` as new float arrays: zeros (cold start) or the given
+    warm-start values, checked; ``clip`` drops negative precisions (log-concave sites)."""
+    if site_tau is None and site_nu is None:
+        return np.zeros(n), np.zeros(n)
+    tau = np.array(site_tau, dtype=float).ravel()
+    nu = np.array(site_nu, dtype=float).ravel()
+    if tau.shape != (n,) or nu.shape != (n,) or not (np.all(np.isfinite(tau))
+                                                    and np.all(np.isfinite(nu))):
+        raise ValueError(f"site_tau and site_nu must be finite arrays of shape ({n},).")
+    return (np.maximum(tau, 0.0) if clip else tau), nu
 
 
 class SweepControl:

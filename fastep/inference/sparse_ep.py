@@ -42,7 +42,7 @@ from scipy.linalg import cho_solve, cholesky, solve_triangular
 from . import _ep_kernels as kern
 from .._linalg import (SMALL_N, NotPositiveDefiniteError, blas_threads_for, syrk_lower_nogil,
                        trmm_lower_nogil)
-from .ep import SweepControl, _site_change, check_device
+from .ep import SweepControl, _site_change, check_device, initial_sites
 from .sparse import cholesky_uu, uu_from_whitened
 
 CHUNK = 8192
@@ -351,13 +351,7 @@ class _SweepPart:
 
 def _sparse_ep(kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_iter, site_tau,
                site_nu, extra, chunk_size, callback, n, m, L_uu, cache, n_threads):
-    tau, nu = np.zeros(n), np.zeros(n)
-    if site_tau is not None or site_nu is not None:
-        tau = np.array(site_tau, dtype=float).ravel()
-        nu = np.array(site_nu, dtype=float).ravel()
-        if tau.shape != (n,) or nu.shape != (n,) or not (np.all(np.isfinite(tau))
-                                                        and np.all(np.isfinite(nu))):
-            raise ValueError(f"site_tau and site_nu must be finite arrays of shape ({n},).")
+    tau, nu = initial_sites(site_tau, site_nu, n)
     new_tau, new_nu = np.empty(n), np.empty(n)
     # d_i = K_ii - |V_i|^2: from a cold start it is K_ii - var(h_i) in the first sweep (q is
     # the prior there); a warm start needs one extra pass, which also builds q from the sites
