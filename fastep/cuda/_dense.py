@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._linalg import NotPositiveDefiniteError
-from ..inference.ep import EPResult, SweepControl, initial_sites
+from ..inference.ep import (EPResult, SweepControl, check_kernel_matrix, check_sweep_controls,
+                            initial_sites)
 from . import kernels as ck
 from ._backend import get_backend
 
@@ -178,27 +179,12 @@ def _check_covariance(be, K, name="K"):
 
 def _validate_device_k(be, K, y, method, damping, tol, max_iter):
     """The checks of ``ep._validate`` for a K that may already live on the device."""
-    xp = be.xp
     K = be.asarray(K)
-    if K.ndim != 2 or K.shape[0] != K.shape[1]:
-        raise ValueError(f"K must be a square (n, n) covariance matrix; got shape {K.shape}.")
-    if not bool(xp.all(xp.isfinite(K))):
-        raise ValueError("K contains NaN or infinity; check the kernel hyperparameters and X.")
-    n = K.shape[0]
-    if n == 0:
-        raise ValueError("K is empty; EP needs at least one observation.")
-    if np.asarray(y).shape[0] != n:
-        raise ValueError(f"y has {np.asarray(y).shape[0]} entries but K is {n} x {n}; "
-                         "they must describe the same observations.")
+    check_kernel_matrix(K, y, be.xp)
     if method != "parallel":
         raise ValueError(f"device='cuda' runs parallel EP only; got method={method!r}. Use "
                          "method='parallel', or device='cpu' for sequential EP.")
-    if not (0.0 < damping <= 1.0):
-        raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
-    if not tol > 0:
-        raise ValueError(f"tol must be positive; got {tol!r}.")
-    if int(max_iter) != max_iter or max_iter < 1:
-        raise ValueError(f"max_iter must be an integer >= 1; got {max_iter!r}.")
+    check_sweep_controls(damping, tol, max_iter)
     return K
 
 

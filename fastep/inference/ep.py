@@ -237,11 +237,12 @@ class EPResult:
         return g
 
 
-def _validate(K, y, method, damping, tol, max_iter):
-    K = np.asarray(K, dtype=float)
+def check_kernel_matrix(K, y, xp=np):
+    """Raise ValueError unless K (an ``xp`` array) is square, finite, non-empty and has a
+    row per entry of y."""
     if K.ndim != 2 or K.shape[0] != K.shape[1]:
         raise ValueError(f"K must be a square (n, n) covariance matrix; got shape {K.shape}.")
-    if not np.all(np.isfinite(K)):
+    if not bool(xp.all(xp.isfinite(K))):
         raise ValueError("K contains NaN or infinity; check the kernel hyperparameters and X.")
     n = K.shape[0]
     if n == 0:
@@ -249,14 +250,24 @@ def _validate(K, y, method, damping, tol, max_iter):
     if np.asarray(y).shape[0] != n:
         raise ValueError(f"y has {np.asarray(y).shape[0]} entries but K is {n} x {n}; "
                          "they must describe the same observations.")
-    if method not in ("parallel", "sequential"):
-        raise ValueError(f"method must be 'parallel' or 'sequential'; got {method!r}.")
+
+
+def check_sweep_controls(damping, tol, max_iter):
+    """Raise ValueError unless damping is in (0, 1], tol > 0 and max_iter >= 1."""
     if not (0.0 < damping <= 1.0):
         raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
     if not tol > 0:
         raise ValueError(f"tol must be positive; got {tol!r}.")
     if int(max_iter) != max_iter or max_iter < 1:
         raise ValueError(f"max_iter must be an integer >= 1; got {max_iter!r}.")
+
+
+def _validate(K, y, method, damping, tol, max_iter):
+    K = np.asarray(K, dtype=float)
+    check_kernel_matrix(K, y)
+    if method not in ("parallel", "sequential"):
+        raise ValueError(f"method must be 'parallel' or 'sequential'; got {method!r}.")
+    check_sweep_controls(damping, tol, max_iter)
     return np.ascontiguousarray(K)
 
 

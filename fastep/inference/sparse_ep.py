@@ -42,7 +42,7 @@ from scipy.linalg import cho_solve, cholesky, solve_triangular
 from . import _ep_kernels as kern
 from .._linalg import (SMALL_N, NotPositiveDefiniteError, blas_threads_for, syrk_lower_nogil,
                        trmm_lower_nogil)
-from .ep import SweepControl, _site_change, check_device, initial_sites
+from .ep import SweepControl, _site_change, check_device, check_sweep_controls, initial_sites
 from .sparse import cholesky_uu, uu_from_whitened
 
 CHUNK = 8192
@@ -174,12 +174,7 @@ def _validate(kernel, Z, X, y, alpha, damping, tol, max_iter, chunk_size):
     if not (isinstance(alpha, (int, float)) and 0.0 < alpha <= 1.0):
         raise ValueError(f"alpha must be in (0, 1] (1 = EP with a FITC-style posterior); "
                          f"got {alpha!r}.")
-    if not (0.0 < damping <= 1.0):
-        raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
-    if not tol > 0:
-        raise ValueError(f"tol must be positive; got {tol!r}.")
-    if int(max_iter) != max_iter or max_iter < 1:
-        raise ValueError(f"max_iter must be an integer >= 1; got {max_iter!r}.")
+    check_sweep_controls(damping, tol, max_iter)
     if int(chunk_size) != chunk_size or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer; got {chunk_size!r}.")
     Z = np.ascontiguousarray(Z, dtype=float)
