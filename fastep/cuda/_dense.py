@@ -247,11 +247,7 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
         post = None                                   # free the old factors first
         post = _DevicePosterior(be, K, tau, nu, kdiag)
 
-    n_bad = int(xp.count_nonzero(~ok))
-    if n_bad:
-        mu_cav = xp.where(ok, mu_cav, post.mean)
-        var_cav = xp.where(ok, var_cav, post.var)
-    ctl.warn(n_bad)
+    mu_cav, var_cav = ctl.finish(ok, mu_cav, var_cav, post.mean, post.var, xp)
     host = be.to_host
     return DeviceEPResult(mean=host(post.mean).copy(), var=host(post.var).copy(),
                           site_tau=host(tau).copy(), site_nu=host(nu).copy(),

@@ -99,11 +99,7 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
         q = _InducingPosterior(L_uu, q.L_P, _symmetrise_lower(be.to_host(P_G)),
                                be.to_host(b_G))
 
-    n_bad = int(xp.count_nonzero(~ok))
-    if n_bad:
-        mu_cav = xp.where(ok, mu_cav, mean)
-        var_cav = xp.where(ok, var_cav, var)
-    ctl.warn(n_bad)
+    mu_cav, var_cav = ctl.finish(ok, mu_cav, var_cav, mean, var, xp)
     host = be.to_host
     return SparseEPResult(mean=host(mean).copy(), var=host(var + resid).copy(),
                           site_tau=host(tau).copy(), site_nu=host(nu).copy(),

@@ -35,7 +35,8 @@ import types as pytypes
 from numba import cuda, float64
 from numba.core.registry import CPUDispatcher
 
-from ..inference._ep_kernels import cavity, damped_site, power_cavity, power_site_evidence
+from ..inference._ep_kernels import (cavity, damped_site, power_cavity, power_site_evidence,
+                                     store_site)
 from ..kernels._gram import shape, shape_grad
 from ..likelihoods import robustmax as _rm
 
@@ -105,6 +106,7 @@ def _per_likelihood(tilted_cpu):
     d_power_cavity = device_function(power_cavity)
     d_damped = device_function(damped_site)
     d_evidence = device_function(power_site_evidence)
+    d_store = device_function(store_site)
 
     @cuda.jit
     def tilted_batch_kernel(y, extra, mu, var, alpha, params, log_z, d1, d2):
@@ -122,22 +124,15 @@ def _per_likelihood(tilted_cpu):
         for i in range(start, y.shape[0], stride):
             ok, mc, vc = d_cavity(mean[i], var[i], tau[i], nu[i])
             if not ok:
-                new_tau[i] = tau[i]
-                new_nu[i] = nu[i]
-                log_z[i] = math.nan
-                mu_cav[i] = math.nan
-                var_cav[i] = math.nan
+                d_store(i, tau[i], nu[i], math.nan, math.nan, math.nan, new_tau, new_nu, log_z,
+                        mu_cav, var_cav)
                 cuda.atomic.add(skipped, 0, 1)
                 continue
             lz, d1, d2 = tilted(y[i], extra[i], mc, vc, 1.0, params)
             t, n, ok = d_damped(d1, d2, mc, vc, tau[i], nu[i], 1.0, damping, clip)
             if not ok:
                 cuda.atomic.add(skipped, 0, 1)
-            new_tau[i] = t
-            new_nu[i] = n
-            log_z[i] = lz
-            mu_cav[i] = mc
-            var_cav[i] = vc
+            d_store(i, t, n, lz, mc, vc, new_tau, new_nu, log_z, mu_cav, var_cav)
 
     @cuda.jit
     def power_sites_kernel(y, extra, params, mean, var, resid, tau, nu, alpha, damping, clip,
@@ -146,22 +141,16 @@ def _per_likelihood(tilted_cpu):
         for i in range(start, y.shape[0], stride):
             ok, mc, vc, sc = d_power_cavity(mean[i], var[i], tau[i], nu[i], alpha)
             if not ok:
-                new_tau[i] = tau[i]
-                new_nu[i] = nu[i]
-                site_ev[i] = math.nan
-                mu_cav[i] = math.nan
-                var_cav[i] = math.nan
+                d_store(i, tau[i], nu[i], math.nan, math.nan, math.nan, new_tau, new_nu,
+                        site_ev, mu_cav, var_cav)
                 cuda.atomic.add(skipped, 0, 1)
                 continue
             lz, d1, d2 = tilted(y[i], extra[i], mc, vc + resid[i], alpha, params)
             t, n, ok = d_damped(d1, d2, mc, vc, tau[i], nu[i], alpha, damping, clip)
             if not ok:
                 cuda.atomic.add(skipped, 0, 1)
-            new_tau[i] = t
-            new_nu[i] = n
-            site_ev[i] = d_evidence(lz, sc, mean[i], var[i], tau[i], nu[i], alpha)
-            mu_cav[i] = mc
-            var_cav[i] = vc
+            ev = d_evidence(lz, sc, mean[i], var[i], tau[i], nu[i], alpha)
+            d_store(i, t, n, ev, mc, vc, new_tau, new_nu, site_ev, mu_cav, var_cav)
 
     out = _PER_LIK[tilted_cpu] = (tilted_batch_kernel, parallel_sites_kernel, power_sites_kernel)
     return out

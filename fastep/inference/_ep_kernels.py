@@ -79,6 +79,17 @@ def power_site_evidence(log_z, sc, mean, var, tau, nu, alpha):
     return (log_z - 0.5 * math.log(sc) + 0.5 * quad / sc) / alpha
 
 
+@jit
+def store_site(i, t, n, ev, mc, vc, new_tau, new_nu, site_ev, mu_cav, var_cav):
+    """Write site i's new parameters, its evidence term and its cavity (NaN evidence and
+    cavity for a skipped site); shared by the CPU kernels and their GPU twins."""
+    new_tau[i] = t
+    new_nu[i] = n
+    site_ev[i] = ev
+    mu_cav[i] = mc
+    var_cav[i] = vc
+
+
 _PARALLEL_SITES_SIG = i8(TiltedFn, f8_1d, f8[:, ::1], f8_1d, f8_1d, f8_1d, f8_1d, f8_1d, f8, b1,
                         f8_1d, f8_1d, f8_1d, f8_1d, f8_1d)
 
@@ -93,22 +104,15 @@ def parallel_sites(tilted, y, extra, params, mean, var, tau, nu, damping, clip,
     for i in prange(y.shape[0]):
         ok, mc, vc = cavity(mean[i], var[i], tau[i], nu[i])
         if not ok:
-            new_tau[i] = tau[i]
-            new_nu[i] = nu[i]
-            log_z[i] = math.nan
-            mu_cav[i] = math.nan
-            var_cav[i] = math.nan
+            store_site(i, tau[i], nu[i], math.nan, math.nan, math.nan, new_tau, new_nu, log_z,
+                       mu_cav, var_cav)
             skipped += 1
             continue
         lz, d1, d2 = tilted(y[i], extra[i], mc, vc, 1.0, params)
         t, n, ok = damped_site(d1, d2, mc, vc, tau[i], nu[i], 1.0, damping, clip)
         if not ok:
             skipped += 1
-        new_tau[i] = t
-        new_nu[i] = n
-        log_z[i] = lz
-        mu_cav[i] = mc
-        var_cav[i] = vc
+        store_site(i, t, n, lz, mc, vc, new_tau, new_nu, log_z, mu_cav, var_cav)
     return skipped
 
 
@@ -195,22 +199,16 @@ def power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha, damp
     for i in prange(y.shape[0]):
         ok, mc, vc, sc = power_cavity(mean[i], var[i], tau[i], nu[i], alpha)
         if not ok:
-            new_tau[i] = tau[i]
-            new_nu[i] = nu[i]
-            site_ev[i] = math.nan
-            mu_cav[i] = math.nan
-            var_cav[i] = math.nan
+            store_site(i, tau[i], nu[i], math.nan, math.nan, math.nan, new_tau, new_nu, site_ev,
+                       mu_cav, var_cav)
             skipped += 1
             continue
         lz, d1, d2 = tilted(y[i], extra[i], mc, vc + resid[i], alpha, params)
         t, n, ok = damped_site(d1, d2, mc, vc, tau[i], nu[i], alpha, damping, clip)
         if not ok:
             skipped += 1
-        new_tau[i] = t
-        new_nu[i] = n
-        site_ev[i] = power_site_evidence(lz, sc, mean[i], var[i], tau[i], nu[i], alpha)
-        mu_cav[i] = mc
-        var_cav[i] = vc
+        ev = power_site_evidence(lz, sc, mean[i], var[i], tau[i], nu[i], alpha)
+        store_site(i, t, n, ev, mc, vc, new_tau, new_nu, site_ev, mu_cav, var_cav)
     return skipped
 
 

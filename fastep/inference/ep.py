@@ -408,11 +408,7 @@ def _ep(K, y, likelihood, method, damping, adaptive, tol, max_iter, site_tau, si
             ctl.advance(_site_change(old_tau, old_nu, tau, nu), damped=False)
         post = _Posterior(K, tau, nu, need_cov, work)
 
-    n_bad = int(np.count_nonzero(~ok))
-    if n_bad:
-        mu_cav = np.where(ok, mu_cav, post.mean)
-        var_cav = np.where(ok, var_cav, post.var)
-    ctl.warn(n_bad)
+    mu_cav, var_cav = ctl.finish(ok, mu_cav, var_cav, post.mean, post.var)
     if post.cov is not None:
         post.cov = None                               # not needed after the sweeps
     post.vt = post.vt.copy() if post.vt is work[1] else post.vt
@@ -521,6 +517,17 @@ class SweepControl:
         self.change = change
         self.sweeps += 1
         self.prev = self.log_ev
+
+    def finish(self, ok, mu_cav, var_cav, mean, var, xp=np, stacklevel=3):
+        """End of the loop: cavities of the sites left out (``~ok``, improper cavity) are
+        replaced by the marginals, and the warnings are given (:meth:`warn`).  Returns
+        ``(mu_cav, var_cav)``; ``xp`` is the array module (NumPy or CuPy)."""
+        n_bad = int(xp.count_nonzero(~ok))
+        if n_bad:
+            mu_cav = xp.where(ok, mu_cav, mean)
+            var_cav = xp.where(ok, var_cav, var)
+        self.warn(n_bad, stacklevel + 1)
+        return mu_cav, var_cav
 
     def warn(self, n_bad, stacklevel=3):
         """Warn about sites left out (improper cavities) and about non-convergence,

@@ -384,12 +384,7 @@ def _sparse_ep(kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_
         q = _InducingPosterior(L_uu, q.L_P, _symmetrise_lower(P_G), b_G)
 
     mean, var, resid = ctx.mean, ctx.var, ctx.resid
-    mu_cav, var_cav = ctx.mu_cav, ctx.var_cav
-    n_bad = int(np.count_nonzero(~ok))
-    if n_bad:
-        mu_cav = np.where(ok, mu_cav, mean)
-        var_cav = np.where(ok, var_cav, var)
-    ctl.warn(n_bad)
+    mu_cav, var_cav = ctl.finish(ok, ctx.mu_cav, ctx.var_cav, mean, var)
     return SparseEPResult(mean=mean, var=var + resid, site_tau=tau, site_nu=nu,
                           log_marginal_likelihood=float(log_ev), n_iter=ctl.sweeps,
                           converged=ctl.converged, n_skipped=int(skipped), cavity_mean=mu_cav,
