@@ -37,7 +37,7 @@ from numba.core.registry import CPUDispatcher
 
 from ..inference._ep_kernels import (cavity, damped_site, power_cavity, power_site_evidence,
                                      store_site)
-from ..kernels._gram import shape, shape_grad
+from ..kernels._gram import scaled_sqdist, shape, shape_grad
 from ..likelihoods import robustmax as _rm
 
 #: Threads per block of 1-D kernels, and the side of a 2-D block.
@@ -266,6 +266,7 @@ def projection_marginals(at, w, g, mean, var):
 # stationary Gram matrices and gradient contractions (twins of fastep.kernels._gram)
 # ---------------------------------------------------------------------------------------
 _d_shape = device_function(shape)
+_d_sqdist = device_function(scaled_sqdist)
 _d_shape_grad = device_function(shape_grad)
 
 
@@ -273,13 +274,9 @@ _d_shape_grad = device_function(shape_grad)
 def _stationary_gram_kernel(x1, x2, inv_ls, variance, kind, out):
     c0, r0 = cuda.grid(2)
     cs, rs = cuda.gridsize(2)
-    d = x1.shape[1]
     for i in range(r0, x1.shape[0], rs):
         for j in range(c0, x2.shape[0], cs):
-            r2 = 0.0
-            for c in range(d):
-                t = (x1[i, c] - x2[j, c]) * inv_ls[c]
-                r2 += t * t
+            r2 = _d_sqdist(x1, i, x2, j, inv_ls)
             out[i, j] = variance * _d_shape(kind, r2)
 
 
@@ -302,10 +299,7 @@ def _stationary_contract_kernel(x1, x2, inv_ls, variance, kind, g, out_cols):
             gij = g[i, j]
             if gij == 0.0:
                 continue
-            r2 = 0.0
-            for c in range(d):
-                t = (x2[j, c] - x1[i, c]) * inv_ls[c]
-                r2 += t * t
+            r2 = _d_sqdist(x1, i, x2, j, inv_ls)
             acc0 += gij * variance * _d_shape(kind, r2)
             hg = gij * variance * _d_shape_grad(kind, r2)
             for c in range(d):
@@ -334,10 +328,7 @@ def _stationary_input_contract_kernel(x1, x2, inv_ls, variance, kind, gt, out):
             gij = gt[j, i]
             if gij == 0.0:
                 continue
-            r2 = 0.0
-            for c in range(d):
-                t = (x1[i, c] - x2[j, c]) * inv_ls[c]
-                r2 += t * t
+            r2 = _d_sqdist(x1, i, x2, j, inv_ls)
             hg = gij * variance * _d_shape_grad(kind, r2)
             for c in range(d):
                 out[i, c] -= hg * (x1[i, c] - x2[j, c]) * inv_ls[c] * inv_ls[c]

@@ -79,7 +79,7 @@ def power_site_evidence(log_z, sc, mean, var, tau, nu, alpha):
     return (log_z - 0.5 * math.log(sc) + 0.5 * quad / sc) / alpha
 
 
-@jit
+@jit(inline="always")
 def store_site(i, t, n, ev, mc, vc, new_tau, new_nu, site_ev, mu_cav, var_cav):
     """Write site i's new parameters, its evidence term and its cavity (NaN evidence and
     cavity for a skipped site); shared by the CPU kernels and their GPU twins."""

@@ -56,18 +56,26 @@ def shape_grad(kind, r2):
     return (5.0 / 3.0) * (1.0 + _SQRT5 * r) * math.exp(-_SQRT5 * r)
 
 
+@jit(inline="always")
+def scaled_sqdist(x1, i, x2, j, inv_ls):
+    """r^2 = sum_d ((x1[i, d] - x2[j, d]) / l_d)^2 (shared by the CPU loops and their GPU
+    twins)."""
+    r2 = 0.0
+    for c in range(x1.shape[1]):
+        t = (x1[i, c] - x2[j, c]) * inv_ls[c]
+        r2 += t * t
+    return r2
+
+
 @pjit
 def stationary_gram(x1, x2, inv_ls, variance, kind, symmetric, out):
     """out[i, j] = variance * g(r(x1_i, x2_j)); symmetric=True mirrors j < i."""
-    n1, d = x1.shape
+    n1 = x1.shape[0]
     n2 = x2.shape[0]
     for i in prange(n1):
         stop = i + 1 if symmetric else n2
         for j in range(stop):
-            r2 = 0.0
-            for c in range(d):
-                t = (x1[i, c] - x2[j, c]) * inv_ls[c]
-                r2 += t * t
+            r2 = scaled_sqdist(x1, i, x2, j, inv_ls)
             out[i, j] = variance * shape(kind, r2)
     if symmetric:
         for i in prange(n1):
@@ -89,10 +97,7 @@ def stationary_contract(x1, x2, inv_ls, variance, kind, g, out_rows):
             gij = g[i, j]
             if gij == 0.0:
                 continue
-            r2 = 0.0
-            for c in range(d):
-                t = (x1[i, c] - x2[j, c]) * inv_ls[c]
-                r2 += t * t
+            r2 = scaled_sqdist(x1, i, x2, j, inv_ls)
             acc0 += gij * variance * shape(kind, r2)
             hg = gij * variance * shape_grad(kind, r2)
             for c in range(d):
@@ -114,10 +119,7 @@ def stationary_input_contract(x1, x2, inv_ls, variance, kind, g, out):
             gij = g[i, j]
             if gij == 0.0:
                 continue
-            r2 = 0.0
-            for c in range(d):
-                t = (x1[i, c] - x2[j, c]) * inv_ls[c]
-                r2 += t * t
+            r2 = scaled_sqdist(x1, i, x2, j, inv_ls)
             hg = gij * variance * shape_grad(kind, r2)
             for c in range(d):
                 out[i, c] -= hg * (x1[i, c] - x2[j, c]) * inv_ls[c] * inv_ls[c]
