@@ -19,7 +19,7 @@ def precompile(verbose=False):
     >>> import fastep
     >>> seconds = fastep.precompile()
     """
-    from .inference import _ep_kernels
+    from .backend import cpu
     from .inference.ep import ep
     from .inference.sparse_ep import sparse_ep
     from .kernels import RBF, Matern12, Matern32, Matern52
@@ -35,9 +35,9 @@ def precompile(verbose=False):
     K = RBF()(X)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for ks in (_ep_kernels.SERIAL, _ep_kernels.PARALLEL):
-            saved = _ep_kernels.PARALLEL_MIN_N
-            _ep_kernels.PARALLEL_MIN_N = 0 if ks is _ep_kernels.PARALLEL else 10**12
+        for loops in (cpu.SERIAL, cpu.PARALLEL):
+            saved = cpu.PARALLEL_MIN_N
+            cpu.PARALLEL_MIN_N = 0 if loops is cpu.PARALLEL else 10**12
             try:
                 for lik, yy in ((Probit(), y), (Logistic(), y), (Gaussian(), y)):
                     for method in ("parallel", "sequential"):
@@ -46,7 +46,7 @@ def precompile(verbose=False):
                         r.kernel_gradient_weights()
                     sparse_ep(RBF(), X[:3], X, yy, lik, max_iter=2)
             finally:
-                _ep_kernels.PARALLEL_MIN_N = saved
+                cpu.PARALLEL_MIN_N = saved
         Probit().tilted(y, y, np.ones(6), alpha=0.5)
     robust = RobustMax(3)                      # multiclass GWI: S(x, j) and its gradient
     robust.predict_proba(np.zeros((2, 3)), np.ones((2, 3)))

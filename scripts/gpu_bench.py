@@ -61,22 +61,19 @@ def quiet(fn):
 
 
 class GPU:
-    """The device side: CuPy on a GPU, or NumPy under the simulator (--smoke)."""
+    """The device side: the CUDA backend, with CuPy on a GPU or NumPy under the simulator
+    (--smoke)."""
 
     def __init__(self, smoke):
         import fastep.cuda as fc
-        from fastep.cuda import _backend
-        if smoke:
-            if not fc.simulator_enabled():
-                sys.exit("--smoke needs NUMBA_ENABLE_CUDASIM=1 (set before Python starts)")
-            self.be = _backend.numpy_backend()
-        else:
-            fc.require()
-            self.be = _backend.cupy_backend()
-        self.fc = fc
+        from fastep.backend import resolve
+        if smoke and not fc.simulator_enabled():
+            sys.exit("--smoke needs NUMBA_ENABLE_CUDASIM=1 (set before Python starts)")
+        self.be = resolve("cuda")
+        self.name = self.be._la.name
 
     def sync(self):
-        if self.be.name == "cupy":
+        if self.name == "cupy":
             self.be.xp.cuda.Device().synchronize()
 
     def floor(self, Kd):
@@ -89,7 +86,7 @@ class GPU:
 
         def chol_trsm():
             L = self.be.cholesky(A, "K + I")
-            self.be.solve_triangular(L, Kd)
+            self.be.solve_lower(L, Kd)
             self.sync()
         return chol, chol_trsm
 
@@ -98,13 +95,13 @@ def dense_row(gpu, n, cpu_max, repeats):
     """One table row; a function, so that the device matrices are freed on return."""
     X, y = make_data(n)
     lik = Probit()
-    Kd = gpu.fc.gram(RBF(1.0, 1.0), X, backend=gpu.be)
+    Kd = RBF(1.0, 1.0)(X, backend=gpu.be)
     Kd += 1e-6 * gpu.be.xp.eye(n)
     gpu.sync()
 
     def gpu_run(max_iter, tol=1e-4):
-        return quiet(lambda: gpu.fc.ep(Kd, y, lik, max_iter=max_iter, tol=tol,
-                                       check_psd=False, backend=gpu.be))
+        return quiet(lambda: fastep.ep(Kd, y, lik, max_iter=max_iter, tol=tol,
+                                       check_psd=False, device=gpu.be))
     gpu_run(2)()                                       # compile / warm up
     res = gpu_run(100)()
     t_fit = timed(gpu_run(100), repeats)
@@ -132,7 +129,6 @@ def dense_rows(gpu, sizes, cpu_max, repeats):
 
 
 def sparse_rows(gpu, sizes, m, cpu_max, repeats):
-    from fastep.inference.sparse_ep import sparse_ep
     rows = []
     for n in sizes:
         X, y = make_data(n)
@@ -140,12 +136,12 @@ def sparse_rows(gpu, sizes, m, cpu_max, repeats):
         kernel, lik = RBF(1.0, 1.0), Probit()
 
         def gpu_run():
-            return quiet(lambda: gpu.fc.sparse_ep(kernel, Z, X, y, lik, backend=gpu.be))()
+            return quiet(lambda: fastep.sparse_ep(kernel, Z, X, y, lik, device=gpu.be))()
         res = gpu_run()
         t_fit = timed(gpu_run, repeats)
         cpu_fit = float("nan")
         if n <= cpu_max:
-            cpu_fit = timed(quiet(lambda: sparse_ep(kernel, Z, X, y, lik)), repeats)
+            cpu_fit = timed(quiet(lambda: fastep.sparse_ep(kernel, Z, X, y, lik)), repeats)
         rows.append(("sparse EP", n, m, res.n_iter, t_fit, t_fit / max(res.n_iter, 1), cpu_fit,
                      float("nan"), float("nan"), float("nan"), float("nan")))
     return rows
@@ -216,7 +212,8 @@ def main(argv=None):
     rows += gh_rows(gpu, a.gh, 10, a.cpu_max_gh, a.repeats)
     head = ("task", "n", "m/J", "sweeps", "GPU fit s", "GPU sweep s", "CPU fit s",
             "CPU sweep s", "chol floor s", "chol+trsm s", "sweep/floor")
-    print(f"backend: {gpu.be.name}" + (" (simulator: times mean nothing)" if a.smoke else ""))
+    print(f"backend: cuda with {gpu.name} algebra"
+          + (" (simulator: times mean nothing)" if a.smoke else ""))
     print(" | ".join(f"{h:>11}" for h in head))
     for r in rows:
         print(" | ".join(f"{v:>11.4g}" if isinstance(v, float) else f"{v!s:>11}" for v in r))

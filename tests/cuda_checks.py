@@ -1,9 +1,12 @@
-"""Runs every GPU kernel and GPU driver of fastep.cuda on seeded inputs; saves inputs and outputs.
+"""Runs every GPU kernel, and every algorithm with device="cuda", on seeded inputs; saves
+inputs and outputs.
 
 Run by ``tests/test_cuda.py`` in a subprocess, on a real GPU when there is one, else
 under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` must be set before numba is
 imported, hence the subprocess).  This script only *runs* the GPU code: the CPU
-twins are computed, and compared, by the tests in the pytest process.
+twins are computed, and compared, by the tests in the pytest process.  Under the simulator
+``device="cuda"`` resolves to the CUDA backend with NumPy/SciPy standing in for CuPy
+(:func:`fastep.cuda.linalg.host_algebra`), so the drivers run the GPU code path end to end.
 
     python tests/cuda_checks.py OUT.npz          # kernels and drivers
     python tests/cuda_checks.py --ptx            # compile every kernel to PTX (needs NVVM)
@@ -63,7 +66,6 @@ def _extreme_cavities(rng, n):
 
 def run_kernels(res, rng):
     from fastep.cuda import kernels as ck
-    from scipy.linalg import solve_triangular
 
     def n_for(name):
         return N_QUAD if name in ("logistic", "custom") else N_SITES
@@ -75,7 +77,7 @@ def run_kernels(res, rng):
             mu, var = _extreme_cavities(rng, n)
             y, extra = y[:n].copy(), np.ascontiguousarray(extra[:n])
             out = np.full((3, n), np.nan)
-            ck.tilted_batch(lik._tilted, y, extra, mu, var, alpha, lik.params,
+            ck.tilted_batch(lik.scalar_tilted, y, extra, mu, var, alpha, lik.params,
                             out[0], out[1], out[2])
             key = f"tilted/{name}/{alpha}"
             res.update({f"{key}/mu": mu, f"{key}/var": var, f"{key}/out": out})
@@ -96,8 +98,8 @@ def run_kernels(res, rng):
         for clip in (True, False):
             outs = [np.full(n, np.nan) for _ in range(5)]
             counter = np.zeros(1, dtype=np.int64)
-            ck.parallel_sites(lik._tilted, y, extra, lik.params, mean, var, tau, nu, 0.7, clip,
-                              *outs, counter)
+            ck.parallel_sites(lik.scalar_tilted, y, extra, lik.params, mean, var, tau, nu, 0.7,
+                              clip, *outs, counter)
             key = f"sites/{name}/{clip}"
             res.update({f"{key}/mean": mean, f"{key}/var": var, f"{key}/tau": tau,
                         f"{key}/nu": nu, f"{key}/out": np.array(outs),
@@ -113,7 +115,7 @@ def run_kernels(res, rng):
             outs = [np.full(n2, np.nan) for _ in range(5)]
             counter = np.zeros(1, dtype=np.int64)
             sl = slice(0, n2)
-            ck.power_sites(lik._tilted, y[sl], np.ascontiguousarray(extra[sl]), lik.params,
+            ck.power_sites(lik.scalar_tilted, y[sl], np.ascontiguousarray(extra[sl]), lik.params,
                            pmean[sl], pvar[sl], resid[sl], tau[sl], nu[sl], alpha, 0.6,
                            lik.log_concave, *outs, counter)
             key = f"power/{name}/{alpha}"
@@ -137,13 +139,11 @@ def run_kernels(res, rng):
 
     # sparse EP: per-site marginals of the projections
     m, c = 7, 45
-    At = np.abs(rng.normal(size=(m, c)))
-    R = np.tril(rng.normal(size=(m, m)), -1) * 0.3 + np.diag(1.0 + rng.random(m))
-    w = rng.normal(size=m)
-    G = solve_triangular(R, At, lower=True)
+    G = np.asfortranarray(rng.normal(size=(m, c)))
+    beta = rng.normal(size=m)
     mean, var = np.empty(c), np.empty(c)
-    ck.projection_marginals(At, w, G, mean, var)
-    res.update({"marg/At": At, "marg/R": R, "marg/w": w, "marg/mean": mean, "marg/var": var})
+    ck.projection_marginals(G, beta, mean, var)
+    res.update({"marg/G": G, "marg/beta": beta, "marg/mean": mean, "marg/var": var})
 
     # stationary Gram matrices and contractions, every kind, ARD
     x1, x2 = rng.normal(size=(23, 3)), rng.normal(size=(19, 3))
@@ -217,15 +217,18 @@ def composite_kernels():
 
 
 def run_gram_api(res, backend, rng):
-    import fastep.cuda as fc
+    """Every kernel's Gram matrix and contractions through its ``backend=`` methods."""
     X, Y = rng.normal(size=(21, 2)), rng.normal(size=(13, 2))
     G, Gc = rng.normal(size=(21, 21)), rng.normal(size=(21, 13))
     res.update({"api/X": X, "api/Y": Y, "api/G": G, "api/Gc": Gc})
     for name, k in composite_kernels().items():
-        res[f"api/{name}/K"] = backend.to_host(fc.gram(k, X, backend=backend))
-        res[f"api/{name}/Kxy"] = backend.to_host(fc.gram(k, X, Y, backend=backend))
-        res[f"api/{name}/dK"] = fc.gradient_contract(k, X, G, backend=backend)
-        res[f"api/{name}/dKxy"] = fc.gradient_contract(k, X, Gc, Y, backend=backend)
+        res[f"api/{name}/K"] = backend.to_host(k(X, backend=backend))
+        res[f"api/{name}/Kxy"] = backend.to_host(k(X, Y, backend=backend))
+        res[f"api/{name}/diag"] = backend.to_host(k.diag(X, backend=backend))
+        res[f"api/{name}/dK"] = k.gradient_contract(X, G, backend=backend)
+        res[f"api/{name}/dKxy"] = k.gradient_contract(X, Gc, Y, backend=backend)
+        res[f"api/{name}/dZ"] = k.input_gradient_contract(Y, Gc.T, X, backend=backend)
+        res[f"api/{name}/ddiag"] = k.diag_gradient_contract(X, G[0], backend=backend)
 
 
 def driver_problems():
@@ -262,33 +265,41 @@ def sparse_problems():
                    {"alpha": 0.5})]
 
 
-def run_drivers(res, backend):
-    import fastep.cuda as fc
+def run_drivers(res):
+    """fastep.ep and sparse_ep with device='cuda', predictions and evidence gradients."""
+    import fastep
+    from fastep.inference import ep_gradient, sparse_ep, sparse_ep_gradient
+    from fastep.kernels import RBF
     X, problems = driver_problems()
+    kernel = RBF(2.0, 0.9)
     for name, K, y, lik, kw in problems:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            r = fc.ep(K, y, lik, backend=backend, **kw)
+            r = fastep.ep(K, y, lik, device="cuda", **kw)
         Xs = X[:5] + 0.1
-        from fastep.kernels import RBF
-        kc = RBF(2.0, 0.9)(X, Xs)
-        pm, pv = r.predict_latent(kc, np.full(5, 2.0))
-        weights = backend.to_host(r.kernel_gradient_weights())
+        pm, pv = r.predict_latent(kernel(X, Xs), np.full(5, 2.0))
+        d_kernel, d_lik = ep_gradient(r, kernel, X, y, lik)
         res.update({f"ep/{name}/mean": r.mean, f"ep/{name}/var": r.var,
                     f"ep/{name}/tau": r.site_tau, f"ep/{name}/nu": r.site_nu,
                     f"ep/{name}/logz": np.array([r.log_marginal_likelihood]),
                     f"ep/{name}/n_iter": np.array([r.n_iter]),
                     f"ep/{name}/cav": np.array([r.cavity_mean, r.cavity_var]),
-                    f"ep/{name}/pred": np.array([pm, pv]), f"ep/{name}/weights": weights})
+                    f"ep/{name}/pred": np.array([pm, pv]),
+                    f"ep/{name}/grad": np.concatenate([d_kernel, d_lik])})
     X, Z, problems = sparse_problems()
     for name, kernel, y, lik, kw in problems:
-        r = fc.sparse_ep(kernel, Z, X, y, lik, chunk_size=16, backend=backend, **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = sparse_ep(kernel, Z, X, y, lik, chunk_size=16, device="cuda", **kw)
         pm, pv = r.predict_latent(kernel, X[:5] + 0.05)
+        g = sparse_ep_gradient(r, kernel, X, y, lik, chunk_size=16)
         res.update({f"sparse/{name}/mean": r.mean, f"sparse/{name}/var": r.var,
                     f"sparse/{name}/tau": r.site_tau, f"sparse/{name}/nu": r.site_nu,
                     f"sparse/{name}/logz": np.array([r.log_marginal_likelihood]),
                     f"sparse/{name}/n_iter": np.array([r.n_iter]),
-                    f"sparse/{name}/pred": np.array([pm, pv])})
+                    f"sparse/{name}/cav": np.array([r.cavity_mean, r.cavity_var]),
+                    f"sparse/{name}/pred": np.array([pm, pv]),
+                    f"sparse/{name}/grad": np.concatenate([g[0], g[1].ravel(), g[2]])})
 
 
 def estimator_problem():
@@ -298,64 +309,91 @@ def estimator_problem():
     return X, y
 
 
-def run_estimator(res, backend):
-    """The classifier with device='cuda' through the Engine (backend made the default)."""
-    from fastep import EPGaussianProcessClassifier
-    from fastep.cuda import _backend
+def estimators():
+    """(name, estimator, targets) fitted with device='cpu' and device='cuda' and compared."""
+    from fastep import CensoredGPRegressor, EPGaussianProcessClassifier
     from fastep.kernels import RBF
     X, y = estimator_problem()
-    _backend.use_backend(backend)
-    try:
-        clf = EPGaussianProcessClassifier(RBF(1.5, 0.8), optimizer=None, device="cuda").fit(X, y)
-        value, grad = clf.log_marginal_likelihood(np.log([1.2, 0.9]), eval_gradient=True)
-        res["est/proba"] = clf.predict_proba(X[:6] + 0.1)
-        res["est/lml"] = np.array([clf.log_marginal_likelihood_value_, value])
-        res["est/grad"] = grad
-    finally:
-        _backend.use_backend(None)
+    noise = 0.1 * np.random.default_rng(10).normal(size=X.shape[0])
+    t = np.maximum(np.sin(2 * X[:, 0]) + 0.1 * X[:, 1] + noise, -0.3)
+    return X, [
+        ("dense", EPGaussianProcessClassifier(RBF(1.5, 0.8), optimizer=None, tol=1e-10), y),
+        ("sparse", EPGaussianProcessClassifier(RBF(1.5, 0.8), optimizer=None, tol=1e-10,
+                                               inducing_points=X[::4]), y),
+        ("mlii", EPGaussianProcessClassifier(RBF(1.5, 0.8), inducing_points=X[::4],
+                                             max_iter=200), y),
+        ("censored", CensoredGPRegressor(RBF(1.0, 0.8), noise_variance=0.05, lower=-0.3,
+                                         max_iter=300), t)]
+
+
+def probe_theta(est):
+    """A fixed point of the ML-II parameter space, from the constructor's starting values
+    (not the fitted ones), to compare the evidence and its gradient at: log kernel
+    parameters, log noise variance (censored), the inducing inputs (if given) + 0.05."""
+    parts = [est.kernel.theta]
+    if hasattr(est, "noise_variance"):
+        parts.append([np.log(est.noise_variance)])
+    if est.inducing_points is not None:
+        parts.append(np.asarray(est.inducing_points).ravel())
+    return np.concatenate(parts) + 0.05
+
+
+def run_estimators(res):
+    """Estimators fitted with device='cuda' (ML-II included), saved and loaded on the CPU."""
     import os
     import tempfile
 
-    from fastep._io import load_model, save_model
-    with tempfile.TemporaryDirectory() as tmp:       # saved from the GPU, loaded on the CPU
-        save_model(clf, os.path.join(tmp, "model.npz"))
-        loaded = load_model(os.path.join(tmp, "model.npz"))
-    res["est/loaded_proba"] = loaded.predict_proba(X[:6] + 0.1)
-    res["est/loaded_device"] = np.array([loaded.device])
+    from fastep import load_model, save_model
+    X, cases = estimators()
+    Xs = X[:6] + 0.1
+    for name, est, targets in cases:
+        est.set_params(device="cuda")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est.fit(X, targets)
+        theta = est.kernel_.theta
+        res[f"est/{name}/theta"] = theta
+        res[f"est/{name}/lml"] = np.array([est.log_marginal_likelihood_value_])
+        res[f"est/{name}/n_iter"] = np.array([est.n_iter_])
+        res[f"est/{name}/latent"] = np.array(est.predict_latent(Xs, return_std=True))
+        with tempfile.TemporaryDirectory() as tmp:   # saved from the GPU, loaded on the CPU
+            save_model(est, os.path.join(tmp, "model.npz"))
+            loaded = load_model(os.path.join(tmp, "model.npz"))
+        res[f"est/{name}/loaded"] = np.array(loaded.predict_latent(Xs, return_std=True))
+        if est.optimizer is not None:
+            value, grad = est.log_marginal_likelihood(probe_theta(est), eval_gradient=True)
+            res[f"est/{name}/probe"] = np.concatenate([[value], grad])
+        res[f"est/{name}/loaded_device"] = np.array([loaded.device])
 
 
 def run_messages(res):
-    """The error of device='cuda' without CuPy (under the simulator) or without a GPU."""
+    """device='cuda' with a bad method: the error names the knob."""
     import fastep
     from fastep.likelihoods import Probit
     try:
-        fastep.ep(np.eye(3), np.ones(3), Probit(), device="cuda")
-        res["msg/ep"] = np.array(["(no error: a GPU with CuPy is usable)"])
+        fastep.ep(np.eye(3), np.ones(3), Probit(), method="sequential", device="cuda")
+        res["msg/sequential"] = np.array(["(no error)"])
     except Exception as exc:
-        res["msg/ep"] = np.array([f"{type(exc).__name__}: {exc}"])
+        res["msg/sequential"] = np.array([f"{type(exc).__name__}: {exc}"])
 
 
 def main(path):
     import fastep.cuda as fc
-    from fastep.cuda import _backend
+    from fastep.backend import resolve
     from fastep.cuda import kernels as ck
     if fc.simulator_enabled():
         ck.THREADS_PER_BLOCK, ck.THREADS_2D, ck.MAX_BLOCKS = 4, 2, 2
-    try:
-        backend = _backend.cupy_backend() if not fc.simulator_enabled() else None
-    except ImportError:
-        backend = None
-    backend = backend or _backend.numpy_backend()
-    res = {"meta/simulator": np.array([fc.simulator_enabled()]),
-           "meta/backend": np.array([backend.name])}
+    res = {"meta/simulator": np.array([fc.simulator_enabled()])}
+    run_messages(res)                       # before anything resolves device="cuda"
+    backend = resolve("cuda")
+    res["meta/algebra"] = np.array([backend._la.name])
     rng = np.random.default_rng(0)
     run_kernels(res, rng)
     run_robustmax(res, rng)
     run_gram_api(res, backend, rng)
-    run_drivers(res, backend)
-    run_estimator(res, backend)
+    run_drivers(res)
+    run_estimators(res)
     run_gwi(res)
-    run_messages(res)
     np.savez(path, **res)
 
 
@@ -377,11 +415,12 @@ def compile_ptx(cc=(9, 0)):
             "power": (a1, a2, a1, a1, a1, a1, a1, a1, f8, f8, b1, a1, a1, a1, a1, a1, i8)}
     done = []
     for name, lik, _, _ in likelihoods(8, np.random.default_rng(0)):
-        for kname, kern in zip(("tilted", "sites", "power"), ck._per_likelihood(lik._tilted)):
+        for kname, kern in zip(("tilted", "sites", "power"),
+                               ck._per_likelihood(lik.scalar_tilted)):
             cuda.compile_ptx(kern.py_func, sigs[kname], cc=cc)
             done.append(f"{kname}/{name}")
     fixed = {"_build_b_kernel": (a2, a1, a2), "_scale_columns_kernel": (a2, a1, a2),
-             "_col_sumsq_kernel": (a2a, a1), "_projection_marginals_kernel": (a2, a1, a2, a1, a1),
+             "_col_sumsq_kernel": (a2a, a1), "_projection_marginals_kernel": (a2a, a1, a1, a1),
              "_stationary_gram_kernel": (a2, a2, a1, f8, i8s, a2),
              "_stationary_contract_kernel": (a2, a2, a1, f8, i8s, a2, a2),
              "_stationary_input_contract_kernel": (a2, a2, a1, f8, i8s, a2, a2),

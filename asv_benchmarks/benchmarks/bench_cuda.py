@@ -1,8 +1,8 @@
-"""asv benchmarks of the CUDA path (fastep.cuda); skipped without a usable GPU.
+"""asv benchmarks of the CUDA backend (device="cuda"); skipped without a usable GPU.
 
 Every ``setup`` raises NotImplementedError (asv's "skip") unless a CUDA GPU, numba's CUDA
-target and CuPy are usable (``fastep.cuda.require()``; the CUDA simulator does not
-count).  Data as in bench_ep.py; the first call in ``setup`` compiles the kernels, so
+target and CuPy are usable (``fastep.backend.resolve("cuda")``; the CUDA simulator does
+not count).  Data as in bench_ep.py; the first call in ``setup`` compiles the kernels, so
 JIT time is never timed.  Every timed call ends with its results on the host (the
 drivers return NumPy arrays) or with an explicit device synchronisation.
 """
@@ -25,14 +25,13 @@ def make_data(n, d=3, seed=0):
 
 
 def _gpu():
-    """(fastep.cuda, CuPy backend), or NotImplementedError: asv then skips the benchmark."""
+    """The CUDA backend (CuPy), or NotImplementedError: asv then skips the benchmark."""
     try:
         import fastep.cuda as fc
-        from fastep.cuda import _backend
+        from fastep.backend import resolve
         if fc.simulator_enabled():
             raise NotImplementedError("the CUDA simulator is not a GPU")
-        fc.require()
-        return fc, _backend.cupy_backend()
+        return resolve("cuda")
     except NotImplementedError:
         raise
     except Exception as exc:
@@ -43,10 +42,10 @@ def _sync(be):
     be.xp.cuda.Device().synchronize()
 
 
-def _ep(fc, be, K, y, **kw):
+def _ep(be, K, y, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fastep.ConvergenceWarning)
-        return fc.ep(K, y, Probit(), check_psd=False, backend=be, **kw)
+        return fastep.ep(K, y, Probit(), check_psd=False, device=be, **kw)
 
 
 class GPUDenseEP:
@@ -59,17 +58,17 @@ class GPUDenseEP:
     timeout = 900
 
     def setup(self, n):
-        self.fc, self.be = _gpu()
+        self.be = _gpu()
         X, self.y = make_data(n)
-        self.K = self.fc.gram(RBF(1.0, 1.0), X, backend=self.be)
+        self.K = RBF(1.0, 1.0)(X, backend=self.be)
         self.A = self.K + self.be.xp.eye(n)
-        _ep(self.fc, self.be, self.K, self.y, max_iter=2)
+        _ep(self.be, self.K, self.y, max_iter=2)
 
     def time_fit(self, n):
-        _ep(self.fc, self.be, self.K, self.y)
+        _ep(self.be, self.K, self.y)
 
     def time_two_sweeps(self, n):
-        _ep(self.fc, self.be, self.K, self.y, max_iter=2, tol=1e-300)
+        _ep(self.be, self.K, self.y, max_iter=2, tol=1e-300)
 
     def time_cholesky_floor(self, n):
         self.be.cholesky(self.A, "K + I")
@@ -86,16 +85,16 @@ class GPUSparseEP:
     timeout = 900
 
     def setup(self, n):
-        self.fc, self.be = _gpu()
+        self.be = _gpu()
         self.X, self.y = make_data(n)
         self.Z = self.X[np.linspace(0, n - 1, 256).astype(int)]
-        self.fc.sparse_ep(RBF(1.0, 1.0), self.Z, self.X[:1000], self.y[:1000], Probit(),
-                          max_iter=2, backend=self.be)
+        fastep.sparse_ep(RBF(1.0, 1.0), self.Z, self.X[:1000], self.y[:1000], Probit(),
+                         max_iter=2, device=self.be)
 
     def time_fit(self, n):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", fastep.ConvergenceWarning)
-            self.fc.sparse_ep(RBF(1.0, 1.0), self.Z, self.X, self.y, Probit(), backend=self.be)
+            fastep.sparse_ep(RBF(1.0, 1.0), self.Z, self.X, self.y, Probit(), device=self.be)
 
 
 class GPUKernels:
@@ -106,13 +105,13 @@ class GPUKernels:
     timeout = 600
 
     def setup(self, n):
-        self.fc, self.be = _gpu()
+        self.be = _gpu()
         xp = self.be.xp
         X, _ = make_data(n)
         self.X = self.be.asarray(X)
         self.kernel = RBF(1.0, lengthscale=[0.5, 1.0, 2.0])
         self.G = xp.asarray(np.random.default_rng(2).standard_normal((n, n)))
-        self.fc.gradient_contract(self.kernel, self.X[:10], self.G[:10, :10], backend=self.be)
+        self.kernel.gradient_contract(self.X[:10], self.G[:10, :10], backend=self.be)
         rng = np.random.default_rng(4)
         m = 10**6
         self.t_args = [self.be.asarray(a) for a in (np.where(rng.random(m) < 0.5, -1.0, 1.0),
@@ -128,16 +127,16 @@ class GPUKernels:
     def _tilted(self, lik, m):
         from fastep.cuda import kernels as ck
         y, extra, mu, var = (a[:m] for a in self.t_args)
-        ck.tilted_batch(lik._tilted, y, extra, mu, var, 1.0, self.lik_params,
+        ck.tilted_batch(lik.scalar_tilted, y, extra, mu, var, 1.0, self.lik_params,
                         *(o[:m] for o in self.out))
         _sync(self.be)
 
     def time_gram(self, n):
-        self.fc.gram(self.kernel, self.X, backend=self.be)
+        self.kernel(self.X, backend=self.be)
         _sync(self.be)
 
     def time_gradient_contract(self, n):
-        self.fc.gradient_contract(self.kernel, self.X, self.G, backend=self.be)
+        self.kernel.gradient_contract(self.X, self.G, backend=self.be)
 
     def time_probit_tilted_1e6(self, n):
         self._tilted(self.probit, 10**6)
@@ -156,7 +155,7 @@ class GPURobustMax:
     timeout = 600
 
     def setup(self, n):
-        self.fc, self.be = _gpu()
+        self.be = _gpu()
         from fastep._numerics import gauss_hermite
         from fastep.cuda import kernels as ck
         xp, J, rng = self.be.xp, 10, np.random.default_rng(5)
@@ -164,7 +163,7 @@ class GPURobustMax:
         self.args = [self.be.asarray(a) for a in (rng.normal(0.0, 2.0, (n, J)),
                                                    rng.uniform(0.1, 3.0, (n, J)),
                                                    *gauss_hermite(20))]
-        self.labels = self.be.asarray(rng.integers(0, J, n), dtype=np.int64)
+        self.labels = self.be.xp.asarray(rng.integers(0, J, n), dtype=np.int64)
         self.out = xp.empty((n, J))
         self.grad = [xp.empty(n), xp.empty((n, J)), xp.empty((n, J))]
         self.time_prob_largest(n)

@@ -1,31 +1,29 @@
-"""Optional CUDA path: the EP hot loops on an NVIDIA GPU through ``numba.cuda``.
+"""The GPU's building blocks: ``numba.cuda`` kernels and CuPy linear algebra.
 
-Nothing here is imported by ``import fastep``; ``fastep.ep(..., device="cuda")``
-and the estimators' ``device="cuda"`` import it on first use.  What runs on the GPU:
+Nothing here is imported by ``import fastep``.  ``device="cuda"`` resolves to
+:class:`fastep.backend.cuda.CUDABackend`, which runs the algorithms of
+:mod:`fastep.inference` (written once for every target) with:
 
-* the scalar tilted-moment functions of every likelihood, compiled as CUDA device
-  functions from the *same Python source* as their CPU ``njit`` versions
-  (:func:`fastep.cuda.kernels.device_function`), so there is one copy of the maths;
-* per-site parallel EP and Power-EP updates, Gram matrices and their gradient
-  contractions, the per-site marginals of sparse EP and the robust-max Gauss-Hermite
-  products of multiclass GWI (:mod:`fastep.cuda.kernels`, each kernel beside its CPU
-  twin's name; ``RobustMax(device="cuda")`` and ``GWIClassifier(device="cuda")``);
-* dense factorisations through CuPy (cuSOLVER / cuBLAS): the dense parallel EP
-  driver :func:`fastep.cuda.ep` and the sparse Power-EP driver
-  :func:`fastep.cuda.sparse_ep` keep the data and sites on the device across sweeps.
+* the kernels of :mod:`fastep.cuda.kernels`: the scalar tilted-moment functions of every
+  likelihood and the scalar site arithmetic of :mod:`fastep._sites`, compiled as device
+  functions from the *same Python source* as their CPU versions
+  (:func:`fastep.cuda.kernels.device_function`); per-site parallel EP and Power-EP
+  updates, Gram matrices and their gradient contractions, the per-site marginals of
+  sparse EP and the robust-max Gauss-Hermite products of multiclass GWI;
+* dense factorisations through CuPy (cuSOLVER / cuBLAS), :mod:`fastep.cuda.linalg`.
+
+This package holds no algorithm: a driver exists once, in :mod:`fastep.inference`.
 
 Install with ``pip install "fastep[cuda]"`` (numba-cuda[cu12] and cupy-cuda12x).  The
 kernels also run under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, set
-before numba is imported), which is how the test-suite compares every kernel
-with its CPU twin on machines without a GPU.
+before numba is imported), which is how the test-suite compares the GPU code path
+with the CPU on machines without a GPU.
 """
 from __future__ import annotations
 
 import importlib
 
-__all__ = ["is_available", "require", "CUDAUnavailableError", "simulator_enabled", "ep",
-           "sparse_ep", "gram", "gradient_contract", "prob_largest", "prob_largest_grad",
-           "kernels"]
+__all__ = ["is_available", "require", "CUDAUnavailableError", "simulator_enabled"]
 
 
 class CUDAUnavailableError(RuntimeError):
@@ -42,7 +40,14 @@ def _numba_cuda():
 
 
 def simulator_enabled() -> bool:
-    """True when Numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM=1``)."""
+    """True when Numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM=1``).
+
+    Examples
+    --------
+    >>> import fastep.cuda
+    >>> isinstance(fastep.cuda.simulator_enabled(), bool)
+    True
+    """
     from numba.core import config
     return bool(config.ENABLE_CUDASIM)
 
@@ -74,21 +79,30 @@ def _cupy_reason():
     return None
 
 
-def _test_backend_set():
-    import sys
-    mod = sys.modules.get("fastep.cuda._backend")
-    return mod is not None and mod.DEFAULT is not None
-
-
 def is_available() -> bool:
-    """True when CUDA kernels can run: a GPU with its driver, or the CUDA simulator."""
+    """True when CUDA kernels can run: a GPU with its driver, or the CUDA simulator.
+
+    Examples
+    --------
+    >>> import fastep.cuda
+    >>> device = "cuda" if fastep.cuda.is_available() else "cpu"
+    """
     cuda, reason = _numba_cuda()
     return reason is None and _driver_reason(cuda) is None
 
 
 def require(need_cupy: bool = True) -> None:
     """Raise :class:`CUDAUnavailableError` naming everything that is missing for the
-    GPU path: numba's CUDA target (numba-cuda), a CUDA driver with a GPU, CuPy."""
+    GPU path: numba's CUDA target (numba-cuda), a CUDA driver with a GPU, CuPy.
+
+    Examples
+    --------
+    >>> import fastep.cuda
+    >>> try:
+    ...     fastep.cuda.require()
+    ... except fastep.cuda.CUDAUnavailableError as exc:
+    ...     reason = str(exc)          # says what to install, or to use device='cpu'
+    """
     missing = []
     cuda, reason = _numba_cuda()
     if reason is not None:
@@ -97,7 +111,7 @@ def require(need_cupy: bool = True) -> None:
         reason = _driver_reason(cuda)
         if reason is not None:
             missing.append(reason + "; device='cuda' needs an NVIDIA GPU with its driver")
-    if need_cupy and not _test_backend_set():
+    if need_cupy and not simulator_enabled():       # the simulator uses NumPy instead
         reason = _cupy_reason()
         if reason is not None:
             missing.append(reason)
@@ -105,20 +119,3 @@ def require(need_cupy: bool = True) -> None:
         raise CUDAUnavailableError(
             "device='cuda' is not usable on this machine: " + "; ".join(missing)
             + ". Use device='cpu' (the default) to run on the CPU.")
-
-
-# submodules have private names so that importing them never shadows these functions
-_LAZY = {"ep": ("fastep.cuda._dense", "ep"), "sparse_ep": ("fastep.cuda._sparse", "sparse_ep"),
-         "gram": ("fastep.cuda._gram", "gram"),
-         "gradient_contract": ("fastep.cuda._gram", "gradient_contract"),
-         "prob_largest": ("fastep.cuda._multiclass", "prob_largest"),
-         "prob_largest_grad": ("fastep.cuda._multiclass", "prob_largest_grad"),
-         "kernels": ("fastep.cuda.kernels", None)}
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        module, attr = _LAZY[name]
-        mod = importlib.import_module(module)
-        return mod if attr is None else getattr(mod, attr)
-    raise AttributeError(f"module 'fastep.cuda' has no attribute {name!r}")

@@ -1,9 +1,10 @@
-"""CUDA kernels, each the GPU twin of a CPU kernel of the same name.
+"""CUDA kernels, each the GPU twin of a CPU loop of the same name.
 
 One copy of the maths
 ---------------------
-The scalar functions of fastep (``log_phi``, ``mills``, the likelihoods' tilted
-moments, the panel quadrature, ``site_from_derivatives``, the Gram shapes ...) are
+The scalar functions of fastep (``log_phi``, ``mills``, the likelihoods'
+``scalar_tilted``, the panel quadrature, the site arithmetic of :mod:`fastep._sites`,
+the Gram shapes ...) are
 written with ``math`` only and compiled for the CPU with ``numba.njit``.
 :func:`device_function` compiles the *same Python source* (the dispatcher's
 ``py_func``) a second time with ``numba.cuda.jit(device=True)``; every compiled
@@ -35,8 +36,7 @@ import types as pytypes
 from numba import cuda, float64
 from numba.core.registry import CPUDispatcher
 
-from ..inference._ep_kernels import (cavity, damped_site, power_cavity, power_site_evidence,
-                                     store_site)
+from .._sites import cavity, damped_site, power_cavity, power_site_evidence, store_site
 from ..kernels._gram import scaled_sqdist, shape, shape_grad
 from ..likelihoods import robustmax as _rm
 
@@ -158,14 +158,14 @@ def _per_likelihood(tilted_cpu):
 
 def tilted_batch(tilted, y, extra, mu, var, alpha, params, log_z, d1, d2):
     """GPU twin of :func:`fastep.likelihoods._base.tilted_batch` (``tilted``: the CPU
-    tilted function, e.g. ``likelihood._tilted``; arrays on the device)."""
+    tilted function, ``likelihood.scalar_tilted``; arrays on the device)."""
     k = _per_likelihood(tilted)[0]
     k[_launch_1d(y.shape[0])](y, extra, mu, var, float(alpha), params, log_z, d1, d2)
 
 
 def parallel_sites(tilted, y, extra, params, mean, var, tau, nu, damping, clip,
                    new_tau, new_nu, log_z, mu_cav, var_cav, skipped):
-    """GPU twin of :func:`fastep.inference._ep_kernels.parallel_sites`; the number of
+    """GPU twin of :func:`fastep.backend.cpu.parallel_sites`; the number of
     skipped sites is *added* to ``skipped[0]`` (a 1-element int64 device array)."""
     k = _per_likelihood(tilted)[1]
     k[_launch_1d(y.shape[0])](y, extra, params, mean, var, tau, nu, float(damping), bool(clip),
@@ -174,7 +174,7 @@ def parallel_sites(tilted, y, extra, params, mean, var, tau, nu, damping, clip,
 
 def power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha, damping, clip,
                 new_tau, new_nu, site_ev, mu_cav, var_cav, skipped):
-    """GPU twin of :func:`fastep.inference._ep_kernels.power_sites` (``skipped`` as in
+    """GPU twin of :func:`fastep.backend.cpu.power_sites` (``skipped`` as in
     :func:`parallel_sites`)."""
     k = _per_likelihood(tilted)[2]
     k[_launch_1d(y.shape[0])](y, extra, params, mean, var, resid, tau, nu, float(alpha),
@@ -183,7 +183,7 @@ def power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha, damp
 
 
 # ---------------------------------------------------------------------------------------
-# dense EP covariance work (twins of fastep.inference._ep_kernels)
+# dense EP covariance work (twins of fastep.backend.cpu)
 # ---------------------------------------------------------------------------------------
 @cuda.jit
 def _build_b_kernel(kmat, s, out):
@@ -242,24 +242,24 @@ def row_sumsq(a, out):
 # sparse EP: per-site marginals of the projections h_i
 # ---------------------------------------------------------------------------------------
 @cuda.jit
-def _projection_marginals_kernel(at, w, g, mean, var):
+def _projection_marginals_kernel(g, beta, mean, var):
     start, stride = cuda.grid(1), cuda.gridsize(1)
-    m = at.shape[0]
-    for j in range(start, at.shape[1], stride):
+    m = g.shape[0]
+    for j in range(start, g.shape[1], stride):
         mu = 0.0
         v = 0.0
         for k in range(m):
-            mu += at[k, j] * w[k]
-            v += g[k, j] * g[k, j]
+            gk = g[k, j]
+            mu += gk * beta[k]
+            v += gk * gk
         mean[j] = mu
         var[j] = v
 
 
-def projection_marginals(at, w, g, mean, var):
-    """Per-site marginals of sparse EP (twin of ``_InducingPosterior.marginals``):
-    ``mean_j = a_j . w`` and ``var_j = |g_j|^2`` for the columns of ``at = K(Z, X_c)``
-    and of ``g = R^-1 at`` (the triangular solve is cuBLAS's, in the driver)."""
-    _projection_marginals_kernel[_launch_1d(at.shape[1])](at, w, g, mean, var)
+def projection_marginals(g, beta, mean, var):
+    """Per-site marginals of sparse EP: ``mean_j = g_j . beta`` and ``var_j = |g_j|^2``
+    for the columns of ``g = R^-1 K(Z, X_c)`` (a thread owns a column)."""
+    _projection_marginals_kernel[_launch_1d(g.shape[1])](g, beta, mean, var)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,4 +1,7 @@
-"""Inference algorithms: pure functions over arrays."""
-from .ep import ConvergenceWarning, EPNumericalWarning, EPResult, ep
+"""Inference algorithms: pure functions over arrays, each written once over a backend."""
+from ._sweep import ConvergenceWarning, EPNumericalWarning
+from .ep import EPResult, ep, ep_gradient
+from .sparse_ep import SparseEPResult, sparse_ep, sparse_ep_gradient
 
-__all__ = ["ep", "EPResult", "ConvergenceWarning", "EPNumericalWarning"]
+__all__ = ["ep", "ep_gradient", "EPResult", "sparse_ep", "sparse_ep_gradient", "SparseEPResult",
+           "ConvergenceWarning", "EPNumericalWarning"]

@@ -60,6 +60,8 @@ from scipy.linalg import cho_solve, cholesky, eigh, solve_triangular
 from scipy.optimize import minimize
 
 from .._linalg import NotPositiveDefiniteError
+from ..backend import resolve
+from ..likelihoods.robustmax import check_moments
 
 JITTER = 1e-6            # relative to the mean prior variance at the inducing inputs
 _EIG_FLOOR = 1e-12       # relative: eigenvalues below this (times the largest) count as 0
@@ -245,13 +247,30 @@ def subsample(kernel, X, factors, idx):
     return Subsample(K_sqrt=sym_sqrt(K), resid=K - V @ V.T, V=V)
 
 
+def prob_largest_grad(likelihood, mean, var, y, device="cpu"):
+    """``(S, dS/dmean, dS/dvar)`` of the robust-max S(x_i, y_i), computed on the backend of
+    ``device`` (the likelihood's scalar Gauss-Hermite code, compiled for that target)."""
+    mean, var = check_moments(mean, var, likelihood.n_classes)
+    y = likelihood.check_labels(y, mean.shape[0])
+    return resolve(device).prob_largest_grad(mean, var, y, *likelihood.nodes)
+
+
+def predict_proba(likelihood, mean, var, device="cpu"):
+    """Robust-max class probabilities (``likelihood.predict_proba``) with S on the backend
+    of ``device``."""
+    mean, var = check_moments(mean, var, likelihood.n_classes)
+    return likelihood.proba_from_prob(resolve(device).prob_largest(mean, var,
+                                                                   *likelihood.nodes))
+
+
 def gwi_objective(params, factors, sub, X, y, likelihood, prior_mean=0.0, squared=True,
-                  rows=None, scale=1.0):
+                  rows=None, scale=1.0, device="cpu"):
     """Objective (see module doc), its gradient (a :class:`GWIParams`) and its parts.
 
     ``rows`` selects a minibatch of the training rows (default all); the likelihood sum
     is multiplied by ``scale`` (N / batch size for an unbiased minibatch estimate) and
-    the W2 averages are taken over the batch.
+    the W2 averages are taken over the batch.  ``device`` (or a backend) says where the
+    robust-max Gauss-Hermite products run.
 
     Returns ``(value, grad, parts)`` with ``parts = {"nell": ..., "w2": array (J,)}``.
     """
@@ -262,7 +281,8 @@ def gwi_objective(params, factors, sub, X, y, likelihood, prior_mean=0.0, square
     n = V.shape[0]
     J = params.a.shape[0]
     mean, var, U = variational_moments(params, V, resid, X)
-    ell, g_m, g_v = likelihood.expected_log_lik(mean, var, y, return_grad=True)
+    ell, g_m, g_v = likelihood.expected_log_lik_from_prob(
+        *prob_largest_grad(likelihood, mean, var, y, device), return_grad=True)
     nell = -scale * ell
     g_m *= -scale
     g_v *= -scale
@@ -382,18 +402,18 @@ def fit_adam(params, objective, n, batch_size, n_epochs, learning_rate, rng):
     return GWIParams.unpack(theta, J, M, d)
 
 
-def tempered_log_loss(log_t, mean, var, y, likelihood):
+def tempered_log_loss(log_t, mean, var, y, likelihood, device="cpu"):
     """``-sum_i log p(y_i)`` with every variance scaled by ``T = exp(log_t)``, and its
     derivative in ``log_t``: ``p = eps/(J - 1) + (1 - eps - eps/(J - 1)) S(x, y)``."""
     eps, J = likelihood.epsilon, likelihood.n_classes
     slope = 1.0 - eps - eps / (J - 1)
     t = math.exp(log_t)
-    s, _, dv = likelihood.prob_largest_grad(mean, var * t, y)
+    s, _, dv = prob_largest_grad(likelihood, mean, var * t, y, device)
     p = eps / (J - 1) + slope * s
     return float(-np.log(p).sum()), float(-np.sum((slope / p)[:, None] * dv * var) * t)
 
 
-def temper(mean, var, y, likelihood, bounds=(1e-3, 1e3)):
+def temper(mean, var, y, likelihood, bounds=(1e-3, 1e3), device="cpu"):
     """Temperature T (r_j <- T r_j for every class) minimising :func:`tempered_log_loss`
     on (mean, var, y), e.g. a validation split.
 
@@ -403,7 +423,7 @@ def temper(mean, var, y, likelihood, bounds=(1e-3, 1e3)):
     (summed over the points); T = 1 if tempering does not lower the loss.
     """
     def fun(x):
-        value, grad = tempered_log_loss(x[0], mean, var, y, likelihood)
+        value, grad = tempered_log_loss(x[0], mean, var, y, likelihood, device)
         return value, np.array([grad])
 
     before = fun(np.zeros(1))[0]

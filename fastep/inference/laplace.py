@@ -21,7 +21,7 @@ import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
 
 from .._linalg import NotPositiveDefiniteError, blas_threads_for, cholesky_inplace
-from .ep import ConvergenceWarning, _validate
+from ._sweep import ConvergenceWarning, check_kernel_matrix, check_sweep_controls
 
 
 @dataclass
@@ -59,12 +59,14 @@ def laplace(K, y, likelihood, tol=1e-10, max_iter=100, extra=None):
     -------
     LaplaceResult
     """
-    K = _validate(K, y, "parallel", 1.0, tol, max_iter)
+    check_sweep_controls(1.0, tol, max_iter)
+    K = np.ascontiguousarray(K, dtype=float)
     if not likelihood.log_concave:
         raise ValueError(f"Laplace inference needs a log-concave likelihood; "
                          f"{type(likelihood).__name__} is not (use EP).")
-    n = K.shape[0]
     y = likelihood.encode_targets(y)
+    check_kernel_matrix(K, y.shape[0])
+    n = K.shape[0]
     extra = likelihood.site_extra(n) if extra is None else extra
 
     tiny = np.full(n, 1e-300)          # "zero" cavity variance: tilted = p(y | f)

@@ -25,33 +25,37 @@ log Z (the Power-EP energy at the current sites, Bui et al. 2017 eq. 19)::
 with ``Z_i = int N(h | mu_-i, v_-i) N(f | h, d_i) p(y_i | f)^alpha``.  At alpha = 1
 and Z = X it is dense EP's log Z_EP; with a Gaussian likelihood its fixed point
 is the collapsed objective of :mod:`fastep.inference.sparse`.
+
+The driver and its gradient are written once over a backend (:mod:`fastep.backend`):
+a sweep is a map over chunks of rows followed by a sum of m x m matrices.  On the CPU
+the chunks are shared among threads that call single-threaded BLAS without the GIL; on
+the GPU the data, the sites and the per-site vectors stay on the device and only the
+m x m sums come back.  ``q(v)`` (m x m) is refactorised on the host by the same code for
+every backend.
 """
 from __future__ import annotations
 
 import functools
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-import numba
 import numpy as np
 from scipy.linalg import cho_solve, cholesky, solve_triangular
 
-from . import _ep_kernels as kern
-from .._linalg import (SMALL_N, NotPositiveDefiniteError, blas_threads_for, syrk_lower_nogil,
-                       trmm_lower_nogil)
-from .ep import SweepControl, _site_change, check_device, check_sweep_controls, initial_sites
+from .._linalg import NotPositiveDefiniteError, trmm_lower_nogil
+from ..backend import resolve
+from ._sweep import SweepControl, check_sweep_controls, initial_sites, site_change
 from .sparse import cholesky_uu, uu_from_whitened
 
 CHUNK = 8192
 GRAM_CACHE = 2 ** 31
 
+__all__ = ["sparse_ep", "sparse_ep_gradient", "SparseEPResult", "CHUNK", "GRAM_CACHE"]
+
 
 @dataclass
 class SparseEPResult:
-    """Output of :func:`sparse_ep`.
+    """Output of :func:`sparse_ep` (NumPy arrays, also after a GPU run).
 
     Attributes
     ----------
@@ -59,9 +63,22 @@ class SparseEPResult:
     site_tau, site_nu : (n,) site natural parameters on the projections h_i
     log_marginal_likelihood : float
         The Power-EP approximation of log p(y) at the returned sites.
-    n_iter, converged, n_skipped, alpha, history : as in :class:`~fastep.EPResult`
+    n_iter, converged, n_skipped, history : as in :class:`~fastep.EPResult`
+    alpha : float
+        The power of Power EP.
     cavity_mean, cavity_var : (n,) the cavity of f_i (``var`` includes d_i)
     inducing_points : (m, d)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastep.kernels import RBF
+    >>> from fastep.likelihoods import Probit
+    >>> X = np.linspace(-2, 2, 100)[:, None]; y = np.sign(X[:, 0] + 0.01)
+    >>> res = sparse_ep(RBF(), X[::10], X, y, Probit())
+    >>> mean, var = res.predict_latent(RBF(), np.array([[-1.0], [1.0]]))
+    >>> bool(mean[0] < 0 < mean[1]), res.alpha
+    (True, 1.0)
     """
 
     mean: np.ndarray
@@ -78,6 +95,7 @@ class SparseEPResult:
     inducing_points: np.ndarray
     history: list = field(default_factory=list, repr=False)
     _q: "_InducingPosterior" = field(default=None, repr=False)
+    _backend: object = field(default=None, repr=False)
 
     def predict_latent(self, kernel, X):
         """Latent predictive mean and variance at X (kernel: the one used in the fit)."""
@@ -85,7 +103,8 @@ class SparseEPResult:
 
 
 class _InducingPosterior:
-    """q(v) = N(P^-1 b, P^-1), rebuilt from chunk sums taken in the previous q's coordinates.
+    """q(v) = N(P^-1 b, P^-1) on the host, rebuilt from chunk sums taken in the previous
+    q's coordinates.
 
     With ``G = R^-1 K_uf`` (``R = L_uu L_P`` of the previous q, whose ``L_P`` is passed as
     ``L_prev``), ``V = L_prev G``, so ``P = I + L_prev (G T G^T) L_prev^T`` and
@@ -96,23 +115,33 @@ class _InducingPosterior:
     def __init__(self, L_uu, L_prev, P_G, b_G):
         m = L_uu.shape[0]
         P = np.eye(m) + L_prev @ P_G @ L_prev.T
-        self.L_uu = L_uu
         try:
-            self.L_P = cholesky(0.5 * (P + P.T), lower=True, check_finite=False)
+            L_P = cholesky(0.5 * (P + P.T), lower=True, check_finite=False)
         except np.linalg.LinAlgError:
             raise NotPositiveDefiniteError(
                 "sparse EP: the inducing-point posterior precision is not positive definite "
                 "(negative site precisions); use smaller EP steps, e.g. damping=0.5.") from None
-        self.b = L_prev @ b_G
-        self.beta = solve_triangular(self.L_P, self.b, lower=True, check_finite=False)
-        self.m = solve_triangular(self.L_P, self.beta, lower=True, trans="T", check_finite=False)
+        self._set(L_uu, L_P, L_prev @ b_G)
+
+    @classmethod
+    def from_factor(cls, L_uu, L_P, b):
+        """q from its precision's Cholesky factor ``L_P`` and ``b`` (a saved model)."""
+        q = cls.__new__(cls)
+        q._set(L_uu, L_P, b)
+        return q
+
+    def _set(self, L_uu, L_P, b):
+        m = L_uu.shape[0]
+        self.L_uu, self.L_P, self.b = L_uu, L_P, b
+        self.beta = solve_triangular(L_P, b, lower=True, check_finite=False)
+        self.m = solve_triangular(L_P, self.beta, lower=True, trans="T", check_finite=False)
         self.w = solve_triangular(L_uu, self.m, lower=True, trans="T", check_finite=False)
         # R^-1 = L_P^-1 L_uu^-1 (lower triangular): dtrmm by R^-1 runs about twice as fast
         # as dtrsm by R in OpenBLAS for these shapes (both m^2 c flops)
         self.R_inv = np.asfortranarray(solve_triangular(
-            self.L_P, solve_triangular(L_uu, np.eye(m), lower=True, check_finite=False),
+            L_P, solve_triangular(L_uu, np.eye(m), lower=True, check_finite=False),
             lower=True, check_finite=False))
-        self.half_logdet = float(np.sum(np.log(np.diag(self.L_P))))
+        self.half_logdet = float(np.sum(np.log(np.diag(L_P))))
 
     @classmethod
     def prior(cls, L_uu):
@@ -123,17 +152,13 @@ class _InducingPosterior:
         """1/2 b^T P^-1 b - 1/2 log|P|."""
         return 0.5 * float(self.beta @ self.beta) - self.half_logdet
 
-    def marginals(self, At):
-        """``G = R^-1 K(Z, X_c)`` (in place over ``At``, m x c F order) and the mean
-        ``G^T beta`` and variance ``|G_i|^2`` of each h_i."""
-        G = trmm_lower_nogil(self.R_inv, At)
-        return G, G.T @ self.beta, np.einsum("ij,ij->j", G, G)
-
     def predict(self, kernel, Z, X):
+        """Latent predictive mean and variance at X (host)."""
         X = np.ascontiguousarray(X, dtype=float)
         At = kernel(Z, X)
         V = solve_triangular(self.L_uu, At, lower=True, check_finite=False)
-        _, mean, var_h = self.marginals(np.asfortranarray(At))
+        G = trmm_lower_nogil(self.R_inv, np.asfortranarray(At))
+        mean, var_h = G.T @ self.beta, np.einsum("ij,ij->j", G, G)
         var = kernel.diag(X) - np.einsum("ij,ij->j", V, V) + var_h
         return mean, np.maximum(var, 0.0)
 
@@ -143,39 +168,21 @@ def _chunks(n, size):
         yield c0, min(n, c0 + size)
 
 
-def _read(X, c0, c1):
-    """Rows c0:c1 of X as a C-contiguous float array (X may be a memmap or h5py dataset)."""
-    return np.ascontiguousarray(X[c0:c1], dtype=float)
-
-
-def _gram_t(kernel, Z, Xc):
-    """``K(Z, X_c)`` as a writeable F-ordered array (the transpose of ``K(X_c, Z)``)."""
-    A = kernel(Xc, Z).T
-    return A if A.flags.f_contiguous and A.flags.writeable else np.array(A, order="F")
-
-
-def _accumulate(P, b, G, tau, nu):
-    """P += G diag(tau) G^T (lower triangle, dsyrk), b += G nu.  Overwrites G."""
-    b += G @ nu
-    if np.all(tau >= 0):
-        G *= np.sqrt(tau)
-        syrk_lower_nogil(1.0, G, P)
-        return
-    for sign, part in ((1.0, tau > 0), (-1.0, tau < 0)):
-        if np.any(part):
-            syrk_lower_nogil(sign, G[:, part] * np.sqrt(sign * tau[part]), P)
+def _gram_t(be, kernel, Z, Xc):
+    """``K(Z, X_c)`` as an F-ordered backend array (the transpose of ``K(X_c, Z)``)."""
+    return be.xp.asfortranarray(kernel(Xc, Z, backend=be).T)
 
 
 def _symmetrise_lower(P):
     return np.tril(P) + np.tril(P, -1).T
 
 
-def _validate(kernel, Z, X, y, alpha, damping, tol, max_iter, chunk_size):
+def _validate(Z, X, y, alpha, damping, tol, max_iter, chunk_size):
     if not (isinstance(alpha, (int, float)) and 0.0 < alpha <= 1.0):
         raise ValueError(f"alpha must be in (0, 1] (1 = EP with a FITC-style posterior); "
                          f"got {alpha!r}.")
     check_sweep_controls(damping, tol, max_iter)
-    if int(chunk_size) != chunk_size or chunk_size < 1:
+    if isinstance(chunk_size, bool) or int(chunk_size) != chunk_size or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer; got {chunk_size!r}.")
     Z = np.ascontiguousarray(Z, dtype=float)
     if X.ndim != 2 or Z.ndim != 2 or Z.shape[1] != X.shape[1]:
@@ -189,6 +196,12 @@ def _validate(kernel, Z, X, y, alpha, damping, tol, max_iter, chunk_size):
         raise ValueError(f"y must have one entry per row of X, shape ({X.shape[0]},); got "
                          f"shape {shape}.")
     return Z
+
+
+def _rows_of(X):
+    """X itself when it supports 2-d row slices (ndarray, np.memmap, h5py dataset, CuPy),
+    else X as a float array."""
+    return X if hasattr(X, "shape") and len(X.shape) == 2 else np.asarray(X, dtype=float)
 
 
 def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, max_iter=100,
@@ -210,13 +223,13 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
         as in :func:`fastep.ep` (adaptive damping when ``damping`` is None).
     chunk_size : int
         Rows of X per block; memory is O(chunk_size m + m^2) plus the Gram cache.
+    device : {"cpu", "cuda"}, default="cpu"
+        Where the sweeps run (:func:`fastep.backend.resolve`); with "cuda" X is copied
+        to the device whole.
     gram_cache : int, default 2 GiB
         Bytes allowed for keeping ``K(X, Z)`` between sweeps (it is fixed during a run;
-        recomputing it is about a third of a sweep).  Used when X is an in-memory
-        ndarray (not a memmap) and ``8 n m`` fits; 0 streams everything.
-    device : {"cpu", "cuda"}, default="cpu"
-        "cuda" runs the sweeps on an NVIDIA GPU (:func:`fastep.cuda.sparse_ep`; X is
-        copied to the device whole).
+        recomputing it is about a third of a sweep).  On the CPU it is used when X is an
+        in-memory ndarray (not a memmap) and ``8 n m`` fits; 0 streams everything.
 
     Returns
     -------
@@ -233,182 +246,168 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     >>> bool(res.converged), float(np.mean(np.sign(res.mean) == y))
     (True, 1.0)
     """
-    if check_device(device) == "cuda":
-        from .. import cuda
-        cuda.require()
-        return cuda.sparse_ep(kernel, Z, X, y, likelihood, alpha=alpha, damping=damping, tol=tol,
-                              max_iter=max_iter, site_tau=site_tau, site_nu=site_nu, extra=extra,
-                              chunk_size=chunk_size, callback=callback)
+    be = resolve(device, "sparse_ep")
     adaptive = damping is None
     damping = 1.0 if damping is None else damping
-    Xv = X if hasattr(X, "shape") and len(X.shape) == 2 else np.asarray(X, dtype=float)
-    Z = _validate(kernel, Z, Xv, y, alpha, damping, tol, max_iter, chunk_size)
+    Xv = _rows_of(X)
+    Z = _validate(Z, Xv, y, alpha, damping, tol, max_iter, chunk_size)
+    with be.threads_for(Z.shape[0]):
+        return _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol,
+                          max_iter, site_tau, site_nu, extra, chunk_size, callback, gram_cache)
+
+
+def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_iter,
+               site_tau, site_nu, extra, chunk_size, callback, gram_cache=0, q=None):
+    """The driver (arguments checked).  With ``q`` given (a saved model's posterior) and
+    ``max_iter=0`` it only evaluates: marginals, cavities and log Z at the given sites."""
+    xp = be.xp
     n, m = Xv.shape[0], Z.shape[0]
     y = likelihood.encode_targets(y)
     extra = likelihood.site_extra(n) if extra is None else np.ascontiguousarray(extra, float)
+    y_d, extra_d, params = be.site_inputs(likelihood, y, extra)
     L_uu = cholesky_uu(kernel(Z))
-    cache = None
-    if type(Xv) is np.ndarray and 8 * n * m <= gram_cache:
-        cache = np.empty((n, m))                          # rows K(x_i, Z), filled in sweep 0
-    # BLAS calls here are m x chunk blocks: OpenBLAS threads slow them down (measured 1.7x
-    # on 2 cores beside Numba's pool), so below m = 1024 they run single-threaded and the
-    # chunks of a sweep are shared out over Python threads instead (see _SweepPart)
-    n_threads = _n_threads(n, m, chunk_size)
-    with blas_threads_for(m):
-        return _sparse_ep(kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_iter,
-                          site_tau, site_nu, extra, chunk_size, callback, n, m, L_uu, cache,
-                          n_threads)
+    tau, nu = (be.asarray(a) for a in initial_sites(site_tau, site_nu, n))
+    new_tau, new_nu = xp.empty(n), xp.empty(n)
+    # d_i = K_ii - |V_i|^2: from a cold start it is K_ii - var(h_i) in the first sweep (q is
+    # the prior there); a warm start needs one extra pass, which also builds q from the sites
+    warm = q is not None or bool(xp.any(tau != 0.0)) or bool(xp.any(nu != 0.0))
+    ctx = SimpleNamespace(
+        be=be, kernel=kernel, Z=xp.ascontiguousarray(be.asarray(Z)), rows=be.rows(Xv), y=y_d,
+        extra=extra_d, cache=be.gram_cache(Xv, n, m, gram_cache), cold=not warm,
+        params=params, tilted=likelihood.scalar_tilted, clip=bool(likelihood.log_concave),
+        alpha=float(alpha), damping=damping, resid=xp.empty(n), mean=xp.empty(n),
+        var=xp.empty(n), site_ev=xp.empty(n), mu_cav=xp.empty(n), var_cav=xp.empty(n))
+    n_workers = be.n_workers(n, m, chunk_size)
+    parts = [_SweepPart(be, k, n_workers, n, m, chunk_size) for k in range(n_workers)]
+    if warm:
+        prior = _InducingPosterior.prior(L_uu)
+        P_G, b_G = xp.zeros((m, m), order="F"), xp.zeros(m)
+        R_inv = be.asarray(prior.R_inv)                       # L_uu^-1: the prior's G is V
+        for c0, c1 in _chunks(n, chunk_size):
+            Xc = ctx.rows(c0, c1)
+            V = be.trmm_lower(R_inv, _gram_t(be, kernel, ctx.Z, Xc))
+            ctx.resid[c0:c1] = xp.maximum(kernel.diag(Xc, backend=be)
+                                          - xp.einsum("ij,ij->j", V, V), 0.0)
+            if q is None:
+                be.accumulate(P_G, b_G, V, tau[c0:c1], nu[c0:c1])
+        if q is None:
+            q = _InducingPosterior(L_uu, prior.L_P, _symmetrise_lower(be.to_host(P_G)),
+                                   be.to_host(b_G))
+    else:
+        q = _InducingPosterior.prior(L_uu)
 
+    ctl = SweepControl("sparse EP", damping, adaptive, tol, max_iter, callback)
+    while True:
+        ctx.damping = ctl.damping
+        qd = SimpleNamespace(R_inv=be.asarray(q.R_inv), beta=be.asarray(q.beta))
+        args = (ctx, qd, tau, nu, new_tau, new_nu, ctl.sweeps == 0)
+        skipped = sum(be.run_all([functools.partial(part.sweep, *args) for part in parts]))
+        ok = xp.isfinite(ctx.site_ev)
+        log_ev = q.log_z_global() + float(xp.sum(ctx.site_ev[ok]))
+        if ctl.done(log_ev):
+            break
+        P_G = be.to_host(parts[0].P_G + sum(part.P_G for part in parts[1:]))
+        b_G = be.to_host(parts[0].b_G + sum(part.b_G for part in parts[1:]))
+        ctl.advance(site_change(xp, tau, nu, new_tau, new_nu))
+        tau, new_tau = new_tau, tau
+        nu, new_nu = new_nu, nu
+        q = _InducingPosterior(L_uu, q.L_P, _symmetrise_lower(P_G), b_G)
 
-def _n_threads(n, m, chunk_size):
-    """Python threads sharing the chunks of a streamed pass: numba's thread count while
-    BLAS runs single-threaded (m below SMALL_N), else 1 (threaded BLAS does the work)."""
-    return max(1, min(numba.get_num_threads() if m < SMALL_N else 1, -(-n // chunk_size)))
-
-
-# Worker threads of the streamed passes.  One pool for the process (threads are reused,
-# so Numba/OpenMP thread teams are not created anew per call), reset in a forked child.
-# Compiled Numba kernels that may run in parallel (Gram matrices, contractions, tilted
-# moments) are entered by one worker at a time (_COMPILED): Numba's workqueue layer aborts
-# on concurrent parallel launches, and each launch already uses every Numba thread.
-_POOL = []
-_COMPILED = threading.Lock()
-os.register_at_fork(after_in_child=_POOL.clear)
-
-
-def _in_threads(jobs):
-    """Run the zero-argument callables ``jobs`` on the worker pool (the first one in this
-    thread), each with this thread's Numba thread count; results in order."""
-    if len(jobs) == 1:
-        return [jobs[0]()]
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(max(2, numba.config.NUMBA_NUM_THREADS),
-                                        thread_name_prefix="fastep-sparse"))
-    threads = numba.get_num_threads()
-
-    def run(job):
-        numba.set_num_threads(threads)              # Numba's setting is per thread
-        return job()
-    futures = [_POOL[0].submit(run, job) for job in jobs[1:]]
-    first = jobs[0]()
-    return [first] + [f.result() for f in futures]
-
-
-def _map_chunks(n_threads, chunks, work):
-    """``[work(part) for part]`` where part k is chunks k, k + T, ... (T = n_threads), in
-    threads; the fixed split and order keep sums reproducible."""
-    return _in_threads([functools.partial(work, chunks[k::n_threads])
-                        for k in range(n_threads)])
+    mean, var, resid = ctx.mean, ctx.var, ctx.resid
+    mu_cav, var_cav = ctl.finish(ok, ctx.mu_cav, ctx.var_cav, mean, var, xp)
+    host = be.to_host
+    return SparseEPResult(mean=host(mean), var=host(var + resid), site_tau=host(tau),
+                          site_nu=host(nu), log_marginal_likelihood=float(log_ev),
+                          n_iter=ctl.sweeps, converged=ctl.converged, n_skipped=int(skipped),
+                          cavity_mean=host(mu_cav), cavity_var=host(var_cav + resid),
+                          alpha=float(alpha), inducing_points=Z, history=ctl.history, _q=q,
+                          _backend=be)
 
 
 class _SweepPart:
-    """One thread's share of a sweep: chunks ``k, k + T, k + 2T, ...`` of the rows, with its
+    """One worker's share of a sweep: chunks ``k, k + T, k + 2T, ...`` of the rows, with its
     own Gram buffer and its own sums ``P_G``, ``b_G``.
 
-    Every chunk writes only its own rows of the site arrays; the BLAS-3 work (dtrmm,
-    dsyrk) runs without the GIL, so T threads keep T cores busy.  The fixed assignment of
-    chunks to parts and the fixed order of the final sum keep results reproducible.
-    With T > 1 the site kernel is the serial one (the threads are the parallelism).
+    Every chunk writes only its own rows of the site arrays.  On the CPU the BLAS-3 work
+    (dtrmm, dsyrk) runs without the GIL, so T threads keep T cores busy; the fixed
+    assignment of chunks to parts and the fixed order of the final sum keep results
+    reproducible.  With T > 1 the site loop is the serial one (the threads are the
+    parallelism).  Per chunk::
+
+        G = R^-1 K(Z, X_c),  mean(h_i) = G_i^T beta,  var(h_i) = |G_i|^2,
+        sites,  P_G += G diag(tau) G^T,  b_G += G nu
     """
 
-    def __init__(self, index, n_threads, n, m, chunk_size):
-        self.chunks = list(_chunks(n, chunk_size))[index::n_threads]
-        self.kset = kern.select(min(n, chunk_size)) if n_threads == 1 else kern.SERIAL
-        self.buffer = np.empty((m, min(n, chunk_size)), order="F")
-        self.P_G, self.b_G = np.zeros((m, m), order="F"), np.zeros(m)
+    def __init__(self, be, index, n_workers, n, m, chunk_size):
+        xp = be.xp
+        self.chunks = list(_chunks(n, chunk_size))[index::n_workers]
+        self.serial = n_workers > 1
+        self.buffer = xp.empty((m, min(n, chunk_size)), order="F")
+        self.P_G, self.b_G = xp.zeros((m, m), order="F"), xp.zeros(m)
 
     def sweep(self, ctx, q, tau, nu, new_tau, new_nu, first):
+        be, xp = ctx.be, ctx.be.xp
         self.P_G[...] = 0.0
         self.b_G[...] = 0.0
         skipped = 0
         for c0, c1 in self.chunks:
             sl, At = slice(c0, c1), self.buffer[:, : c1 - c0]
             if ctx.cache is not None and not first:
-                np.copyto(At, ctx.cache[sl].T)
+                xp.copyto(At, ctx.cache[sl].T)
             else:
-                Xc = _read(ctx.X, c0, c1)
-                with _COMPILED:
-                    K = ctx.kernel(Xc, ctx.Z)
-                    kdiag = ctx.kernel.diag(Xc)
-                np.copyto(At, K.T)
+                Xc = ctx.rows(c0, c1)
+                with be.compiled():
+                    K = ctx.kernel(Xc, ctx.Z, backend=be)
+                    kdiag = ctx.kernel.diag(Xc, backend=be)
+                xp.copyto(At, K.T)
                 if ctx.cache is not None:
                     ctx.cache[sl] = K
-            G, ctx.mean[sl], ctx.var[sl] = q.marginals(At)
+            G = be.trmm_lower(q.R_inv, At)
+            ctx.mean[sl], ctx.var[sl] = be.projection_marginals(G, q.beta)
             if first and ctx.cold:
-                ctx.resid[sl] = np.maximum(kdiag - ctx.var[sl], 0.0)
-            skipped += self.kset.power_sites(
+                ctx.resid[sl] = xp.maximum(kdiag - ctx.var[sl], 0.0)
+            skipped += be.power_sites(
                 ctx.tilted, ctx.y[sl], ctx.extra[sl], ctx.params, ctx.mean[sl], ctx.var[sl],
                 ctx.resid[sl], tau[sl], nu[sl], ctx.alpha, ctx.damping, ctx.clip, new_tau[sl],
-                new_nu[sl], ctx.site_ev[sl], ctx.mu_cav[sl], ctx.var_cav[sl])
-            _accumulate(self.P_G, self.b_G, G, new_tau[sl], new_nu[sl])
+                new_nu[sl], ctx.site_ev[sl], ctx.mu_cav[sl], ctx.var_cav[sl],
+                serial=self.serial)
+            be.accumulate(self.P_G, self.b_G, G, new_tau[sl], new_nu[sl])
         return skipped
 
 
-def _sparse_ep(kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_iter, site_tau,
-               site_nu, extra, chunk_size, callback, n, m, L_uu, cache, n_threads):
-    tau, nu = initial_sites(site_tau, site_nu, n)
-    new_tau, new_nu = np.empty(n), np.empty(n)
-    # d_i = K_ii - |V_i|^2: from a cold start it is K_ii - var(h_i) in the first sweep (q is
-    # the prior there); a warm start needs one extra pass, which also builds q from the sites
-    warm = bool(np.any(tau) or np.any(nu))
-    ctx = SimpleNamespace(
-        kernel=kernel, Z=Z, X=Xv, y=y, extra=extra, cache=cache, cold=not warm,
-        params=likelihood.params, tilted=likelihood._tilted, clip=bool(likelihood.log_concave),
-        alpha=float(alpha), damping=damping, resid=np.empty(n), mean=np.empty(n),
-        var=np.empty(n), site_ev=np.empty(n), mu_cav=np.empty(n), var_cav=np.empty(n))
-    parts = [_SweepPart(k, n_threads, n, m, chunk_size) for k in range(n_threads)]
-    q = _InducingPosterior.prior(L_uu)
-    if warm:
-        P_G, b_G = np.zeros((m, m), order="F"), np.zeros(m)
-        for c0, c1 in _chunks(n, chunk_size):
-            Xc = _read(Xv, c0, c1)
-            V, _, var0 = q.marginals(_gram_t(kernel, Z, Xc))   # the prior's G is V
-            ctx.resid[c0:c1] = np.maximum(kernel.diag(Xc) - var0, 0.0)
-            _accumulate(P_G, b_G, V, tau[c0:c1], nu[c0:c1])
-        q = _InducingPosterior(L_uu, q.L_P, _symmetrise_lower(P_G), b_G)
-
-    ctl = SweepControl("sparse EP", damping, adaptive, tol, max_iter, callback)
-    while True:
-        ctx.damping = ctl.damping
-        args = (ctx, q, tau, nu, new_tau, new_nu, ctl.sweeps == 0)
-        skipped = sum(_in_threads([functools.partial(part.sweep, *args) for part in parts]))
-        P_G = parts[0].P_G + sum(part.P_G for part in parts[1:])
-        b_G = parts[0].b_G + sum(part.b_G for part in parts[1:])
-        ok = np.isfinite(ctx.site_ev)
-        log_ev = q.log_z_global() + float(np.sum(ctx.site_ev[ok]))
-        if ctl.done(log_ev):
-            break
-        ctl.advance(_site_change(tau, nu, new_tau, new_nu))
-        tau, new_tau = new_tau, tau
-        nu, new_nu = new_nu, nu
-        q = _InducingPosterior(L_uu, q.L_P, _symmetrise_lower(P_G), b_G)
-
-    mean, var, resid = ctx.mean, ctx.var, ctx.resid
-    mu_cav, var_cav = ctl.finish(ok, ctx.mu_cav, ctx.var_cav, mean, var)
-    return SparseEPResult(mean=mean, var=var + resid, site_tau=tau, site_nu=nu,
-                          log_marginal_likelihood=float(log_ev), n_iter=ctl.sweeps,
-                          converged=ctl.converged, n_skipped=int(skipped), cavity_mean=mu_cav,
-                          cavity_var=var_cav + resid, alpha=float(alpha), inducing_points=Z,
-                          history=ctl.history, _q=q)
+def sparse_posterior_from_state(kernel, Z, X, y, likelihood, alpha, site_tau, site_nu, L_P, b,
+                                extra=None, chunk_size=CHUNK):
+    """The sparse EP result of a saved model: ``q(v)`` from its factor ``L_P`` and ``b``
+    exactly as fitted, and one pass over X for the marginals, cavities and log Z at the
+    given sites (no sweep).  Host only (a loaded model predicts on the CPU)."""
+    be = resolve("cpu")
+    Xv = _rows_of(X)
+    Z = np.ascontiguousarray(Z, dtype=float)
+    L_uu = cholesky_uu(kernel(Z))
+    q = _InducingPosterior.from_factor(L_uu, np.asarray(L_P, float), np.asarray(b, float))
+    with be.threads_for(Z.shape[0]):
+        return _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, 1.0, False, 1.0, 0,
+                          site_tau, site_nu, extra, chunk_size, None, q=q)
 
 
-def _site_derivatives(lik, y, extra, mean, var, resid, tau, nu, alpha):
+def _site_derivatives(be, lik, y, extra, mean, var, resid, tau, nu, alpha):
     """d psi_i / d(mu_i, v_i, d_i) for the site terms psi_i of log Z (module docstring),
     and d psi_i / d log(likelihood params); zero for sites with an improper cavity."""
-    sc = 1.0 - alpha * tau * var                     # s of the power_sites kernel
+    xp = be.xp
+    sc = 1.0 - alpha * tau * var                     # s of the power_sites loop
     ok = sc > 0
-    sc = np.where(ok, sc, 1.0)
+    sc = xp.where(ok, sc, 1.0)
     vc = var / sc
     mc = (mean - alpha * nu * var) / sc
-    _, d1, d2 = lik.tilted(y, mc, vc + resid, alpha, extra=extra)
+    _, d1, d2 = be.tilted(lik, y, extra, mc, vc + resid, alpha)
     e = 0.5 * (d2 + d1 * d1)                         # d log Z_i / d var (Gaussian convolution)
     quad = alpha * (tau * mean * mean - 2.0 * nu * mean) + alpha * alpha * nu * nu * var
     g_mu = (d1 + alpha * (tau * mean - nu)) / sc
     g_var = ((d1 * alpha * (tau * mean - nu) + e) / (sc * sc) + 0.5 * alpha * tau / sc
              + 0.5 * (alpha * alpha * nu * nu * sc + alpha * tau * quad) / (sc * sc))
-    g_lik = (lik.tilted_dparams(y, mc, vc + resid, extra, alpha) if lik.n_dims
-             else np.zeros((y.size, 0)))
-    z = np.where(ok, 1.0 / alpha, 0.0)
+    g_lik = (be.tilted_dparams(lik, y, mc, vc + resid, extra, alpha) if lik.n_dims
+             else xp.zeros((y.shape[0], 0)))
+    z = xp.where(ok, 1.0 / alpha, 0.0)
     return g_mu * z, g_var * z, e * z, g_lik * z[:, None]
 
 
@@ -417,72 +416,95 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
 
     At a Power-EP fixed point log Z is stationary in the sites, so its total
     derivative is the partial one with sites held fixed.  Returns
-    ``(d/dtheta kernel, d/dZ, d/dlog likelihood params)``.  Two streamed passes:
-    the first collects ``V a`` and ``U = V diag(c) V^T`` (a, c: derivatives of the
-    site terms in the marginal mean and variance), the second forms
-    ``G = dlogZ/dV`` per chunk and contracts it with the kernel derivatives.  The
-    chunks of each pass are shared out over threads as in :func:`sparse_ep`.
+    ``(d/dtheta kernel, d/dZ, d/dlog likelihood params)``.  Two streamed passes on the
+    backend that ran EP: the first collects ``V a`` and ``U = V diag(c) V^T`` (a, c:
+    derivatives of the site terms in the marginal mean and variance), the second forms
+    ``G = dlogZ/dV`` per chunk and contracts it with the kernel derivatives.  The chunks
+    of each pass are shared among the backend's workers as in :func:`sparse_ep`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastep.kernels import RBF
+    >>> from fastep.likelihoods import Probit
+    >>> X = np.linspace(-3, 3, 200)[:, None]; y = np.sign(np.sin(X[:, 0]) + 0.01)
+    >>> Z = np.linspace(-3, 3, 8)[:, None]
+    >>> res = sparse_ep(RBF(), Z, X, y, Probit(), tol=1e-8)
+    >>> d_kernel, d_Z, d_lik = sparse_ep_gradient(res, RBF(), X, y, Probit())
+    >>> d_kernel.shape, d_Z.shape, d_lik.shape
+    ((2,), (8, 1), (0,))
     """
+    be = resolve(result._backend or "cpu")
+    xp = be.xp
     q, Z, alpha = result._q, result.inducing_points, result.alpha
-    Xv = X if hasattr(X, "shape") and len(X.shape) == 2 else np.asarray(X, dtype=float)
+    Xv = _rows_of(X)
     n, m = Xv.shape[0], Z.shape[0]
     y = likelihood.encode_targets(y)
     extra = likelihood.site_extra(n) if extra is None else np.ascontiguousarray(extra, float)
-    tau, nu = result.site_tau, result.site_nu
-    L_uu, mv = q.L_uu, q.m
-    S = cho_solve((q.L_P, True), np.eye(m), check_finite=False)
-    L_inv = np.asfortranarray(solve_triangular(L_uu, np.eye(m), lower=True, check_finite=False))
+    y_d, extra_d, _ = be.site_inputs(likelihood, y, extra)
+    tau, nu = be.asarray(result.site_tau), be.asarray(result.site_nu)
+    L_uu = q.L_uu
+    mv = be.asarray(q.m)
+    S = be.asarray(cho_solve((q.L_P, True), np.eye(m), check_finite=False))
+    L_inv = be.asarray(np.asfortranarray(solve_triangular(L_uu, np.eye(m), lower=True,
+                                                          check_finite=False)))
+    Z_d = xp.ascontiguousarray(be.asarray(Z))
+    rows = be.rows(Xv)
     chunks = list(_chunks(n, chunk_size))
-    n_threads = _n_threads(n, m, chunk_size)
+    n_workers = be.n_workers(n, m, chunk_size)
 
     def chunk(c0, c1):
-        Xc = _read(Xv, c0, c1)
-        with _COMPILED:
-            At, kdiag = _gram_t(kernel, Z, Xc), kernel.diag(Xc)
-        V = trmm_lower_nogil(L_inv, At)                   # L_uu^-1 K(Z, X_c)
+        Xc = rows(c0, c1)
+        with be.compiled():
+            At, kdiag = _gram_t(be, kernel, Z_d, Xc), kernel.diag(Xc, backend=be)
+        V = be.trmm_lower(L_inv, At)                      # L_uu^-1 K(Z, X_c)
         mean = V.T @ mv
         SV = S @ V
-        var = np.einsum("ij,ij->j", V, SV)
-        resid = np.maximum(kdiag - np.einsum("ij,ij->j", V, V), 0.0)
+        var = xp.einsum("ij,ij->j", V, SV)
+        resid = xp.maximum(kdiag - xp.einsum("ij,ij->j", V, V), 0.0)
         sl = slice(c0, c1)
-        with _COMPILED:
-            g = _site_derivatives(likelihood, y[sl], extra[sl], mean, var, resid, tau[sl],
-                                  nu[sl], alpha)
+        with be.compiled():
+            g = _site_derivatives(be, likelihood, y_d[sl], extra_d[sl], mean, var, resid,
+                                  tau[sl], nu[sl], alpha)
         return Xc, V, SV, mean, g
 
     def first_pass(part):
-        Va, U, d_lik = np.zeros(m), np.zeros((m, m)), np.zeros(likelihood.n_dims)
+        Va, U, d_lik = xp.zeros(m), xp.zeros((m, m)), np.zeros(likelihood.n_dims)
         for c0, c1 in part:
             _, V, _, _, (g_mu, g_var, _, g_lik) = chunk(c0, c1)
             Va += V @ g_mu
             U += (V * g_var) @ V.T
-            d_lik += g_lik.sum(0)
+            d_lik += be.to_host(g_lik.sum(0))
         return Va, U, d_lik
 
     def second_pass(part):
-        d_theta, d_Z, GVt = np.zeros(kernel.n_dims), np.zeros(Z.shape), np.zeros((m, m))
+        d_theta, d_Z, GVt = np.zeros(kernel.n_dims), np.zeros(Z.shape), xp.zeros((m, m))
         for c0, c1 in part:
             Xc, V, SV, mean, (g_mu, g_var, g_d, _) = chunk(c0, c1)
             t, s = tau[c0:c1], nu[c0:c1]
             w = s - t * mean
-            G = np.asfortranarray(
-                np.outer(mv, w + g_mu - t * (V.T @ r)) + np.outer(r, w)
+            G = xp.asfortranarray(
+                xp.outer(mv, w + g_mu - t * (V.T @ r)) + xp.outer(r, w)
                 + SV * (2.0 * g_var - t) - 2.0 * (SU @ SV) * t - 2.0 * V * g_d)
             GVt += G @ V.T
-            G_uf = trmm_lower_nogil(L_inv, G, trans=True)   # L_uu^-T G
-            with _COMPILED:
-                d_theta += (kernel.gradient_contract(Z, G_uf, Xc)
-                            + kernel.diag_gradient_contract(Xc, g_d))
-                d_Z += kernel.input_gradient_contract(Z, G_uf, Xc)
+            G_uf = be.trmm_lower(L_inv, G, trans=True)    # L_uu^-T G
+            with be.compiled():
+                d_theta += (kernel.gradient_contract(Z_d, G_uf, Xc, backend=be)
+                            + kernel.diag_gradient_contract(Xc, g_d, backend=be))
+                d_Z += kernel.input_gradient_contract(Z_d, G_uf, Xc, backend=be)
         return d_theta, d_Z, GVt
 
-    with blas_threads_for(m):
-        Va, U, d_lik = (sum(parts) for parts in zip(*_map_chunks(n_threads, chunks, first_pass)))
+    def in_parts(work):
+        """``sum_k work(chunks k, k + T, ...)`` over the backend's T workers, in order."""
+        jobs = [functools.partial(work, chunks[k::n_workers]) for k in range(n_workers)]
+        return (sum(parts) for parts in zip(*be.run_all(jobs)))
+
+    with be.threads_for(m):
+        Va, U, d_lik = in_parts(first_pass)
         r = S @ Va
         SU = S @ U
-        d_theta, d_Z, GVt = (sum(parts) for parts in
-                             zip(*_map_chunks(n_threads, chunks, second_pass)))
-    G_uu = uu_from_whitened(GVt, L_uu)
+        d_theta, d_Z, GVt = in_parts(second_pass)
+    G_uu = uu_from_whitened(be.to_host(GVt), L_uu)
     d_theta = d_theta + kernel.gradient_contract(Z, G_uu)
     d_Z = d_Z + kernel.input_gradient_contract(Z, G_uu)
     return d_theta, d_Z, d_lik

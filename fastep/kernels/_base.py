@@ -1,11 +1,22 @@
-"""Covariance functions: log-space hyperparameters, composition, gradients.
+"""Covariance functions: log-space hyperparameters, composition, gradients, any backend.
 
-Every kernel is callable like a scikit-learn kernel, ``k(X, Y=None)``, and
-exposes ``theta`` (log of the free hyperparameters), ``bounds`` (log space,
-shape ``(n_free, 2)``) and ``clone_with_theta``.  Instead of scikit-learn's
-``n x n x p`` gradient tensor, :meth:`Kernel.gradient_contract` returns
-``sum_jk G_jk dK_jk/dtheta_p`` computed in compiled code; that is all the
-evidence gradient ever needs.
+Every kernel is callable like a scikit-learn kernel, ``k(X, Y=None)``, and exposes
+``theta`` (log of the free hyperparameters), ``bounds`` (log space, shape
+``(n_free, 2)``) and ``clone_with_theta``.  Instead of scikit-learn's ``n x n x p``
+gradient tensor, :meth:`Kernel.gradient_contract` returns ``sum_jk G_jk dK_jk/dtheta_p``
+computed in compiled code; that is all the evidence gradient ever needs.
+
+Every public method takes ``backend=``: an object with the Gram operations of
+:class:`fastep.kernels._gram.HostGram` (``fastep.backend.resolve("cuda")`` is one), on
+whose arrays the Gram matrix is built and the contractions run.  ``None`` means the host
+(NumPy and the compiled CPU loops).  A kernel class implements the hooks below once, in
+terms of those operations, and so runs on every backend::
+
+    _gram(be, X, Y)                  K(X, Y) (Y None: K(X, X)), an array of be
+    _diag(be, X)                     k(x_i, x_i)
+    _contract_all(be, X, Y, G)       sum G dK/dtheta_p for every parameter entry (host)
+    _diag_contract_all(be, X, g)     sum_i g_i dk(x_i, x_i)/dtheta_p (host)
+    _input_contract(be, X, Y, G)     d/dX sum G K(X, Y) with Y given (host, shape of X)
 """
 from __future__ import annotations
 
@@ -14,47 +25,82 @@ import numbers
 
 import numpy as np
 
+from ._gram import HOST
 
-def _as_2d(X, name="X"):
-    X = np.asarray(X, dtype=float)
+
+def _as_2d(X, name="X", backend=None):
+    """``X`` as a C-ordered 2-d float array of ``backend`` (host when None); a 1-d X is one
+    feature."""
+    be = HOST if backend is None else backend
+    X = be.asarray(X)
     if X.ndim == 1:
         X = X[:, None]
     if X.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array of shape (n_samples, n_features); "
                          f"got an array with shape {X.shape}.")
-    return np.ascontiguousarray(X)
+    return be.xp.ascontiguousarray(X)
 
 
 class Hyperparameter:
-    """A positive kernel parameter, stored in natural units, optimised in log space."""
+    """A positive kernel parameter, stored in natural units, optimised in log space.
+
+    Examples
+    --------
+    >>> p = Hyperparameter("lengthscale", [1.0, 2.0], bounds=(1e-3, 1e3))
+    >>> p.n_free, p.bounds
+    (2, (0.001, 1000.0))
+    """
 
     def __init__(self, name, value, bounds=(1e-5, 1e5)):
         value = np.atleast_1d(np.asarray(value, dtype=float)).copy()
+        if value.ndim != 1 or value.size == 0:
+            raise ValueError(f"The kernel parameter '{name}' must be a positive number or a "
+                             f"1-d array of them; got shape {value.shape}.")
         if not np.all(np.isfinite(value)) or np.any(value <= 0):
             raise ValueError(f"The kernel parameter '{name}' must be positive and finite; "
                              f"got {value.tolist() if value.size > 1 else value[0]!r}.")
         self.name = name
         self.value = value
         self.fixed = isinstance(bounds, str) and bounds == "fixed"
-        if not self.fixed:
-            lo, hi = (float(b) for b in bounds)
-            if not 0 < lo < hi:
-                raise ValueError(f"bounds of '{name}' must satisfy 0 < low < high; got {bounds!r}.")
-            self.bounds = (lo, hi)
-        else:
+        if self.fixed:
             self.bounds = "fixed"
+            return
+        try:
+            lo, hi = (float(b) for b in bounds)
+        except (TypeError, ValueError):
+            raise ValueError(f"bounds of '{name}' must be a pair (low, high) or 'fixed'; got "
+                             f"{bounds!r}.") from None
+        if not 0 < lo < hi < np.inf:
+            raise ValueError(f"bounds of '{name}' must satisfy 0 < low < high < inf; got "
+                             f"{bounds!r}.")
+        self.bounds = (lo, hi)
 
     @property
     def n_free(self):
         return 0 if self.fixed else self.value.size
 
+    def __eq__(self, other):
+        return (isinstance(other, Hyperparameter) and self.name == other.name
+                and np.array_equal(self.value, other.value) and self.bounds == other.bounds)
+
+    __hash__ = object.__hash__
+
 
 class Kernel:
-    """Base class.  Subclasses define ``_params`` (list of :class:`Hyperparameter`),
-    ``__call__``, ``diag``, ``_contract_all(X, Y, G)`` (contraction for *every*
-    parameter entry, fixed ones included; ``Y is None`` means ``K(X, X)``),
-    ``_diag_contract_all(X, g)`` and ``_input_contract(X, Y, G)`` (see
-    :meth:`input_gradient_contract`)."""
+    """Base class of covariance functions (see the module docstring for the hooks).
+
+    Subclasses define ``_params`` (a list of :class:`Hyperparameter`) and the hooks.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastep.kernels import RBF
+    >>> k = RBF(variance=2.0, lengthscale=0.5)
+    >>> k.theta.round(4).tolist(), k.bounds.shape
+    ([0.6931, -0.6931], (2, 2))
+    >>> k.clone_with_theta(np.zeros(2)) == RBF()
+    True
+    """
 
     _params: list
 
@@ -63,16 +109,13 @@ class Kernel:
         return self._params
 
     @property
-    def hyperparameter_names(self):
-        return [p.name + (f"_{i}" if p.value.size > 1 else "")
-                for p in self._leaf_params() if not p.fixed for i in range(p.value.size)]
-
-    @property
     def n_dims(self):
+        """Number of free (not fixed) log-hyperparameters."""
         return sum(p.n_free for p in self._leaf_params())
 
     @property
     def theta(self):
+        """Log of the free hyperparameters, flattened."""
         free = [np.log(p.value) for p in self._leaf_params() if not p.fixed]
         return np.concatenate(free) if free else np.zeros(0)
 
@@ -89,11 +132,13 @@ class Kernel:
 
     @property
     def bounds(self):
+        """Log-space bounds of ``theta``, shape (n_dims, 2)."""
         b = [np.log(np.tile(p.bounds, (p.value.size, 1)))
              for p in self._leaf_params() if not p.fixed]
         return np.vstack(b) if b else np.zeros((0, 2))
 
     def clone_with_theta(self, theta):
+        """A copy with log-hyperparameters ``theta`` (this kernel is not modified)."""
         k = copy.deepcopy(self)
         k.theta = theta
         return k
@@ -102,31 +147,47 @@ class Kernel:
         return np.concatenate([np.full(p.value.size, not p.fixed) for p in self._leaf_params()]
                               ) if self._leaf_params() else np.zeros(0, bool)
 
-    def gradient_contract(self, X, G, Y=None):
-        """``sum_jk G_jk dK_jk / dtheta_p`` for every free log-hyperparameter.
+    # --- public evaluation --------------------------------------------------------
+    def __call__(self, X, Y=None, backend=None):
+        """Gram matrix ``K(X, Y)`` (``K(X, X)`` when Y is None), C-ordered."""
+        be = HOST if backend is None else backend
+        X = _as_2d(X, "X", be)
+        Y = None if Y is None else _as_2d(Y, "Y", be)
+        return self._gram(be, X, Y)
+
+    def diag(self, X, backend=None):
+        """``k(x_i, x_i)`` for every row of X."""
+        be = HOST if backend is None else backend
+        return self._diag(be, _as_2d(X, "X", be))
+
+    def gradient_contract(self, X, G, Y=None, backend=None):
+        """``sum_jk G_jk dK_jk / dtheta_p`` for every free log-hyperparameter (host array).
 
         ``K = self(X, Y)``; ``G`` is any weight matrix of the shape of ``K``.
         """
-        X, Y, G = _contract_args(X, Y, G)
-        full = np.asarray(self._contract_all(X, Y, G), dtype=float)
+        be = HOST if backend is None else backend
+        X, Y, G = _contract_args(be, X, Y, G)
+        full = np.asarray(self._contract_all(be, X, Y, G), dtype=float)
         return full[self._free_mask()]
 
-    def diag_gradient_contract(self, X, g):
+    def diag_gradient_contract(self, X, g, backend=None):
         """``sum_i g_i d k(x_i, x_i) / dtheta_p`` for every free log-hyperparameter."""
-        X = _as_2d(X)
-        full = np.asarray(self._diag_contract_all(X, np.asarray(g, dtype=float)), dtype=float)
+        be = HOST if backend is None else backend
+        X = _as_2d(X, "X", be)
+        full = np.asarray(self._diag_contract_all(be, X, be.asarray(g)), dtype=float)
         return full[self._free_mask()]
 
-    def input_gradient_contract(self, X, G, Y=None):
-        """``d/dX sum_jk G_jk K_jk`` with ``K = self(X, Y)``, shape of ``X``.
+    def input_gradient_contract(self, X, G, Y=None, backend=None):
+        """``d/dX sum_jk G_jk K_jk`` with ``K = self(X, Y)``, shape of ``X`` (host array).
 
         With ``Y=None`` both arguments of ``K(X, X)`` move with ``X``.  Used for
         the gradient in inducing inputs.
         """
-        X, Y, G = _contract_args(X, Y, G)
+        be = HOST if backend is None else backend
+        X, Y, G = _contract_args(be, X, Y, G)
         if Y is None:
-            return np.asarray(self._input_contract(X, X, G + G.T), dtype=float)
-        return np.asarray(self._input_contract(X, Y, G), dtype=float)
+            return np.asarray(self._input_contract(be, X, X, G + G.T), dtype=float)
+        return np.asarray(self._input_contract(be, X, Y, G), dtype=float)
 
     # --- composition ---------------------------------------------------------------
     def __add__(self, other):
@@ -144,7 +205,8 @@ class Kernel:
         return f"{type(self).__name__}({args})"
 
     def __eq__(self, other):
-        return type(self) is type(other) and repr(self) == repr(other)
+        """Same class and exactly the same parameter values and bounds."""
+        return type(self) is type(other) and self._leaf_params() == other._leaf_params()
 
     __hash__ = object.__hash__
 
@@ -153,15 +215,16 @@ class Kernel:
 
     # serialisation (model save/load without pickle)
     def to_dict(self):
+        """A JSON-able description (:func:`fastep.kernels.kernel_from_dict` inverts it)."""
         return {"type": type(self).__name__,
                 "params": {p.name: p.value.tolist() for p in self._params},
                 "bounds": {p.name: p.bounds for p in self._params}}
 
 
-def _contract_args(X, Y, G):
-    X = _as_2d(X)
-    Y = None if Y is None else _as_2d(Y, "Y")
-    G = np.ascontiguousarray(G, dtype=float)
+def _contract_args(be, X, Y, G):
+    X = _as_2d(X, "X", be)
+    Y = None if Y is None else _as_2d(Y, "Y", be)
+    G = be.xp.ascontiguousarray(be.asarray(G))
     shape = (X.shape[0], X.shape[0] if Y is None else Y.shape[0])
     if G.shape != shape:
         raise ValueError(f"G must have the shape of K(X, Y), {shape}; got {G.shape}.")
@@ -188,158 +251,207 @@ class _Composite(Kernel):
     def _leaf_params(self):
         return self.k1._leaf_params() + self.k2._leaf_params()
 
+    def __eq__(self, other):
+        return type(self) is type(other) and self.k1 == other.k1 and self.k2 == other.k2
+
+    __hash__ = object.__hash__
+
     def __repr__(self):
         return f"{self.k1!r} {self._op} {self.k2!r}"
 
     def to_dict(self):
         return {"type": type(self).__name__, "k1": self.k1.to_dict(), "k2": self.k2.to_dict()}
 
-
-class Sum(_Composite):
-    """k1 + k2."""
-    _op = "+"
-
-    def __call__(self, X, Y=None):
-        return self.k1(X, Y) + self.k2(X, Y)
-
-    def diag(self, X):
-        return self.k1.diag(X) + self.k2.diag(X)
-
-    def _contract_all(self, X, Y, G):
-        return np.concatenate([self.k1._contract_all(X, Y, G), self.k2._contract_all(X, Y, G)])
-
-    def _diag_contract_all(self, X, g):
-        return np.concatenate([self.k1._diag_contract_all(X, g), self.k2._diag_contract_all(X, g)])
-
-    def _input_contract(self, X, Y, G):
-        return self.k1._input_contract(X, Y, G) + self.k2._input_contract(X, Y, G)
-
     def is_stationary(self):
         return self.k1.is_stationary() and self.k2.is_stationary()
+
+
+class Sum(_Composite):
+    """k1 + k2.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastep.kernels import RBF, WhiteKernel
+    >>> k = RBF() + WhiteKernel(0.1)
+    >>> float(k(np.zeros((1, 2)))[0, 0])
+    1.1
+    """
+    _op = "+"
+
+    def _gram(self, be, X, Y):
+        return self.k1._gram(be, X, Y) + self.k2._gram(be, X, Y)
+
+    def _diag(self, be, X):
+        return self.k1._diag(be, X) + self.k2._diag(be, X)
+
+    def _contract_all(self, be, X, Y, G):
+        return np.concatenate([self.k1._contract_all(be, X, Y, G),
+                               self.k2._contract_all(be, X, Y, G)])
+
+    def _diag_contract_all(self, be, X, g):
+        return np.concatenate([self.k1._diag_contract_all(be, X, g),
+                               self.k2._diag_contract_all(be, X, g)])
+
+    def _input_contract(self, be, X, Y, G):
+        return self.k1._input_contract(be, X, Y, G) + self.k2._input_contract(be, X, Y, G)
 
 
 class Product(_Composite):
-    """k1 * k2; d(K1 o K2) = dK1 o K2 + K1 o dK2, contracted as (G o K2) with k1."""
+    """k1 * k2; d(K1 o K2) = dK1 o K2 + K1 o dK2, contracted as (G o K2) with k1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastep.kernels import Linear, RBF
+    >>> k = RBF() * Linear(2.0)
+    >>> float(k(np.ones((1, 1)))[0, 0])
+    2.0
+    """
     _op = "*"
 
-    def __call__(self, X, Y=None):
-        return self.k1(X, Y) * self.k2(X, Y)
+    def _gram(self, be, X, Y):
+        return self.k1._gram(be, X, Y) * self.k2._gram(be, X, Y)
 
-    def diag(self, X):
-        return self.k1.diag(X) * self.k2.diag(X)
+    def _diag(self, be, X):
+        return self.k1._diag(be, X) * self.k2._diag(be, X)
 
-    def _contract_all(self, X, Y, G):
-        return np.concatenate([self.k1._contract_all(X, Y, G * self.k2(X, Y)),
-                               self.k2._contract_all(X, Y, G * self.k1(X, Y))])
+    def _contract_all(self, be, X, Y, G):
+        return np.concatenate([self.k1._contract_all(be, X, Y, G * self.k2._gram(be, X, Y)),
+                               self.k2._contract_all(be, X, Y, G * self.k1._gram(be, X, Y))])
 
-    def _diag_contract_all(self, X, g):
-        return np.concatenate([self.k1._diag_contract_all(X, g * self.k2.diag(X)),
-                               self.k2._diag_contract_all(X, g * self.k1.diag(X))])
+    def _diag_contract_all(self, be, X, g):
+        return np.concatenate([self.k1._diag_contract_all(be, X, g * self.k2._diag(be, X)),
+                               self.k2._diag_contract_all(be, X, g * self.k1._diag(be, X))])
 
-    def _input_contract(self, X, Y, G):
+    def _input_contract(self, be, X, Y, G):
         # called with the cross form (Y given); the symmetric case arrives as (X, X, G + G^T)
-        return (self.k1._input_contract(X, Y, G * self.k2(X, Y))
-                + self.k2._input_contract(X, Y, G * self.k1(X, Y)))
-
-    def is_stationary(self):
-        return self.k1.is_stationary() and self.k2.is_stationary()
+        return (self.k1._input_contract(be, X, Y, G * self.k2._gram(be, X, Y))
+                + self.k2._input_contract(be, X, Y, G * self.k1._gram(be, X, Y)))
 
 
-class ConstantKernel(Kernel):
-    """k(x, x') = constant."""
+class _OneParameter(Kernel):
+    """A kernel with one scalar parameter (its value is ``self._value``)."""
+
+    @property
+    def _value(self):
+        return float(self._params[0].value[0])
+
+    def _diag_contract_all(self, be, X, g):
+        return [self._value * float(be.xp.sum(g))]
+
+    def _input_contract(self, be, X, Y, G):
+        return np.zeros(X.shape)
+
+
+class ConstantKernel(_OneParameter):
+    """k(x, x') = constant.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> ConstantKernel(2.0)(np.zeros((2, 1))).tolist()
+    [[2.0, 2.0], [2.0, 2.0]]
+    """
 
     def __init__(self, constant=1.0, constant_bounds=(1e-5, 1e5)):
         self._params = [Hyperparameter("constant", constant, constant_bounds)]
 
-    def __call__(self, X, Y=None):
-        X = _as_2d(X)
-        m = X.shape[0] if Y is None else _as_2d(Y, "Y").shape[0]
-        return np.full((X.shape[0], m), self._params[0].value[0])
+    def _gram(self, be, X, Y):
+        return be.xp.full((X.shape[0], X.shape[0] if Y is None else Y.shape[0]), self._value)
 
-    def diag(self, X):
-        return np.full(_as_2d(X).shape[0], self._params[0].value[0])
+    def _diag(self, be, X):
+        return be.xp.full(X.shape[0], self._value)
 
-    def _contract_all(self, X, Y, G):
-        return [self._params[0].value[0] * G.sum()]
-
-    def _diag_contract_all(self, X, g):
-        return [self._params[0].value[0] * g.sum()]
-
-    def _input_contract(self, X, Y, G):
-        return np.zeros(X.shape)
+    def _contract_all(self, be, X, Y, G):
+        return [self._value * float(be.xp.sum(G))]
 
     def is_stationary(self):
         return True
 
 
-class WhiteKernel(Kernel):
-    """k(x, x') = noise_level if x and x' are the same training point (Y is None), else 0."""
+class WhiteKernel(_OneParameter):
+    """k(x, x') = noise_level if x and x' are the same training point (Y is None), else 0.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> WhiteKernel(0.5)(np.zeros((2, 1))).tolist()
+    [[0.5, 0.0], [0.0, 0.5]]
+    """
 
     def __init__(self, noise_level=1.0, noise_level_bounds=(1e-5, 1e5)):
         self._params = [Hyperparameter("noise_level", noise_level, noise_level_bounds)]
 
-    def __call__(self, X, Y=None):
-        X = _as_2d(X)
+    def _gram(self, be, X, Y):
         if Y is None:
-            return np.eye(X.shape[0]) * self._params[0].value[0]
-        return np.zeros((X.shape[0], _as_2d(Y, "Y").shape[0]))
+            return be.xp.eye(X.shape[0]) * self._value
+        return be.xp.zeros((X.shape[0], Y.shape[0]))
 
-    def diag(self, X):
-        return np.full(_as_2d(X).shape[0], self._params[0].value[0])
+    def _diag(self, be, X):
+        return be.xp.full(X.shape[0], self._value)
 
-    def _contract_all(self, X, Y, G):
-        return [self._params[0].value[0] * np.trace(G) if Y is None else 0.0]
-
-    def _diag_contract_all(self, X, g):
-        return [self._params[0].value[0] * g.sum()]
-
-    def _input_contract(self, X, Y, G):
-        return np.zeros(X.shape)
+    def _contract_all(self, be, X, Y, G):
+        return [self._value * float(be.xp.trace(G)) if Y is None else 0.0]
 
     def is_stationary(self):
         return True
 
 
-class Linear(Kernel):
-    """k(x, x') = variance * x . x' (Bayesian linear regression on the inputs)."""
+class Linear(_OneParameter):
+    """k(x, x') = variance * x . x' (Bayesian linear regression on the inputs).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> Linear(2.0)(np.array([[1.0, 2.0]])).tolist()
+    [[10.0]]
+    """
 
     def __init__(self, variance=1.0, variance_bounds=(1e-5, 1e5)):
         self._params = [Hyperparameter("variance", variance, variance_bounds)]
 
-    def __call__(self, X, Y=None):
-        X = _as_2d(X)
-        Y = X if Y is None else _as_2d(Y, "Y")
-        return self._params[0].value[0] * (X @ Y.T)
+    def _gram(self, be, X, Y):
+        return be.xp.ascontiguousarray(self._value * (X @ (X if Y is None else Y).T))
 
-    def diag(self, X):
-        X = _as_2d(X)
-        return self._params[0].value[0] * np.einsum("ij,ij->i", X, X)
+    def _diag(self, be, X):
+        return self._value * be.xp.sum(X * X, axis=1)
 
-    def _contract_all(self, X, Y, G):
-        return [float(np.vdot(G, self(X, Y)))]
+    def _contract_all(self, be, X, Y, G):
+        return [float(be.xp.vdot(G, self._gram(be, X, Y)))]
 
-    def _diag_contract_all(self, X, g):
-        return [float(g @ self.diag(X))]
+    def _diag_contract_all(self, be, X, g):
+        return [float(g @ self._diag(be, X))]
 
-    def _input_contract(self, X, Y, G):
-        return self._params[0].value[0] * (G @ Y)
+    def _input_contract(self, be, X, Y, G):
+        return be.to_host(self._value * (G @ Y))
 
 
 class SklearnKernel(Kernel):
-    """Adapter for a scikit-learn kernel object.
+    """Adapter for a scikit-learn kernel object (evaluated on the host).
 
     Its gradient is contracted from scikit-learn's ``(n, n, p)`` tensor, so it
     needs ``p`` times the memory of the Gram matrix; prefer fastep's own
-    kernels for large n.
+    kernels for large n.  Models with it cannot be saved (it is not described by
+    parameters alone).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.gaussian_process.kernels import RBF as SkRBF
+    >>> k = SklearnKernel(SkRBF(1.0))
+    >>> float(k(np.zeros((1, 1)))[0, 0])
+    1.0
     """
 
     def __init__(self, kernel):
         self.kernel = kernel
         self._params = []
 
-    @property
-    def hyperparameter_names(self):
-        return [h.name for h in self.kernel.hyperparameters if not h.fixed]
+    def __eq__(self, other):
+        return type(self) is type(other) and self.kernel == other.kernel
+
+    __hash__ = object.__hash__
 
     @property
     def n_dims(self):
@@ -357,22 +469,24 @@ class SklearnKernel(Kernel):
     def bounds(self):
         return self.kernel.bounds
 
-    def __call__(self, X, Y=None):
-        return np.ascontiguousarray(self.kernel(_as_2d(X), None if Y is None else _as_2d(Y, "Y")))
+    def _gram(self, be, X, Y):
+        K = self.kernel(be.to_host(X), None if Y is None else be.to_host(Y))
+        return be.xp.ascontiguousarray(be.asarray(K))
 
-    def diag(self, X):
-        return self.kernel.diag(_as_2d(X))
+    def _diag(self, be, X):
+        return be.asarray(self.kernel.diag(be.to_host(X)))
 
-    def gradient_contract(self, X, G, Y=None):
+    def gradient_contract(self, X, G, Y=None, backend=None):
         if Y is not None:
             raise ValueError(_SKLEARN_SPARSE)
-        _, dK = self.kernel(_as_2d(X), eval_gradient=True)
-        return np.einsum("ij,ijp->p", G, dK)
+        be = HOST if backend is None else backend
+        _, dK = self.kernel(be.to_host(_as_2d(X, "X", be)), eval_gradient=True)
+        return np.einsum("ij,ijp->p", be.to_host(G), dK)
 
-    def diag_gradient_contract(self, X, g):
+    def diag_gradient_contract(self, X, g, backend=None):
         raise ValueError(_SKLEARN_SPARSE)
 
-    def input_gradient_contract(self, X, G, Y=None):
+    def input_gradient_contract(self, X, G, Y=None, backend=None):
         raise ValueError(_SKLEARN_SPARSE)
 
     def is_stationary(self):
@@ -391,7 +505,14 @@ _SKLEARN_SPARSE = ("scikit-learn kernels give gradients only for K(X, X); induci
 
 
 def as_kernel(kernel):
-    """Return a fastep kernel for ``kernel`` (fastep or scikit-learn kernel object)."""
+    """Return a fastep kernel for ``kernel`` (fastep or scikit-learn kernel object).
+
+    Examples
+    --------
+    >>> from fastep.kernels import RBF
+    >>> as_kernel(RBF()) == RBF()
+    True
+    """
     if isinstance(kernel, Kernel):
         return kernel
     if all(hasattr(kernel, a) for a in ("theta", "bounds", "clone_with_theta", "diag")):

@@ -125,26 +125,51 @@ def stationary_input_contract(x1, x2, inv_ls, variance, kind, g, out):
                 out[i, c] -= hg * (x1[i, c] - x2[j, c]) * inv_ls[c] * inv_ls[c]
 
 
-def gram(x1, x2, inv_ls, variance, kind):
-    """Dense Gram matrix (C order) of a stationary kernel."""
-    symmetric = x2 is None
-    x2 = x1 if symmetric else x2
-    out = np.empty((x1.shape[0], x2.shape[0]))
-    stationary_gram(x1, x2, inv_ls, float(variance), kind, symmetric, out)
-    return out
+class HostGram:
+    """The Gram operations of kernels on the host: NumPy arrays and the compiled loops above.
+
+    A kernel computes its Gram matrix, diagonal and gradient contractions through an
+    object of this protocol, given as ``backend=``; this class is the host implementation
+    (and the default), which :class:`fastep.backend.cpu.CPUBackend` extends.  A backend
+    for another target provides the same attributes:
+
+    ``xp``
+        array module; ``asarray(a)`` converts to it, ``to_host(a)`` back to NumPy;
+    ``stationary_gram(x1, x2, inv_ls, variance, kind)``
+        ``variance * g(r(x1_i, x2_j))`` (``x2=None``: x1 against itself);
+    ``stationary_contract(x1, x2, inv_ls, variance, kind, G)``
+        host vector ``[sum G dK/dlog variance, sum G dK/dlog l_1, ...]``;
+    ``stationary_input_contract(x1, x2, inv_ls, variance, kind, G)``
+        host array ``d/dx1 sum G K(x1, x2)`` (shape of x1).
+    """
+
+    xp = np
+
+    def asarray(self, a):
+        return np.asarray(a, dtype=np.float64)
+
+    def to_host(self, a):
+        return np.asarray(a)
+
+    def stationary_gram(self, x1, x2, inv_ls, variance, kind):
+        symmetric = x2 is None
+        x2 = x1 if symmetric else x2
+        out = np.empty((x1.shape[0], x2.shape[0]))
+        stationary_gram(x1, x2, inv_ls, float(variance), kind, symmetric, out)
+        return out
+
+    def stationary_contract(self, x1, x2, inv_ls, variance, kind, g):
+        rows = np.empty((x1.shape[0], 1 + x1.shape[1]))
+        stationary_contract(x1, x1 if x2 is None else x2, inv_ls, float(variance), kind,
+                            np.ascontiguousarray(g, dtype=float), rows)
+        return rows.sum(axis=0)
+
+    def stationary_input_contract(self, x1, x2, inv_ls, variance, kind, g):
+        out = np.empty(x1.shape)
+        stationary_input_contract(x1, x2, inv_ls, float(variance), kind,
+                                  np.ascontiguousarray(g, dtype=float), out)
+        return out
 
 
-def contract(x1, x2, inv_ls, variance, kind, g):
-    """[sum G*dK/dlog variance, sum G*dK/dlog l_1, ...] for K = K(x1, x2)."""
-    rows = np.empty((x1.shape[0], 1 + x1.shape[1]))
-    stationary_contract(x1, x2, inv_ls, float(variance), kind,
-                        np.ascontiguousarray(g, dtype=float), rows)
-    return rows.sum(axis=0)
-
-
-def input_contract(x1, x2, inv_ls, variance, kind, g):
-    """d/dx1 of sum G * K(x1, x2), shape x1.shape."""
-    out = np.empty(x1.shape)
-    stationary_input_contract(x1, x2, inv_ls, float(variance), kind,
-                              np.ascontiguousarray(g, dtype=float), out)
-    return out
+#: The host Gram operations: the default ``backend`` of every kernel method.
+HOST = HostGram()

@@ -4,10 +4,14 @@ from __future__ import annotations
 import numpy as np
 
 from . import _gram
-from ._base import Hyperparameter, Kernel, _as_2d
+from ._base import Hyperparameter, Kernel
 
 
 class _Stationary(Kernel):
+    """``variance * g(r)``, ``r^2 = sum_d ((x_d - x'_d) / l_d)^2``; ``g`` is selected by the
+    class's ``_kind`` in the compiled loops of :mod:`fastep.kernels._gram` (and their GPU
+    twins), which the backend's ``stationary_*`` operations run."""
+
     _kind = -1
 
     def __init__(self, variance=1.0, lengthscale=1.0, variance_bounds=(1e-5, 1e5),
@@ -33,26 +37,27 @@ class _Stationary(Kernel):
                              f"{d} features; pass one lengthscale per feature or a scalar.")
         return 1.0 / ls
 
-    def __call__(self, X, Y=None):
-        X = _as_2d(X)
-        Y = None if Y is None else _as_2d(Y, "Y")
-        return _gram.gram(X, Y, self._inv_ls(X.shape[1]), self.variance, self._kind)
+    def _args(self, be, X):
+        return be.asarray(self._inv_ls(X.shape[1])), self.variance, self._kind
 
-    def diag(self, X):
-        return np.full(_as_2d(X).shape[0], self.variance)
+    def _gram(self, be, X, Y):
+        return be.stationary_gram(X, Y, *self._args(be, X))
 
-    def _contract_all(self, X, Y, G):
-        out = _gram.contract(X, X if Y is None else Y, self._inv_ls(X.shape[1]), self.variance,
-                             self._kind, G)
+    def _diag(self, be, X):
+        return be.xp.full(X.shape[0], self.variance)
+
+    def _contract_all(self, be, X, Y, G):
+        out = np.asarray(be.stationary_contract(X, Y, *self._args(be, X), G), dtype=float)
         if self._params[1].value.size == 1:
             return np.array([out[0], out[1:].sum()])
         return out
 
-    def _diag_contract_all(self, X, g):
-        return np.concatenate([[self.variance * g.sum()], np.zeros(self._params[1].value.size)])
+    def _diag_contract_all(self, be, X, g):
+        return np.concatenate([[self.variance * float(be.xp.sum(g))],
+                               np.zeros(self._params[1].value.size)])
 
-    def _input_contract(self, X, Y, G):
-        return _gram.input_contract(X, Y, self._inv_ls(X.shape[1]), self.variance, self._kind, G)
+    def _input_contract(self, be, X, Y, G):
+        return be.stationary_input_contract(X, Y, *self._args(be, X), G)
 
     def is_stationary(self):
         return True
@@ -74,15 +79,36 @@ class RBF(_Stationary):
 
 
 class Matern12(_Stationary):
-    """Matern 1/2 (exponential) kernel, ``variance * exp(-r)``."""
+    """Matern 1/2 (exponential) kernel, ``variance * exp(-r)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> round(float(Matern12(lengthscale=1.0)(np.array([[0.0]]), np.array([[1.0]]))[0, 0]), 6)
+    0.367879
+    """
     _kind = _gram.MATERN12
 
 
 class Matern32(_Stationary):
-    """Matern 3/2 kernel, ``variance * (1 + sqrt(3) r) exp(-sqrt(3) r)``."""
+    """Matern 3/2 kernel, ``variance * (1 + sqrt(3) r) exp(-sqrt(3) r)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> Matern32(variance=2.0)(np.zeros((1, 2))).tolist()
+    [[2.0]]
+    """
     _kind = _gram.MATERN32
 
 
 class Matern52(_Stationary):
-    """Matern 5/2 kernel, ``variance * (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)``."""
+    """Matern 5/2 kernel, ``variance * (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> Matern52(variance=3.0)(np.zeros((1, 2))).tolist()
+    [[3.0]]
+    """
     _kind = _gram.MATERN52

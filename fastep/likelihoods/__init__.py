@@ -1,4 +1,8 @@
 """EP likelihoods: each supplies a scalar compiled tilted-moment function."""
+import numbers
+
+import numpy as np
+
 from ._base import CustomLikelihood, Likelihood, quad_tilted, tilted_batch
 from .annotators import MultiAnnotator
 from .binary import Logistic, Probit
@@ -10,15 +14,63 @@ _TYPES = {c.__name__: c for c in (Gaussian, Probit, Logistic, Tobit)}
 
 
 def likelihood_from_dict(d):
-    """Rebuild a built-in likelihood saved with ``Likelihood.to_dict``."""
-    if d["type"] not in _TYPES:
-        raise ValueError(f"cannot load likelihood of type {d['type']!r}")
-    kw = dict(d["params"])
-    kw.update({k: d[k] for k in ("lower", "upper") if k in d})
-    kw.update({f"{k}_bounds": (b if isinstance(b, str) else tuple(b))
-               for k, b in d["bounds"].items()})
-    return _TYPES[d["type"]](**kw)
+    """Rebuild a built-in likelihood from its ``to_dict()``; a ``ValueError`` says what is
+    wrong with a description that does not describe one (model files are untrusted).
+
+    Examples
+    --------
+    >>> lik = likelihood_from_dict(Tobit(0.5, lower=0.0).to_dict())
+    >>> lik.noise_variance, lik.lower
+    (0.5, 0.0)
+    """
+    if not isinstance(d, dict) or not isinstance(d.get("type"), str):
+        raise ValueError(f"a likelihood description must be a dict with a 'type'; got "
+                         f"{d!r:.80}.")
+    kind = d["type"]
+    if kind == "RobustMax":
+        try:
+            return RobustMax(d.get("n_classes"), d.get("epsilon"), d.get("n_nodes"))
+        except ValueError as exc:
+            raise ValueError(f"invalid RobustMax description: {exc}") from None
+    if kind not in _TYPES:
+        raise ValueError(f"unknown likelihood type {kind!r}; the ones a model file can hold "
+                         f"are {sorted(_TYPES) + ['RobustMax']}.")
+    cls = _TYPES[kind]
+    params, bounds = d.get("params"), d.get("bounds")
+    if not (isinstance(params, dict) and isinstance(bounds, dict)
+            and set(params) == set(cls.param_names) and set(bounds) == set(cls.param_names)):
+        raise ValueError(f"the {kind} likelihood has parameters {list(cls.param_names)}; the "
+                         f"description gives {params!r:.80} with bounds {bounds!r:.80}.")
+    kw = {}
+    for name in cls.param_names:
+        value, b = params[name], bounds[name]
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            raise ValueError(f"the {kind} parameter {name!r} must be a number; got {value!r}.")
+        if not (b == "fixed" or (isinstance(b, (list, tuple)) and len(b) == 2 and all(
+                isinstance(v, numbers.Real) and np.isfinite(v) and v > 0 for v in b)
+                and b[0] < b[1])):
+            raise ValueError(f"the bounds of the {kind} parameter {name!r} must be 'fixed' or "
+                             f"0 < low < high; got {b!r}.")
+        kw[name] = value
+        kw[f"{name}_bounds"] = b if b == "fixed" else tuple(b)
+    for key in ("lower", "upper"):
+        if key in d and key in _limit_keys(cls):
+            value = d[key]
+            if value is not None and not (isinstance(value, numbers.Real)
+                                          and not isinstance(value, bool)):
+                raise ValueError(f"the {kind} {key} limit must be a number or None in a model "
+                                 f"description; got {value!r:.80}.")
+            kw[key] = value
+    try:
+        return cls(**kw)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"invalid {kind} likelihood description: {exc}") from None
 
 
-__all__ = ["MultiAnnotator", "RobustMax", "Tobit", "censored_predictive", "censored_quantile", "Likelihood", "CustomLikelihood", "Gaussian", "Probit", "Logistic", "quad_tilted",
+def _limit_keys(cls):
+    return ("lower", "upper") if cls is Tobit else ()
+
+
+__all__ = ["MultiAnnotator", "RobustMax", "Tobit", "censored_predictive", "censored_quantile",
+           "Likelihood", "CustomLikelihood", "Gaussian", "Probit", "Logistic", "quad_tilted",
            "tilted_batch", "likelihood_from_dict"]

@@ -1,13 +1,15 @@
-"""The likelihood contract and its Gauss-Hermite fallback.
+"""The likelihood contract and its quadrature fallback.
 
-A likelihood supplies one scalar compiled function with the signature
-:data:`fastep._jit.TILTED_SIG`::
+A likelihood supplies one scalar compiled function, its public attribute
+:attr:`Likelihood.scalar_tilted`, with the signature :data:`fastep._jit.TILTED_SIG`::
 
-    tilted(y, extra, mu_cav, var_cav, alpha, params) -> (log_Z, dlogZ_dmu, d2logZ_dmu2)
+    scalar_tilted(y, extra, mu_cav, var_cav, alpha, params) -> (log_Z, dlogZ_dmu, d2logZ_dmu2)
 
 with ``Z = int p(y | f)^alpha N(f | mu_cav, var_cav) df``.  The EP engine turns
 these three numbers into site updates in one place
-(:func:`fastep.inference._ep_kernels.site_from_derivatives`).
+(:func:`fastep._sites.site_from_derivatives`); every backend compiles the same function
+for its target (the CUDA backend as a device function), so a likelihood knows nothing
+of devices or of inference.
 
 Likelihoods without a closed form are integrated by :func:`quad_tilted`, in
 the log domain: the tilted density is centred at its mode (Newton steps) and
@@ -22,6 +24,7 @@ follow both scales.
 """
 from __future__ import annotations
 
+import copy
 import math
 import types as types_module
 
@@ -160,11 +163,36 @@ def _compile_quad(log_lik, **options):
 
 #: Tilted moments of the built-in log-likelihood ``kind`` by panel quadrature.
 quad_tilted = _compile_quad(builtin_log_lik, cache=True)
+quad_tilted.__doc__ = """Tilted moments of the built-in log-likelihood ``kind`` (see
+:mod:`fastep.likelihoods._scalar`) by the panel quadrature described in this module:
+``quad_tilted(kind, y, extra, mu, var, alpha, params) -> (log Z, dlogZ/dmu, d2logZ/dmu2)``.
+
+Examples
+--------
+>>> import numpy as np
+>>> from fastep.likelihoods import Probit
+>>> from fastep.likelihoods._scalar import PROBIT
+>>> quad = quad_tilted(PROBIT, 1.0, np.zeros(0), 0.3, 2.0, 1.0, np.zeros(0))
+>>> exact = Probit.scalar_tilted(1.0, np.zeros(0), 0.3, 2.0, 1.0, np.zeros(0))
+>>> bool(np.allclose(quad, exact, rtol=1e-10))
+True
+"""
 
 
 @pjit(types.void(TiltedFn, f8_1d, f8[:, ::1], f8_1d, f8_1d, f8, f8_1d, f8_1d, f8_1d, f8_1d))
 def tilted_batch(tilted, y, extra, mu, var, alpha, params, log_z, d1, d2):
-    """Apply a scalar tilted function to every site (each iteration owns index i)."""
+    """Apply a scalar tilted function to every site (each iteration owns index i).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastep.likelihoods import Probit
+    >>> out = np.empty((3, 2))
+    >>> tilted_batch(Probit.scalar_tilted, np.ones(2), np.zeros((2, 0)), np.zeros(2),
+    ...              np.ones(2), 1.0, np.zeros(0), out[0], out[1], out[2])
+    >>> bool(np.allclose(np.exp(out[0]), 0.5))
+    True
+    """
     for i in prange(y.shape[0]):
         a, b, c = tilted(y[i], extra[i], mu[i], var[i], alpha, params)
         log_z[i] = a
@@ -172,24 +200,36 @@ def tilted_batch(tilted, y, extra, mu, var, alpha, params, log_z, d1, d2):
         d2[i] = c
 
 
-def _as_1d(a, name, n=None):
-    a = np.ascontiguousarray(np.asarray(a, dtype=float).ravel() if np.ndim(a) else
-                             np.full(n if n is not None else 1, float(a)))
-    return a
-
-
 class Likelihood:
     """Base class of EP likelihoods.
 
-    Subclasses set ``_tilted`` (a function compiled with
-    :func:`fastep._jit.tilted_function`), ``param_names`` (positive
-    parameters, optimised in log space), ``log_concave`` and ``binary``.
+    Attributes
+    ----------
+    scalar_tilted : compiled function
+        ``scalar_tilted(y, extra, mu_cav, var_cav, alpha, params) -> (log Z, dlogZ/dmu,
+        d2logZ/dmu2)`` for one site, ``Z = int p(y | f)^alpha N(f | mu_cav, var_cav) df``
+        (compiled with :func:`fastep._jit.tilted_function`, ``math`` only): the contract
+        between a likelihood and every EP algorithm and backend.
+    param_names : tuple of str
+        Positive parameters, optimised in log space (``theta``).
+    log_concave : bool
+        Whether ``log p(y | f)`` is concave in f (then site precisions are clipped at 0).
+    binary : bool
+        Whether targets are labels in {-1, +1}.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastep.likelihoods import Probit
+    >>> log_z, d1, d2 = Probit().scalar_tilted(1.0, np.zeros(0), 0.0, 1.0, 1.0, np.zeros(0))
+    >>> round(log_z, 12) == round(float(np.log(0.5)), 12)
+    True
     """
 
     param_names: tuple = ()
     log_concave = True
     binary = False
-    _tilted = None
+    scalar_tilted = None
 
     def __init__(self, **params):
         self._values = {}
@@ -221,8 +261,19 @@ class Likelihood:
 
     @theta.setter
     def theta(self, theta):
-        for n, t in zip(self._free(), np.atleast_1d(theta)):
+        theta = np.atleast_1d(np.asarray(theta, dtype=float))
+        if theta.shape != (self.n_dims,):
+            raise ValueError(f"theta of {type(self).__name__} must have shape ({self.n_dims},); "
+                             f"got {theta.shape}.")
+        for n, t in zip(self._free(), theta):
             self._values[n] = float(np.exp(t))
+
+    def clone_with_theta(self, theta):
+        """A copy with log-parameters ``theta`` (this likelihood is not modified)."""
+        lik = copy.copy(self)
+        lik._values = dict(self._values)
+        lik.theta = theta
+        return lik
 
     @property
     def bounds(self):
@@ -278,7 +329,7 @@ class Likelihood:
             raise ValueError("var_cav must be positive.")
         extra = self.site_extra(n) if extra is None else np.ascontiguousarray(extra, dtype=float)
         out = np.empty((3, n))
-        tilted_batch(self._tilted, y, extra, mu, var, float(alpha),
+        tilted_batch(self.scalar_tilted, y, extra, mu, var, float(alpha),
                      self.params if params is None else np.asarray(params, dtype=float),
                      out[0], out[1], out[2])
         return out[0], out[1], out[2]
@@ -360,7 +411,35 @@ class CustomLikelihood(Likelihood):
         core = _compile_quad(bound)
 
         @njit(TILTED_SIG, error_model="numpy")
-        def _tilted(y, extra, mu, var, alpha, p):
+        def scalar_tilted(y, extra, mu, var, alpha, p):
             return core(-1, y, extra, mu, var, alpha, p)
 
-        self._tilted = _tilted
+        self.scalar_tilted = scalar_tilted
+
+    def __copy__(self):
+        # the compiled functions are immutable: copies share them (no recompilation)
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo):
+        new = self.__copy__()
+        new._values, new._bounds = dict(self._values), dict(self._bounds)
+        return new
+
+    def __reduce__(self):
+        # pickled as the user's Python function and the parameters; compiled anew on load
+        return (_rebuild_custom, (getattr(self.log_lik, "py_func", self.log_lik),
+                                  dict(self._values), dict(self._bounds), self.log_concave,
+                                  self.binary))
+
+    def to_dict(self):
+        raise ValueError("a CustomLikelihood is Python code and cannot be saved without "
+                         "pickle; save_model supports fastep's built-in likelihoods (pickle or "
+                         "joblib keep a model with a custom likelihood).")
+
+
+def _rebuild_custom(log_lik, values, bounds, log_concave, binary):
+    lik = CustomLikelihood(log_lik, params=values, log_concave=log_concave, binary=binary)
+    lik._bounds = dict(bounds)
+    return lik

@@ -1,6 +1,6 @@
 """Scalar log-likelihoods of the built-in likelihoods (``math`` only).
 
-:func:`builtin_log_lik` selects one by an integer *kind*; the Gauss-Hermite
+:func:`builtin_log_lik` selects one by an integer *kind*; the panel-quadrature
 fallback calls it statically, which keeps every compiled kernel cacheable
 (Numba cannot cache a kernel that receives a compiled function as a value).
 Add a new built-in by giving it a kind here.

@@ -14,6 +14,7 @@ precisions can be negative: the engine then uses its split factorisation (see
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -75,7 +76,7 @@ class MultiAnnotator(Likelihood):
 
     log_concave = False
     binary = True
-    _tilted = staticmethod(annotators_tilted)
+    scalar_tilted = staticmethod(annotators_tilted)
 
     def __init__(self, labels, sensitivity, specificity):
         super().__init__()
@@ -85,10 +86,9 @@ class MultiAnnotator(Likelihood):
         ok = np.isnan(self.labels) | (self.labels == 0) | (self.labels == 1)
         if not np.all(ok):
             raise ValueError("labels must hold 0, 1 or NaN (not labelled).")
-        self.set_reliabilities(sensitivity, specificity)
+        self._set_reliabilities(sensitivity, specificity)
 
-    def set_reliabilities(self, sensitivity, specificity):
-        """Replace alpha (sensitivity) and beta (specificity); recompute log a, log b."""
+    def _set_reliabilities(self, sensitivity, specificity):
         r = self.labels.shape[1]
         sens = np.asarray(sensitivity, dtype=float).reshape(-1)
         spec = np.asarray(specificity, dtype=float).reshape(-1)
@@ -97,6 +97,14 @@ class MultiAnnotator(Likelihood):
                 raise ValueError(f"{name} must be {r} probabilities in [0, 1]; got {v!r}.")
         self.sensitivity, self.specificity = sens, spec
         self._extra = log_ab(self.labels, sens, spec)
+
+    def with_reliabilities(self, sensitivity, specificity):
+        """A copy with other sensitivities and specificities (the labels are shared; this
+        likelihood is not modified)."""
+        new = copy.copy(self)
+        new._values = {}
+        new._set_reliabilities(sensitivity, specificity)
+        return new
 
     def encode_targets(self, y):
         return np.ones(self.labels.shape[0])
@@ -108,7 +116,9 @@ class MultiAnnotator(Likelihood):
         return self._extra
 
     def to_dict(self):
-        raise ValueError("MultiAnnotator is saved by MultiAnnotatorGPClassifier, not alone.")
+        """The type only: the labels and reliabilities are arrays, which
+        MultiAnnotatorGPClassifier stores beside its other data when it is saved."""
+        return {"type": "MultiAnnotator", "n_annotators": int(self.labels.shape[1])}
 
 
 def _xlogy(x, y):

@@ -40,7 +40,7 @@ class Probit(Likelihood):
     """
 
     binary = True
-    _tilted = staticmethod(probit_tilted)
+    scalar_tilted = staticmethod(probit_tilted)
 
     def predict_proba(self, mean, var):
         """p(y* = +1) = Phi(mean / sqrt(1 + var))."""
@@ -51,8 +51,15 @@ class Probit(Likelihood):
 class Logistic(Likelihood):
     """Logistic likelihood ``p(y | f) = 1 / (1 + exp(-y f))``, y in {-1, +1}.
 
-    Tilted moments by adaptive 40-point Gauss-Hermite (no closed form exists).
+    No closed form exists: the tilted moments come from the panel quadrature of
+    :func:`fastep.likelihoods.quad_tilted` (10-point Gauss-Legendre panels laid outwards
+    from the tilted mode).
+
+    Examples
+    --------
+    >>> round(float(Logistic().predict_proba([0.0], [1.0])[0]), 10)
+    0.5
     """
 
     binary = True
-    _tilted = staticmethod(logistic_tilted)
+    scalar_tilted = staticmethod(logistic_tilted)

@@ -35,7 +35,7 @@ class Gaussian(Likelihood):
     """
 
     param_names = ("noise_variance",)
-    _tilted = staticmethod(gaussian_tilted)
+    scalar_tilted = staticmethod(gaussian_tilted)
 
     def __init__(self, noise_variance=1.0, noise_variance_bounds=(1e-6, 1e6)):
         super().__init__(noise_variance=noise_variance,
@@ -50,7 +50,3 @@ class Gaussian(Likelihood):
         r = np.asarray(y, float) - np.asarray(mu_cav, float)
         out = 0.5 * s2 * (r * r / (s * s) - 1.0 / s)
         return out.reshape(-1, 1)[:, : self.n_dims]
-
-    def predictive_moments(self, mean, var):
-        """Mean and variance of y* (latent moments plus the noise)."""
-        return np.asarray(mean, float), np.asarray(var, float) + self.noise_variance

@@ -124,14 +124,8 @@ def prob_largest_grad(mean, var, labels, nodes, weights, s, ds_dmean, ds_dvar):
                                      ds_dvar)
 
 
-def _gpu():
-    """:mod:`fastep.cuda`, after checking that its kernels can run (CuPy optional)."""
-    from .. import cuda
-    cuda.require(need_cupy=False)
-    return cuda
-
-
-def _check_moments(mean, var, n_classes):
+def check_moments(mean, var, n_classes):
+    """Validate latent moments of shape (n, n_classes); C-ordered float copies."""
     mean = np.ascontiguousarray(mean, dtype=float)
     var = np.ascontiguousarray(var, dtype=float)
     if mean.ndim != 2 or mean.shape[1] != n_classes:
@@ -157,9 +151,14 @@ class RobustMax:
         J - 1 classes).  Wild, Hu & Sejdinovic (2022) use 0.01.
     n_nodes : int, default=20
         Gauss-Hermite nodes for S(x, j).
-    device : {"cpu", "cuda"}, default="cpu"
-        Where the Gauss-Hermite products run: compiled parallel CPU loops, or their
-        CUDA twins (:mod:`fastep.cuda`; needs numba's CUDA target and a GPU).
+
+    Notes
+    -----
+    The methods here run the compiled CPU loops :func:`prob_largest_all` and
+    :func:`prob_largest_grad`.  Their scalar parts, :func:`prob_largest_one` and
+    :func:`prob_largest_grad_one`, are this likelihood's contract with the backends: the
+    CUDA backend compiles them as device functions (``GWIClassifier(device="cuda")``) and
+    combines its S with :meth:`expected_log_lik_from_prob` and :meth:`proba_from_prob`.
 
     References
     ----------
@@ -176,7 +175,7 @@ class RobustMax:
     (True, 1.0)
     """
 
-    def __init__(self, n_classes, epsilon=0.01, n_nodes=20, device="cpu"):
+    def __init__(self, n_classes, epsilon=0.01, n_nodes=20):
         if (not isinstance(n_classes, numbers.Integral) or isinstance(n_classes, bool)
                 or n_classes < 2):
             raise ValueError(f"n_classes must be an integer >= 2 (robust-max needs at least two "
@@ -191,8 +190,6 @@ class RobustMax:
         if (not isinstance(n_nodes, numbers.Integral) or isinstance(n_nodes, bool)
                 or n_nodes < 1):
             raise ValueError(f"n_nodes must be a positive integer; got {n_nodes!r}.")
-        from ..inference.ep import check_device
-        self.device = check_device(device, "RobustMax")
         self.n_classes = int(n_classes)
         self.epsilon = float(epsilon)
         self.n_nodes = int(n_nodes)
@@ -207,7 +204,9 @@ class RobustMax:
         """log(epsilon / (J - 1)): log p(y | f) otherwise."""
         return math.log(self.epsilon / (self.n_classes - 1))
 
-    def _nodes(self):
+    @property
+    def nodes(self):
+        """``(nodes, weights)`` of the probabilists' Gauss-Hermite rule used for S."""
         return gauss_hermite(self.n_nodes)
 
     def prob_largest(self, mean, var):
@@ -216,26 +215,23 @@ class RobustMax:
         ``mean`` and ``var`` (variances, > 0) have shape (n, J).  The rows of S sum to
         one up to the quadrature error (see :meth:`predict_proba`).
         """
-        mean, var = _check_moments(mean, var, self.n_classes)
-        if self.device == "cuda":
-            return _gpu().prob_largest(mean, var, *self._nodes())
+        mean, var = check_moments(mean, var, self.n_classes)
         out = np.empty_like(mean)
-        prob_largest_all(mean, var, *self._nodes(), out)
+        prob_largest_all(mean, var, *self.nodes, out)
         return out
 
     def prob_largest_grad(self, mean, var, y):
         """``(S, dS/dmean, dS/dvar)`` of S(x_i, y_i) for integer labels ``y`` in [0, J)."""
-        mean, var = _check_moments(mean, var, self.n_classes)
-        y = self._check_labels(y, mean.shape[0])
-        if self.device == "cuda":
-            return _gpu().prob_largest_grad(mean, var, y, *self._nodes())
+        mean, var = check_moments(mean, var, self.n_classes)
+        y = self.check_labels(y, mean.shape[0])
         s = np.empty(mean.shape[0])
         dm = np.empty_like(mean)
         dv = np.empty_like(mean)
-        prob_largest_grad(mean, var, y, *self._nodes(), s, dm, dv)
+        prob_largest_grad(mean, var, y, *self.nodes, s, dm, dv)
         return s, dm, dv
 
-    def _check_labels(self, y, n):
+    def check_labels(self, y, n):
+        """Validate class indices ``y`` for n rows; an int64 C-ordered array."""
         y = np.asarray(y)
         if y.shape != (n,) or y.dtype.kind not in "iu":
             raise ValueError(f"y must be an integer array of shape ({n},) with class indices; "
@@ -250,11 +246,15 @@ class RobustMax:
 
         ``E log p(y | f) = S log(1 - eps) + (1 - S) log(eps / (J - 1))``, S = S(x, y).
         """
-        s, dm, dv = self.prob_largest_grad(mean, var, y)
+        return self.expected_log_lik_from_prob(*self.prob_largest_grad(mean, var, y),
+                                               return_grad=return_grad)
+
+    def expected_log_lik_from_prob(self, s, ds_dmean, ds_dvar, return_grad=False):
+        """:meth:`expected_log_lik` from ``(S, dS/dmean, dS/dvar)`` computed elsewhere."""
         gain = self.log_hit - self.log_miss
         value = float(s.size * self.log_miss + gain * s.sum())
         if return_grad:
-            return value, gain * dm, gain * dv
+            return value, gain * ds_dmean, gain * ds_dvar
         return value
 
     def predict_proba(self, mean, var):
@@ -264,10 +264,18 @@ class RobustMax:
         separate integral); S is renormalised over classes first, so every row of the
         result sums to one to rounding.
         """
-        s = self.prob_largest(mean, var)
-        s /= s.sum(axis=1, keepdims=True)
+        return self.proba_from_prob(self.prob_largest(mean, var))
+
+    def proba_from_prob(self, s):
+        """:meth:`predict_proba` from S(x, j) (shape (n, J)) computed elsewhere."""
+        s = s / s.sum(axis=1, keepdims=True)
         eps = self.epsilon
         return (1.0 - eps) * s + eps / (self.n_classes - 1) * (1.0 - s)
+
+    def to_dict(self):
+        """A JSON-able description (:func:`fastep.likelihoods.likelihood_from_dict`)."""
+        return {"type": "RobustMax", "n_classes": self.n_classes, "epsilon": self.epsilon,
+                "n_nodes": self.n_nodes}
 
     def __repr__(self):
         return f"RobustMax(n_classes={self.n_classes}, epsilon={self.epsilon:g})"

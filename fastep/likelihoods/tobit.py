@@ -76,18 +76,29 @@ def _limits(value, n, name):
     return arr
 
 
+def check_limits(lower, upper, n):
+    """Limits for n observations as float arrays (None: no limit), lower below upper.
+
+    Examples
+    --------
+    >>> check_limits(0.0, None, 2)
+    (array([0., 0.]), array([inf, inf]))
+    """
+    lower, upper = _limits(lower, n, "lower"), _limits(upper, n, "upper")
+    if np.any(lower >= upper):
+        i = int(np.flatnonzero(lower >= upper)[0])
+        raise ValueError(f"lower must be below upper for every observation; at index {i} "
+                         f"lower = {lower[i]!r} >= upper = {upper[i]!r}.")
+    return lower, upper
+
+
 def check_censored_data(y, lower, upper):
     """Validate targets and limits; returns float arrays (y, lower, upper).
 
     NaN in y means "interval-censored between lower and upper" and needs finite limits.
     """
     y = np.asarray(y, dtype=float).reshape(-1)
-    n = y.size
-    lower, upper = _limits(lower, n, "lower"), _limits(upper, n, "upper")
-    if np.any(lower >= upper):
-        i = int(np.flatnonzero(lower >= upper)[0])
-        raise ValueError(f"lower must be below upper for every observation; at index {i} "
-                         f"lower = {lower[i]!r} >= upper = {upper[i]!r}.")
+    lower, upper = check_limits(lower, upper, y.size)
     if np.any(np.isinf(y)):
         raise ValueError("y contains infinity; censored values are recorded at their limit.")
     nan = np.isnan(y)
@@ -124,7 +135,7 @@ class Tobit(Likelihood):
     """
 
     param_names = ("noise_variance",)
-    _tilted = staticmethod(tobit_tilted)
+    scalar_tilted = staticmethod(tobit_tilted)
 
     def __init__(self, noise_variance=1.0, lower=None, upper=None,
                  noise_variance_bounds=(1e-6, 1e6)):
@@ -146,9 +157,13 @@ class Tobit(Likelihood):
         return np.ascontiguousarray(y)
 
     def to_dict(self):
+        """JSON-able description; per-observation limits (arrays) are left out (a model
+        file stores them as arrays beside its data)."""
         d = super().to_dict()
-        d["lower"] = None if self.lower is None else np.asarray(self.lower, float).tolist()
-        d["upper"] = None if self.upper is None else np.asarray(self.upper, float).tolist()
+        for key in ("lower", "upper"):
+            value = getattr(self, key)
+            if value is None or np.ndim(value) == 0:
+                d[key] = None if value is None else float(value)
         return d
 
     def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
@@ -197,6 +212,12 @@ def censored_predictive(mean, var, noise_variance, lower=-np.inf, upper=np.inf):
     Returns
     -------
     dict with ``p_lower``, ``p_upper``, ``mean``, ``var`` (arrays).
+
+    Examples
+    --------
+    >>> pred = censored_predictive([0.0], [0.5], 0.5, lower=0.0)
+    >>> float(pred["p_lower"][0]), bool(pred["mean"][0] > 0)
+    (0.5, True)
     """
     m = np.asarray(mean, dtype=float)
     s2 = np.asarray(var, dtype=float) + noise_variance
@@ -225,6 +246,14 @@ def censored_predictive(mean, var, noise_variance, lower=-np.inf, upper=np.inf):
 
 
 def censored_quantile(q, mean, var, noise_variance, lower=-np.inf, upper=np.inf):
-    """q-quantile of y = clip(f + eps, lower, upper): the clipped Gaussian quantile."""
+    """q-quantile of y = clip(f + eps, lower, upper): the clipped Gaussian quantile.
+
+    Examples
+    --------
+    >>> float(censored_quantile(0.5, [0.3], [1.0], 0.0, lower=0.0, upper=1.0)[0])
+    0.3
+    >>> float(censored_quantile(0.01, [0.3], [1.0], 0.0, lower=0.0)[0])
+    0.0
+    """
     s = np.sqrt(np.asarray(var, dtype=float) + noise_variance)
     return np.clip(np.asarray(mean, dtype=float) + s * ndtri(q), lower, upper)

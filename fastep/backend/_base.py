@@ -1,0 +1,183 @@
+"""The backend contract: the operations where a CPU and a GPU differ.
+
+Every algorithm of :mod:`fastep.inference` is written once, over a :class:`Backend`.  The
+backend supplies the array module, the dense linear algebra, the compiled site loops,
+the Gram matrices of kernels, and the way a streamed pass shares its chunks of data
+among workers.  Two backends exist: :class:`fastep.backend.cpu.CPUBackend` (NumPy,
+LAPACK/BLAS and Numba loops) and :class:`fastep.backend.cuda.CUDABackend` (CuPy and
+``numba.cuda`` kernels).  A new target implements this class and runs every algorithm.
+"""
+from __future__ import annotations
+
+import contextlib
+
+#: The values of ``device`` that :func:`fastep.backend.resolve` accepts.
+DEVICES = ("cpu", "cuda")
+
+
+class Backend:
+    """Operations an algorithm needs from its target (see the module docstring).
+
+    Attributes
+    ----------
+    name : str
+        ``"cpu"`` or ``"cuda"``: the ``device`` value that resolves to this backend.
+    xp : module
+        The array module (NumPy or CuPy).  Element-wise work in the algorithms uses it.
+    ep_methods : tuple of str
+        EP schedules this backend runs (``"parallel"``, ``"sequential"``).
+
+    Notes
+    -----
+    A backend pickles as the factory that makes it (``__reduce__``), so a fitted estimator
+    travels to a worker process (joblib) and finds its backend there.
+
+    Array arguments are this backend's arrays (``xp`` arrays).  Lower-triangular
+    factors returned by :meth:`cholesky` may hold stale values above the diagonal: every
+    consumer reads the lower triangle only.  Results that leave an algorithm (an
+    ``EPResult``) are host (NumPy) arrays; :meth:`to_host` makes them.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastep.backend import resolve
+    >>> be = resolve("cpu")
+    >>> L = be.cholesky(np.array([[4.0, 2.0], [2.0, 5.0]]), "A")
+    >>> be.to_host(be.cho_solve(L, np.array([[4.0], [2.0]]))).ravel().round(12).tolist()
+    [1.0, 0.0]
+    """
+
+    name = "?"
+    xp = None
+    ep_methods: tuple = ("parallel",)
+
+    def __repr__(self):
+        return f"<fastep backend {self.name!r}>"
+
+    # --- arrays ---------------------------------------------------------------------
+    def asarray(self, a):
+        """``a`` as a float64 array of this backend (no copy if it already is one)."""
+        raise NotImplementedError
+
+    def to_host(self, a):
+        """``a`` as a NumPy array."""
+        raise NotImplementedError
+
+    # --- execution ------------------------------------------------------------------
+    def threads_for(self, n):
+        """Context manager choosing the threading for dense work of size n."""
+        return contextlib.nullcontext()
+
+    def compiled(self):
+        """Context manager around compiled parallel code called from worker threads."""
+        return contextlib.nullcontext()
+
+    def n_workers(self, n, m, chunk_size):
+        """How many workers share the chunks of a streamed pass over n rows."""
+        return 1
+
+    def run_all(self, jobs):
+        """Run zero-argument callables (one per worker); their results in order."""
+        return [job() for job in jobs]
+
+    # --- dense linear algebra ---------------------------------------------------------
+    def dense_work(self, n):
+        """Two (n, n) buffers that dense EP reuses across sweeps, or ``(None, None)`` to
+        let each operation allocate (a pooling allocator makes that free)."""
+        return None, None
+
+    def cholesky(self, a, what):
+        """Lower Cholesky factor of the symmetric positive definite ``a`` (whose storage
+        may be overwritten); :class:`~fastep._linalg.NotPositiveDefiniteError` naming
+        ``what`` if it is not positive definite."""
+        raise NotImplementedError
+
+    def solve_lower(self, L, B, trans=False, overwrite=False):
+        """``L^-1 B`` (or ``L^-T B``) for lower-triangular L; B 1-d or 2-d."""
+        raise NotImplementedError
+
+    def cho_solve(self, L, B):
+        """``(L L^T)^-1 B``."""
+        return self.solve_lower(L, self.solve_lower(L, B), trans=True, overwrite=True)
+
+    def cho_inverse(self, L):
+        """``(L L^T)^-1`` as a full symmetric matrix."""
+        raise NotImplementedError
+
+    def trmm_lower(self, L, B, trans=False):
+        """``L B`` (or ``L^T B``) for lower-triangular L; may overwrite B (F-ordered)."""
+        raise NotImplementedError
+
+    def accumulate(self, P, b, G, tau, nu):
+        """``P += G diag(tau) G^T`` (the lower triangle at least) and ``b += G nu``; may
+        overwrite G."""
+        raise NotImplementedError
+
+    # --- EP site loops --------------------------------------------------------------
+    def site_inputs(self, likelihood, y, extra):
+        """Targets, per-site extras (n, k) and likelihood parameters as this backend's
+        arrays, in the form the site loops read."""
+        raise NotImplementedError
+
+    def parallel_sites(self, tilted, y, extra, params, mean, var, tau, nu, damping, clip,
+                       new_tau, new_nu, log_z, mu_cav, var_cav):
+        """Parallel EP proposals for every site from the same marginals (see
+        :func:`fastep.backend.cpu.parallel_sites`); returns the number of skipped sites."""
+        raise NotImplementedError
+
+    def power_sites(self, tilted, y, extra, params, mean, var, resid, tau, nu, alpha,
+                    damping, clip, new_tau, new_nu, site_ev, mu_cav, var_cav, serial=False):
+        """Power-EP proposals on projections (see :func:`fastep.backend.cpu.power_sites`);
+        returns the number of skipped sites."""
+        raise NotImplementedError
+
+    def evidence_site_terms(self, log_z, mu_cav, var_cav, mean, var):
+        """The sites' share of log Z_EP, over the sites with a finite log Z_i."""
+        xp = self.xp
+        terms = (log_z + 0.5 * xp.log(var_cav / var) + 0.5 * mu_cav * mu_cav / var_cav
+                 - 0.5 * mean * mean / var)
+        return float(xp.sum(xp.where(xp.isfinite(log_z), terms, 0.0)))
+
+    def build_b(self, K, s, out=None):
+        """``I + diag(s) K diag(s)``."""
+        raise NotImplementedError
+
+    def scale_columns(self, K, s, out=None):
+        """``K diag(s)``."""
+        raise NotImplementedError
+
+    def row_sumsq(self, a, out=None):
+        """Row sums of squares of ``a``."""
+        raise NotImplementedError
+
+    def projection_marginals(self, G, beta):
+        """``(G^T beta, column sums of squares of G)``: the per-site marginals of sparse EP."""
+        xp = self.xp
+        return G.T @ beta, xp.sum(G * G, axis=0)
+
+    def tilted(self, likelihood, y, extra, mu, var, alpha):
+        """The likelihood's tilted moments ``(log Z, dlogZ/dmu, d2logZ/dmu2)`` per site."""
+        raise NotImplementedError
+
+    def tilted_dparams(self, likelihood, y, mu, var, extra, alpha):
+        """``d log Z_i / d log(likelihood parameters)``, shape (n, n_dims)."""
+        raise NotImplementedError
+
+    # --- robust-max Gauss-Hermite products (host arrays in and out) -------------------
+    def prob_largest(self, mean, var, nodes, weights):
+        """S(x_i, j) for every row and class (:mod:`fastep.likelihoods.robustmax`)."""
+        raise NotImplementedError
+
+    def prob_largest_grad(self, mean, var, labels, nodes, weights):
+        """``(S, dS/dmean, dS/dvar)`` of S(x_i, labels[i])."""
+        raise NotImplementedError
+
+    # --- data for streamed passes ------------------------------------------------------
+    def rows(self, X):
+        """A row source for streamed passes over X (``source(c0, c1)`` returns rows c0:c1
+        as a C-ordered array of this backend)."""
+        raise NotImplementedError
+
+    def gram_cache(self, X, n, m, budget):
+        """An (n, m) array to keep ``K(X, Z)`` between sweeps, or None."""
+        return None

@@ -1,0 +1,425 @@
+"""The CPU backend: NumPy arrays, LAPACK/BLAS through SciPy, and compiled Numba loops.
+
+Its fast paths are backend operations, not branches in the algorithms:
+
+* dense factorisations in place (``dpotrf`` on a Fortran view of a C-ordered buffer, the
+  blocked Cholesky of :mod:`fastep._linalg` above n = 8192, ``dtrsm`` in place);
+* the streamed passes of sparse EP share their chunks of rows among Python threads, each
+  calling single-threaded BLAS without the GIL (:func:`fastep._linalg.trmm_lower_nogil`,
+  :func:`fastep._linalg.syrk_lower_nogil`);
+* the per-site loops below, compiled serial and parallel from one source
+  (:class:`KernelSet`): below :data:`PARALLEL_MIN_N` sites the parallel launch costs
+  more than it saves, because Numba's and OpenBLAS's thread pools take turns on the same
+  cores between the BLAS calls of a sweep.
+
+The scalar site arithmetic the loops call lives in :mod:`fastep._sites`, shared with the
+CUDA kernels.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
+import numpy as np
+from numba import prange, types
+from scipy.linalg import cho_solve, lapack
+
+from .._jit import TiltedFn, f8, f8_1d, jit, pjit
+from .._linalg import (SMALL_N, blas_threads_for, cholesky_inplace, solve_lower_inplace,
+                       syrk_lower_nogil, trmm_lower_nogil)
+from .._sites import (cavity, damped_site, power_cavity, power_site_evidence,
+                      site_from_derivatives, store_site)
+from ..kernels._gram import HostGram
+from ..likelihoods import robustmax
+from ._base import Backend
+
+i8 = types.int64
+b1 = types.boolean
+
+# ---------------------------------------------------------------------------------------
+# compiled per-site loops
+# ---------------------------------------------------------------------------------------
+_PARALLEL_SITES_SIG = i8(TiltedFn, f8_1d, f8[:, ::1], f8_1d, f8_1d, f8_1d, f8_1d, f8_1d, f8, b1,
+                        f8_1d, f8_1d, f8_1d, f8_1d, f8_1d)
+
+
+def parallel_sites(tilted, y, extra, params, mean, var, tau, nu, damping, clip,
+                   new_tau, new_nu, log_z, mu_cav, var_cav):
+    """All sites from the same marginals: cavities, tilted log Z at the cavities
+    (for the evidence of the *current* sites) and damped proposals.
+    A site whose cavity variance would be non-positive keeps its parameters;
+    the number of such sites is returned.  Each iteration owns index i."""
+    skipped = 0
+    for i in prange(y.shape[0]):
+        ok, mc, vc = cavity(mean[i], var[i], tau[i], nu[i])
+        if not ok:
+            store_site(i, tau[i], nu[i], math.nan, math.nan, math.nan, new_tau, new_nu, log_z,
+                       mu_cav, var_cav)
+            skipped += 1
+            continue
+        lz, d1, d2 = tilted(y[i], extra[i], mc, vc, 1.0, params)
+        t, n, ok = damped_site(d1, d2, mc, vc, tau[i], nu[i], 1.0, damping, clip)
+        if not ok:
+            skipped += 1
+        store_site(i, t, n, lz, mc, vc, new_tau, new_nu, log_z, mu_cav, var_cav)
+    return skipped
+
+
+@jit(i8(TiltedFn, f8_1d, f8[:, ::1], f8_1d, f8[:, ::1], f8_1d, f8_1d, f8_1d, f8, b1,
+        f8_1d, f8_1d))
+def sequential_block(tilted, y, extra, params, cov, mean, tau, nu, damping, clip,
+                     dtau, dnu):
+    """Sequential EP over one block of sites, in order.
+
+    ``cov`` (b x b) and ``mean`` (b) are the block's posterior, updated in place
+    by a rank-one update after every site::
+
+        Sigma <- Sigma - c s s^T,  mu <- mu + (dnu - dtau mu_i) / (1 + dtau Sigma_ii) s,
+        c = dtau / (1 + dtau Sigma_ii),  s = Sigma[:, i]
+
+    ``tau``/``nu`` are updated in place; ``dtau``/``dnu`` receive the total
+    change of each site, which the caller applies to the rest of the posterior
+    as one rank-b (BLAS-3) update.  Returns the number of skipped sites.
+    """
+    b = y.shape[0]
+    skipped = 0
+    col = cov[:, 0].copy()
+    for i in range(b):
+        dtau[i] = 0.0
+        dnu[i] = 0.0
+        v = cov[i, i]
+        tc = 1.0 / v - tau[i]
+        if not tc > 0.0:
+            skipped += 1
+            continue
+        vc = 1.0 / tc
+        mc = (mean[i] / v - nu[i]) * vc
+        _, d1, d2 = tilted(y[i], extra[i], mc, vc, 1.0, params)
+        t, n = site_from_derivatives(d1, d2, mc, vc)
+        if clip and t < 0.0:
+            t = 0.0
+        if not (math.isfinite(t) and math.isfinite(n)):
+            skipped += 1
+            continue
+        t = (1.0 - damping) * tau[i] + damping * t
+        n = (1.0 - damping) * nu[i] + damping * n
+        dt = t - tau[i]
+        dn = n - nu[i]
+        den = 1.0 + dt * v
+        if not den > 0.0:
+            skipped += 1
+            continue
+        for k in range(b):
+            col[k] = cov[k, i]
+        c = dt / den
+        g = (dn - dt * mean[i]) / den
+        for k in range(b):
+            ck = c * col[k]
+            for j in range(b):
+                cov[k, j] -= ck * col[j]
+            mean[k] += g * col[k]
+        tau[i] = t
+        nu[i] = n
+        dtau[i] = dt
+        dnu[i] = dn
+    return skipped
+
+
+_POWER_SITES_SIG = i8(TiltedFn, f8_1d, f8[:, ::1], f8_1d, f8_1d, f8_1d, f8_1d, f8_1d, f8_1d, f8,
+                     f8, b1, f8_1d, f8_1d, f8_1d, f8_1d, f8_1d)
+
+
+def power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha, damping, clip,
+                new_tau, new_nu, site_ev, mu_cav, var_cav):
+    """Power-EP sites on projections ``h_i`` of an inducing-point posterior (sparse EP).
+
+    ``mean``/``var`` are the marginals of ``h_i``; ``f_i = h_i + N(0, resid_i)``.
+    The cavity removes ``alpha`` of the site, the tilted is
+    ``N(h | cavity) int N(f | h, resid) p(y | f)^alpha df``, and the undamped update is
+    ``site <- site^(1 - alpha) * (projected tilted / cavity)``.  ``site_ev`` receives
+    each site's share of log Z (:func:`fastep._sites.power_site_evidence`; ``nan`` for a
+    skipped site).  Returns the number of skipped sites.  Each iteration owns index i.
+    """
+    skipped = 0
+    for i in prange(y.shape[0]):
+        ok, mc, vc, sc = power_cavity(mean[i], var[i], tau[i], nu[i], alpha)
+        if not ok:
+            store_site(i, tau[i], nu[i], math.nan, math.nan, math.nan, new_tau, new_nu, site_ev,
+                       mu_cav, var_cav)
+            skipped += 1
+            continue
+        lz, d1, d2 = tilted(y[i], extra[i], mc, vc + resid[i], alpha, params)
+        t, n, ok = damped_site(d1, d2, mc, vc, tau[i], nu[i], alpha, damping, clip)
+        if not ok:
+            skipped += 1
+        ev = power_site_evidence(lz, sc, mean[i], var[i], tau[i], nu[i], alpha)
+        store_site(i, t, n, ev, mc, vc, new_tau, new_nu, site_ev, mu_cav, var_cav)
+    return skipped
+
+
+def build_b(kmat, s, out):
+    """out = I + diag(s) K diag(s) (both triangles), out C-ordered."""
+    n = kmat.shape[0]
+    for i in prange(n):
+        si = s[i]
+        for j in range(n):
+            out[i, j] = si * kmat[i, j] * s[j]
+        out[i, i] += 1.0
+
+
+def scale_columns(kmat, s, out):
+    """out[i, j] = K[i, j] * s[j]."""
+    n = kmat.shape[0]
+    for i in prange(n):
+        for j in range(n):
+            out[i, j] = kmat[i, j] * s[j]
+
+
+def row_sumsq(a, out):
+    """out[i] = sum_j a[i, j]^2."""
+    for i in prange(a.shape[0]):
+        acc = 0.0
+        for j in range(a.shape[1]):
+            acc += a[i, j] * a[i, j]
+        out[i] = acc
+
+
+@jit
+def evidence_site_terms(log_z, mu_cav, var_cav, mean, var):
+    """sum_i [log Z_i + 1/2 log(v_cav/v) + mu_cav^2/(2 v_cav) - mu^2/(2 v)] over the sites
+    with a finite log Z_i: the part of log Z_EP that lives on the sites, written without
+    1/tau_tilde (R&W eq. 3.65)."""
+    acc = 0.0
+    for i in range(log_z.shape[0]):
+        if math.isfinite(log_z[i]):
+            acc += (log_z[i] + 0.5 * math.log(var_cav[i] / var[i])
+                    + 0.5 * mu_cav[i] * mu_cav[i] / var_cav[i]
+                    - 0.5 * mean[i] * mean[i] / var[i])
+    return acc
+
+
+PARALLEL_MIN_N = 2048
+
+
+class KernelSet:
+    """The per-sweep loops, compiled serial (``parallel=False``) or parallel."""
+
+    def __init__(self, parallel):
+        wrap = pjit if parallel else jit
+        self.parallel_sites = wrap(_PARALLEL_SITES_SIG)(parallel_sites)
+        self.power_sites = wrap(_POWER_SITES_SIG)(power_sites)
+        self.build_b = wrap(build_b)
+        self.scale_columns = wrap(scale_columns)
+        self.row_sumsq = wrap(row_sumsq)
+
+
+SERIAL = KernelSet(parallel=False)
+PARALLEL = KernelSet(parallel=True)
+
+
+def select(n):
+    """Loops for a problem with n sites."""
+    return PARALLEL if n >= PARALLEL_MIN_N else SERIAL
+
+
+# ---------------------------------------------------------------------------------------
+# worker threads of the streamed passes
+# ---------------------------------------------------------------------------------------
+# One pool for the process (threads are reused, so Numba/OpenMP thread teams are not
+# created anew per call), reset in a forked child.  Compiled Numba code that may run in
+# parallel (Gram matrices, contractions, tilted moments) is entered by one worker at a time
+# (_COMPILED): Numba's workqueue layer aborts on concurrent parallel launches, and each
+# launch already uses every Numba thread.
+_POOL = []
+_COMPILED = threading.Lock()
+os.register_at_fork(after_in_child=_POOL.clear)
+
+
+def _in_threads(jobs):
+    """Run the zero-argument callables ``jobs`` on the worker pool (the first one in this
+    thread), each with this thread's Numba thread count; results in order."""
+    if len(jobs) == 1:
+        return [jobs[0]()]
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max(2, numba.config.NUMBA_NUM_THREADS),
+                                        thread_name_prefix="fastep-sparse"))
+    threads = numba.get_num_threads()
+
+    def run(job):
+        numba.set_num_threads(threads)              # Numba's setting is per thread
+        return job()
+    futures = [_POOL[0].submit(run, job) for job in jobs[1:]]
+    first = jobs[0]()
+    return [first] + [f.result() for f in futures]
+
+
+def _read_rows(X):
+    def rows(c0, c1):
+        """Rows c0:c1 of X as a C-contiguous float array (X may be a memmap)."""
+        return np.ascontiguousarray(X[c0:c1], dtype=float)
+    return rows
+
+
+class CPUBackend(HostGram, Backend):
+    """NumPy, SciPy's LAPACK/BLAS and Numba loops (see the module docstring).
+
+    Examples
+    --------
+    >>> from fastep.backend import resolve
+    >>> be = resolve("cpu")
+    >>> be.name, be.ep_methods
+    ('cpu', ('parallel', 'sequential'))
+    """
+
+    name = "cpu"
+    xp = np
+    ep_methods = ("parallel", "sequential")
+
+    # arrays: asarray / to_host come from HostGram
+
+    # --- execution ------------------------------------------------------------------
+    def threads_for(self, n):
+        return blas_threads_for(n)
+
+    def compiled(self):
+        return _COMPILED
+
+    def n_workers(self, n, m, chunk_size):
+        """Numba's thread count while BLAS runs single-threaded (m below SMALL_N: threaded
+        OpenBLAS is slower on m x chunk blocks), else 1 (threaded BLAS does the work)."""
+        return max(1, min(numba.get_num_threads() if m < SMALL_N else 1, -(-n // chunk_size)))
+
+    def run_all(self, jobs):
+        return _in_threads(jobs)
+
+    # --- dense linear algebra ---------------------------------------------------------
+    def dense_work(self, n):
+        """Reused buffers: a sweep then allocates (and page-faults) nothing n x n."""
+        return np.empty((n, n)), np.empty((n, n))
+
+    def cholesky(self, a, what):
+        if a.flags.f_contiguous:
+            f = a
+        elif a.flags.c_contiguous:
+            f = a.T                      # symmetric: the transpose is the same matrix
+        else:
+            f = np.asfortranarray(a)
+        return cholesky_inplace(f, what)
+
+    def solve_lower(self, L, B, trans=False, overwrite=False):
+        vector = B.ndim == 1
+        B2 = B[:, None] if vector else B
+        if not (overwrite and B2.flags.f_contiguous and B2.flags.writeable):
+            B2 = np.array(B2, dtype=float, order="F")
+        out = solve_lower_inplace(L, B2, trans)
+        return out[:, 0] if vector else out
+
+    def cho_solve(self, L, B):
+        return cho_solve((L, True), B, check_finite=False)
+
+    def cho_inverse(self, L):
+        inv, _ = lapack.dpotri(L.copy(order="F"), lower=1)
+        inv = np.tril(inv)
+        return inv + np.tril(inv, -1).T
+
+    def trmm_lower(self, L, B, trans=False):
+        return trmm_lower_nogil(L, B, trans)
+
+    def accumulate(self, P, b, G, tau, nu):
+        b += G @ nu
+        if np.all(tau >= 0):
+            G *= np.sqrt(tau)
+            syrk_lower_nogil(1.0, G, P)
+            return
+        for sign, part in ((1.0, tau > 0), (-1.0, tau < 0)):
+            if np.any(part):
+                syrk_lower_nogil(sign, G[:, part] * np.sqrt(sign * tau[part]), P)
+
+    # --- EP site loops --------------------------------------------------------------
+    def site_inputs(self, likelihood, y, extra):
+        # the compiled loops take writeable C-ordered float64 arrays: a read-only input (a
+        # memmap, a pandas column) is copied here, once
+        return tuple(np.require(a, dtype=np.float64, requirements=("C", "W"))
+                     for a in (y, extra, likelihood.params))
+
+    def parallel_sites(self, tilted, y, extra, params, mean, var, tau, nu, damping, clip,
+                       new_tau, new_nu, log_z, mu_cav, var_cav):
+        return select(y.shape[0]).parallel_sites(tilted, y, extra, params, mean, var, tau, nu,
+                                                 damping, clip, new_tau, new_nu, log_z, mu_cav,
+                                                 var_cav)
+
+    def power_sites(self, tilted, y, extra, params, mean, var, resid, tau, nu, alpha,
+                    damping, clip, new_tau, new_nu, site_ev, mu_cav, var_cav, serial=False):
+        loops = SERIAL if serial else select(y.shape[0])
+        return loops.power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha,
+                                 damping, clip, new_tau, new_nu, site_ev, mu_cav, var_cav)
+
+    def sequential_block(self, tilted, y, extra, params, cov, mean, tau, nu, damping, clip,
+                         dtau, dnu):
+        """Sequential EP over one block of sites (:func:`sequential_block`)."""
+        return sequential_block(tilted, y, extra, params, cov, mean, tau, nu, damping, clip,
+                                dtau, dnu)
+
+    def evidence_site_terms(self, log_z, mu_cav, var_cav, mean, var):
+        return evidence_site_terms(log_z, mu_cav, var_cav, mean, var)
+
+    def build_b(self, K, s, out=None):
+        out = np.empty(K.shape) if out is None else out
+        select(K.shape[0]).build_b(K, s, out)
+        return out
+
+    def scale_columns(self, K, s, out=None):
+        out = np.empty(K.shape) if out is None else out
+        select(K.shape[0]).scale_columns(K, s, out)
+        return out
+
+    def row_sumsq(self, a, out=None):
+        out = np.empty(a.shape[0]) if out is None else out
+        select(a.shape[0]).row_sumsq(a, out)
+        return out
+
+    def projection_marginals(self, G, beta):
+        return G.T @ beta, np.einsum("ij,ij->j", G, G)
+
+    def tilted(self, likelihood, y, extra, mu, var, alpha):
+        return likelihood.tilted(y, mu, var, alpha, extra=extra)
+
+    def tilted_dparams(self, likelihood, y, mu, var, extra, alpha):
+        return likelihood.tilted_dparams(y, mu, var, extra, alpha)
+
+    # --- robust max -----------------------------------------------------------------
+    def prob_largest(self, mean, var, nodes, weights):
+        out = np.empty_like(mean)
+        robustmax.prob_largest_all(mean, var, nodes, weights, out)
+        return out
+
+    def prob_largest_grad(self, mean, var, labels, nodes, weights):
+        s, dm, dv = np.empty(mean.shape[0]), np.empty_like(mean), np.empty_like(mean)
+        robustmax.prob_largest_grad(mean, var, labels, nodes, weights, s, dm, dv)
+        return s, dm, dv
+
+    # --- data -----------------------------------------------------------------------
+    def rows(self, X):
+        return _read_rows(X)
+
+    def gram_cache(self, X, n, m, budget):
+        """In memory only for an in-memory ndarray X (not a memmap) whose ``8 n m`` bytes
+        fit the budget."""
+        return np.empty((n, m)) if type(X) is np.ndarray and 8 * n * m <= budget else None
+
+
+    def __reduce__(self):
+        return _cpu_backend, ()
+
+
+def _cpu_backend():
+    """The one CPU backend of the process (what a pickled one becomes)."""
+    return CPU
+
+
+CPU = CPUBackend()
+
+__all__ = ["CPUBackend", "CPU", "KernelSet", "SERIAL", "PARALLEL", "select", "PARALLEL_MIN_N"]

@@ -1,0 +1,216 @@
+"""The CUDA backend: CuPy arrays and dense algebra, ``numba.cuda`` kernels.
+
+Every algorithm runs here unchanged; what differs from the CPU is only the operations
+below.  Data, sites and factors stay on the device across sweeps; per sweep only
+scalars (log Z, the site change, the skipped count) and, in sparse EP, the m x m sums
+come back to the host.  The per-site loops are the CUDA twins of the CPU loops
+(:mod:`fastep.cuda.kernels`), compiled from the same scalar source.
+
+Under Numba's CUDA simulator the kernels run in the simulator and the algebra is the
+NumPy/SciPy stand-in of :func:`fastep.cuda.linalg.host_algebra`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._linalg import NotPositiveDefiniteError
+from ._base import Backend
+
+_INSTANCES = {}
+
+
+def cuda_backend(dense_algebra=True):
+    """The CUDA backend (one per process), after :func:`fastep.cuda.require` has checked
+    the driver, numba's CUDA target and, when ``dense_algebra``, CuPy.  Without
+    ``dense_algebra`` (robust-max products only) CuPy is optional: the few array
+    operations then run on the host."""
+    from .. import cuda
+    from ..cuda import linalg
+    cuda.require(need_cupy=dense_algebra)
+    simulated = cuda.simulator_enabled()
+    key = (dense_algebra, simulated)
+    if key not in _INSTANCES:
+        if simulated or (not dense_algebra and cuda._cupy_reason() is not None):
+            algebra = linalg.host_algebra()
+        else:
+            algebra = linalg.cupy_algebra()
+        _INSTANCES[key] = CUDABackend(algebra, dense_algebra)
+    return _INSTANCES[key]
+
+
+class CUDABackend(Backend):
+    """CuPy and numba.cuda kernels (see the module docstring).
+
+    Examples
+    --------
+    >>> from fastep.backend import resolve          # doctest: +SKIP
+    >>> be = resolve("cuda")                         # doctest: +SKIP
+    >>> be.name, be.ep_methods                       # doctest: +SKIP
+    ('cuda', ('parallel',))
+    """
+
+    name = "cuda"
+    ep_methods = ("parallel",)
+
+    def __init__(self, algebra, dense_algebra=True):
+        from ..cuda import kernels
+        self._ck = kernels
+        self._la = algebra
+        self.xp = algebra.xp
+        self.dense_algebra = dense_algebra
+
+    def __reduce__(self):
+        return cuda_backend, (self.dense_algebra,)
+
+    # --- arrays ---------------------------------------------------------------------
+    def asarray(self, a):
+        return self.xp.asarray(a, dtype=self.xp.float64)
+
+    def to_host(self, a):
+        return np.asarray(self._la.to_host(a))
+
+    def _empty(self, shape):
+        return self.xp.empty(shape)
+
+    # --- dense linear algebra ---------------------------------------------------------
+    def cholesky(self, a, what):
+        try:
+            L = self._la.cholesky(a)
+        except np.linalg.LinAlgError:
+            L = None
+        if L is None or not bool(self.xp.all(self.xp.diagonal(L) > 0.0)):
+            raise NotPositiveDefiniteError(f"{what} is not positive definite.")
+        return L
+
+    def solve_lower(self, L, B, trans=False, overwrite=False):
+        return self._la.solve_triangular(L, B, lower=True, trans=int(trans),
+                                         overwrite_b=overwrite, check_finite=False)
+
+    def cho_inverse(self, L):
+        li = self.solve_lower(L, self.xp.eye(L.shape[0]), overwrite=True)
+        return li.T @ li
+
+    def trmm_lower(self, L, B, trans=False):
+        return (L.T if trans else L) @ B
+
+    def accumulate(self, P, b, G, tau, nu):
+        b += G @ nu
+        P += (G * tau[None, :]) @ G.T
+
+    # --- EP site loops --------------------------------------------------------------
+    def site_inputs(self, likelihood, y, extra):
+        # zero-size device arrays are an edge case of the CUDA array interface that no
+        # kernel needs: extras and parameters are padded to at least one column / entry
+        # (a tilted function reads only the columns and parameters its likelihood has)
+        extra = np.ascontiguousarray(self.to_host(extra), dtype=float)
+        if extra.shape[1] == 0:
+            extra = np.zeros((extra.shape[0], 1))
+        params = np.asarray(likelihood.params, dtype=float).ravel()
+        xp = self.xp
+        return (xp.ascontiguousarray(self.asarray(y)), xp.ascontiguousarray(self.asarray(extra)),
+                self.asarray(params if params.size else np.zeros(1)))
+
+    def _counter(self):
+        return self.xp.zeros(1, dtype=np.int64)
+
+    def parallel_sites(self, tilted, y, extra, params, mean, var, tau, nu, damping, clip,
+                       new_tau, new_nu, log_z, mu_cav, var_cav):
+        skipped = self._counter()
+        self._ck.parallel_sites(tilted, y, extra, params, mean, var, tau, nu, damping, clip,
+                                new_tau, new_nu, log_z, mu_cav, var_cav, skipped)
+        return int(skipped[0])
+
+    def power_sites(self, tilted, y, extra, params, mean, var, resid, tau, nu, alpha,
+                    damping, clip, new_tau, new_nu, site_ev, mu_cav, var_cav, serial=False):
+        skipped = self._counter()
+        self._ck.power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha,
+                             damping, clip, new_tau, new_nu, site_ev, mu_cav, var_cav, skipped)
+        return int(skipped[0])
+
+    def build_b(self, K, s, out=None):
+        out = self._empty(K.shape) if out is None else out
+        self._ck.build_b(K, s, out)
+        return out
+
+    def scale_columns(self, K, s, out=None):
+        out = self._empty(K.shape) if out is None else out
+        self._ck.scale_columns(K, s, out)
+        return out
+
+    def row_sumsq(self, a, out=None):
+        out = self._empty(a.shape[0]) if out is None else out
+        self._ck.row_sumsq(a, out)
+        return out
+
+    def projection_marginals(self, G, beta):
+        mean, var = self._empty(G.shape[1]), self._empty(G.shape[1])
+        self._ck.projection_marginals(G, beta, mean, var)
+        return mean, var
+
+    def tilted(self, likelihood, y, extra, mu, var, alpha):
+        params = np.asarray(likelihood.params, dtype=float).ravel()
+        params = self.asarray(params if params.size else np.zeros(1))
+        out = [self._empty(mu.shape[0]) for _ in range(3)]
+        self._ck.tilted_batch(likelihood.scalar_tilted, y, extra, self.xp.ascontiguousarray(mu),
+                              self.xp.ascontiguousarray(var), alpha, params, *out)
+        return tuple(out)
+
+    def tilted_dparams(self, likelihood, y, mu, var, extra, alpha):
+        # likelihood-parameter derivatives are host code (closed forms in NumPy, or
+        # finite differences of the tilted function): one round trip per chunk, in the
+        # gradient only, never inside a sweep
+        host = self.to_host
+        return self.asarray(likelihood.tilted_dparams(host(y), host(mu), host(var),
+                                                      host(extra), alpha))
+
+    # --- robust max (numba device arrays; CuPy not needed) -----------------------------
+    def prob_largest(self, mean, var, nodes, weights):
+        from numba import cuda
+        d_in = [cuda.to_device(np.ascontiguousarray(a, dtype=float))
+                for a in (mean, var, nodes, weights)]
+        out = cuda.device_array(np.shape(mean))
+        self._ck.prob_largest_all(*d_in, out)
+        return out.copy_to_host()
+
+    def prob_largest_grad(self, mean, var, labels, nodes, weights):
+        from numba import cuda
+        d_in = [cuda.to_device(np.ascontiguousarray(a, dtype=float))
+                for a in (mean, var)]
+        d_labels = cuda.to_device(np.ascontiguousarray(labels, dtype=np.int64))
+        d_rule = [cuda.to_device(np.ascontiguousarray(a, dtype=float)) for a in (nodes, weights)]
+        s, dm, dv = (cuda.device_array(np.shape(labels)), cuda.device_array(np.shape(mean)),
+                     cuda.device_array(np.shape(mean)))
+        self._ck.prob_largest_grad(*d_in, d_labels, *d_rule, s, dm, dv)
+        return s.copy_to_host(), dm.copy_to_host(), dv.copy_to_host()
+
+    # --- Gram operations (the protocol of fastep.kernels._gram.HostGram) ---------------
+    def stationary_gram(self, x1, x2, inv_ls, variance, kind):
+        x2 = x1 if x2 is None else x2
+        out = self._empty((x1.shape[0], x2.shape[0]))
+        self._ck.stationary_gram(x1, x2, inv_ls, variance, kind, out)
+        return out
+
+    def stationary_contract(self, x1, x2, inv_ls, variance, kind, g):
+        x2 = x1 if x2 is None else x2
+        cols = self._empty((x2.shape[0], 1 + x1.shape[1]))
+        self._ck.stationary_contract(x1, x2, inv_ls, variance, kind, g, cols)
+        return self.to_host(self.xp.sum(cols, axis=0))
+
+    def stationary_input_contract(self, x1, x2, inv_ls, variance, kind, g):
+        out = self._empty(x1.shape)
+        self._ck.stationary_input_contract(x1, x2, inv_ls, variance, kind,
+                                           self.xp.ascontiguousarray(g.T), out)
+        return self.to_host(out)
+
+    # --- data -----------------------------------------------------------------------
+    def rows(self, X):
+        """X is copied to the device whole (O(n d) memory)."""
+        Xd = self.xp.ascontiguousarray(self.asarray(np.asarray(X) if not hasattr(
+            X, "__cuda_array_interface__") else X))
+
+        def rows(c0, c1):
+            return Xd[c0:c1]
+        return rows
+
+    def gram_cache(self, X, n, m, budget):
+        return self._empty((n, m)) if 8 * n * m <= budget else None

@@ -1,0 +1,146 @@
+"""What every EP driver shares: argument checks, starting sites, the convergence rule,
+adaptive damping and the warnings.  Written over an array module ``xp`` (NumPy or
+CuPy), so the one dense and the one sparse driver use it on every backend."""
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+
+import numpy as np
+
+
+class ConvergenceWarning(UserWarning):
+    """EP (or an optimiser) stopped at its iteration budget without meeting ``tol``."""
+
+
+class EPNumericalWarning(UserWarning):
+    """Sites were skipped because their cavity distribution was improper."""
+
+
+def check_sweep_controls(damping, tol, max_iter):
+    """Raise ValueError unless damping is in (0, 1], tol > 0 and max_iter is an int >= 1."""
+    if not (isinstance(damping, numbers.Real) and 0.0 < damping <= 1.0):
+        raise ValueError(f"damping must be a float in (0, 1] (None: adaptive); got "
+                         f"{damping!r}.")
+    if not (isinstance(tol, numbers.Real) and tol > 0):
+        raise ValueError(f"tol must be a positive float; got {tol!r}.")
+    if (isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral)
+            or max_iter < 1):
+        raise ValueError(f"max_iter must be an integer >= 1 (a number of sweeps); got "
+                         f"{max_iter!r}.")
+
+
+def check_kernel_matrix(K, n_targets, xp=np):
+    """Raise ValueError unless K (an ``xp`` array) is square, finite, non-empty and has a
+    row per target."""
+    if K.ndim != 2 or K.shape[0] != K.shape[1]:
+        raise ValueError(f"K must be a square (n, n) covariance matrix; got shape {K.shape}.")
+    n = K.shape[0]
+    if n == 0:
+        raise ValueError("K is empty; EP needs at least one observation.")
+    if not bool(xp.all(xp.isfinite(K))):
+        raise ValueError("K contains NaN or infinity; check the kernel hyperparameters and X.")
+    if n_targets != n:
+        raise ValueError(f"y has {n_targets} entries but K is {n} x {n}; they must describe "
+                         "the same observations.")
+
+
+def initial_sites(site_tau, site_nu, n, clip=False):
+    """Starting sites ``(tau, nu)`` as new host float arrays: zeros (cold start) or the
+    given warm-start values, checked; ``clip`` drops negative precisions (log-concave
+    sites)."""
+    if site_tau is None and site_nu is None:
+        return np.zeros(n), np.zeros(n)
+    tau = np.array(site_tau, dtype=float).ravel()
+    nu = np.array(site_nu, dtype=float).ravel()
+    if tau.shape != (n,) or nu.shape != (n,) or not (np.all(np.isfinite(tau))
+                                                    and np.all(np.isfinite(nu))):
+        raise ValueError(f"site_tau and site_nu must be finite arrays of shape ({n},).")
+    return (np.maximum(tau, 0.0) if clip else tau), nu
+
+
+def site_change(xp, tau0, nu0, tau1, nu1):
+    """The largest relative site change ``max(|d tau| / (1 + |tau|), |d nu| / (1 + |nu|))``."""
+    return float(max(float(xp.max(xp.abs(tau1 - tau0) / (1.0 + xp.abs(tau0)))),
+                     float(xp.max(xp.abs(nu1 - nu0) / (1.0 + xp.abs(nu0))))))
+
+
+class SweepControl:
+    """Convergence bookkeeping shared by every EP driver (dense and sparse, every backend).
+
+    EP has converged when, after at least two sweeps, log Z changed by less than
+    ``tol * max(1, |log Z|)`` and the largest relative site change is below ``tol``.
+    With adaptive damping the step starts at 1 and shrinks by 0.7 (to at least 0.1)
+    whenever the undamped site change grows from one sweep to the next.
+
+    Use::
+
+        ctl = SweepControl("EP", damping, adaptive, tol, max_iter, callback)
+        while True:
+            ...sites and log_ev from the current posterior...
+            if ctl.done(log_ev):
+                break
+            ctl.advance(site_change)        # the damped change of this sweep's sites
+            ...adopt the new sites, rebuild the posterior...
+        mu_cav, var_cav = ctl.finish(ok, mu_cav, var_cav, mean, var, xp)
+    """
+
+    def __init__(self, what, damping, adaptive, tol, max_iter, callback=None):
+        self.what, self.damping, self.adaptive = what, damping, adaptive
+        self.tol, self.max_iter, self.callback = tol, max_iter, callback
+        self.prev = self.log_ev = math.nan
+        self.change = self.last_raw = math.inf
+        self.history, self.sweeps, self.converged = [], 0, False
+
+    def done(self, log_ev):
+        """Record the current sweep's log Z; True when the loop is to stop.  (With
+        ``max_iter=0`` the loop only evaluates given sites: nothing is to converge.)"""
+        self.log_ev = log_ev
+        self.history.append(log_ev)
+        if self.callback is not None and self.sweeps:
+            self.callback(self.sweeps, log_ev)
+        if self.max_iter == 0 or (
+                self.sweeps >= 2 and abs(log_ev - self.prev) < self.tol * max(1.0, abs(log_ev))
+                and self.change < self.tol):
+            self.converged = True
+        return self.converged or self.sweeps >= self.max_iter
+
+    def advance(self, change, damped=True):
+        """Count a sweep whose sites moved by ``change`` (``damped``: a parallel step
+        scaled by the current damping, whose undamped size drives adaptive damping)."""
+        if damped:
+            raw = change / self.damping
+            change = raw
+            if self.adaptive and raw > self.last_raw:
+                self.damping = max(0.1, 0.7 * self.damping)
+            self.last_raw = raw
+        self.change = change
+        self.sweeps += 1
+        self.prev = self.log_ev
+
+    def finish(self, ok, mu_cav, var_cav, mean, var, xp=np, stacklevel=3):
+        """End of the loop: cavities of the sites left out (``~ok``, improper cavity) are
+        replaced by the marginals, and the warnings are given (:meth:`warn`).  Returns
+        ``(mu_cav, var_cav)``; ``xp`` is the array module (NumPy or CuPy)."""
+        n_bad = int(xp.count_nonzero(~ok))
+        if n_bad:
+            mu_cav = xp.where(ok, mu_cav, mean)
+            var_cav = xp.where(ok, var_cav, var)
+        self.warn(n_bad, stacklevel + 1)
+        return mu_cav, var_cav
+
+    def warn(self, n_bad, stacklevel=3):
+        """Warn about sites left out (improper cavities) and about non-convergence,
+        naming the knob to turn; ``stacklevel`` counts from the caller of this method."""
+        if n_bad:
+            warnings.warn(f"{self.what}: {n_bad} site(s) have an improper cavity (negative "
+                          "variance) and were left out of the update and of log Z; take smaller "
+                          "EP steps (e.g. damping=0.5).", EPNumericalWarning,
+                          stacklevel=stacklevel + 1)
+        if not self.converged:
+            warnings.warn(f"{self.what} did not converge in max_iter={self.max_iter} sweeps "
+                          f"(last change of log Z {abs(self.log_ev - self.prev):.2e}, largest "
+                          f"site change {self.change:.2e}, tol={self.tol:g}). Increase "
+                          f"max_iter, or use a smaller damping (now {self.damping:g}) if EP "
+                          "oscillates.", ConvergenceWarning, stacklevel=stacklevel + 1)

@@ -1,0 +1,145 @@
+"""fastep's shape: an acyclic import graph with one-way layers, and one copy of each driver.
+
+The graph is built from the source (every ``import`` statement, also inside functions),
+so an import that only runs on one code path still counts.  ``from pkg import name``
+points at the submodule ``pkg.name`` when there is one, else at ``pkg``; the implicit
+import of a module's parent packages is not an edge.
+"""
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "fastep"
+
+
+def _modules():
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name, path):
+    """Module names imported by ``name`` (fastep modules only)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = package
+                for _ in range(node.level - 1):
+                    pkg = pkg.rpartition(".")[0]
+                base = f"{pkg}.{base}" if node.module else pkg
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
+                       for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in MODULES:       # fastep.x.y.attr -> fastep.x.y
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _cycle():
+    """A cycle of the graph as a list of modules, or None."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(GRAPH[node]):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(GRAPH):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_graph_is_built_from_real_imports():
+    # a check that cannot fail unnoticed: known edges are found
+    assert "fastep.backend" in GRAPH["fastep.inference.ep"]
+    assert "fastep.backend.cuda" in GRAPH["fastep.backend"]          # inside resolve()
+    assert "fastep.cuda.kernels" in GRAPH["fastep.backend.cuda"]
+    assert "fastep.kernels._gram" in GRAPH["fastep.kernels.stationary"]
+
+
+def test_import_graph_has_no_cycle():
+    assert _cycle() is None, " -> ".join(_cycle())
+
+
+@pytest.mark.parametrize("layer, forbidden", [
+    ("fastep.likelihoods", ("fastep.inference", "fastep.models", "fastep.cuda",
+                            "fastep.backend")),
+    ("fastep.kernels", ("fastep.inference", "fastep.models", "fastep.cuda", "fastep.backend")),
+    ("fastep.models", ("fastep.cuda",)),
+    ("fastep.cuda", ("fastep.inference", "fastep.models", "fastep.backend")),
+    ("fastep.backend", ("fastep.inference", "fastep.models")),
+    ("fastep.inference", ("fastep.models", "fastep.cuda")),
+])
+def test_layers_import_one_way(layer, forbidden):
+    bad = sorted(f"{name} imports {target}" for name, targets in GRAPH.items()
+                 if name == layer or name.startswith(layer + ".")
+                 for target in targets if target.startswith(forbidden))
+    assert not bad, bad
+
+
+def test_each_ep_driver_exists_once():
+    """The convergence loop (SweepControl) runs in exactly the dense and the sparse driver;
+    nothing under fastep/cuda or fastep/backend drives EP sweeps."""
+    users = sorted(name for name, path in MODULES.items()
+                   if name != "fastep.inference._sweep" and "SweepControl(" in path.read_text())
+    assert users == ["fastep.inference.ep", "fastep.inference.sparse_ep"]
+    for name in MODULES:
+        if name.startswith(("fastep.cuda", "fastep.backend")):
+            source = MODULES[name].read_text()
+            assert "def ep(" not in source and "def sparse_ep(" not in source, name
+
+
+def _compares_device(node):
+    """A comparison of ``device`` (or a backend's ``name``) with "cpu" or "cuda"."""
+    if not isinstance(node, ast.Compare):
+        return False
+    parts = [node.left] + node.comparators
+    named = any((isinstance(p, ast.Name) and p.id == "device")
+                or (isinstance(p, ast.Attribute) and p.attr in ("device", "name"))
+                for p in parts)
+    return named and any(isinstance(p, ast.Constant) and p.value in ("cpu", "cuda")
+                         for p in parts)
+
+
+def test_no_device_branches_below_the_boundary():
+    """``device`` is resolved once (fastep.backend.resolve, called at the public boundary:
+    fastep.ep, sparse_ep, an estimator's fit, where it is also validated); below it no
+    algorithm, kernel or likelihood compares a device or a backend's name with "cpu" or
+    "cuda"."""
+    offenders = sorted(
+        f"{name}:{node.lineno}" for name, path in MODULES.items()
+        if name.startswith(("fastep.inference", "fastep.kernels", "fastep.likelihoods"))
+        for node in ast.walk(ast.parse(path.read_text())) if _compares_device(node))
+    assert not offenders, offenders
