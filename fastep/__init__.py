@@ -1,17 +1,24 @@
-"""fastep: fast, compiled Expectation Propagation for Gaussian-process models."""
-from . import kernels, likelihoods
-from .inference import ConvergenceWarning, EPNumericalWarning, EPResult, ep
-from ._precompile import precompile
+"""fastep: fast, compiled Expectation Propagation for Gaussian-process models.
 
-__version__ = "0.1.0"
+Public names: the estimators (loaded on first use, see below), the inference functions
+:func:`ep` and :func:`sparse_ep`, :func:`save_model` / :func:`load_model`,
+:func:`precompile`, and the modules :mod:`fastep.kernels` and :mod:`fastep.likelihoods`.
+"""
+from . import kernels, likelihoods
+from ._precompile import precompile
+from .inference import (ConvergenceWarning, EPNumericalWarning, EPResult, SparseEPResult, ep,
+                        sparse_ep)
+from .persistence import load_model, save_model
+
+__version__ = "0.2.0"
 
 _ESTIMATORS = ("CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier",
                "SparseGPRegressor", "GWIClassifier")
 
 
 def __getattr__(name):
-    """Estimators load on first use (PEP 562): they import scikit-learn when it is
-    installed, which would otherwise double the time of ``import fastep``."""
+    """Estimators load on first use (PEP 562): they import scikit-learn, which would
+    otherwise double the time of ``import fastep``."""
     if name in _ESTIMATORS:
         from . import models
         return getattr(models, name)
@@ -21,7 +28,8 @@ def __getattr__(name):
 def __dir__():
     return sorted(set(globals()) | set(_ESTIMATORS))
 
-__all__ = ["ep", "CensoredGPRegressor", "EPGaussianProcessClassifier",
-           "MultiAnnotatorGPClassifier", "SparseGPRegressor", "GWIClassifier", "precompile",
-           "EPResult", "ConvergenceWarning",
+
+__all__ = ["ep", "sparse_ep", "CensoredGPRegressor", "EPGaussianProcessClassifier",
+           "MultiAnnotatorGPClassifier", "SparseGPRegressor", "GWIClassifier", "save_model",
+           "load_model", "precompile", "EPResult", "SparseEPResult", "ConvergenceWarning",
            "EPNumericalWarning", "kernels", "likelihoods", "__version__"]

@@ -93,13 +93,14 @@ def demo_annotators(args):
     Y = simulate_annotators(ytr, sens, spec, random_state=args.seed)
     kernel = RBF(1.0, np.sqrt(X.shape[1]))
     t = time.perf_counter()
-    ma = fastep.MultiAnnotatorGPClassifier(kernel, method=args.method).fit(Xtr, Y)
+    ma = fastep.MultiAnnotatorGPClassifier(kernel, method=args.method, optimizer=None).fit(Xtr, Y)
     t_ma = time.perf_counter() - t
     t = time.perf_counter()
     mv = fastep.EPGaussianProcessClassifier(kernel, optimizer=None, method=args.method).fit(
         Xtr, majority_vote(Y, random_state=args.seed))
     t_mv = time.perf_counter() - t
-    print("fastep demo annotators: GP classification from 8 simulated noisy annotators")
+    print("fastep demo annotators: GP classification from 8 simulated noisy annotators "
+          "(both models with the kernel fixed)")
     print(f"  data                   : breast cancer, {len(ytr)} train / {len(yte)} test")
     print("  annotator   true sens  est. sens  true spec  est. spec")
     for r in range(len(sens)):
@@ -188,7 +189,6 @@ def demo_multiclass(args):
 
 def cmd_fit(args):
     import fastep
-    from fastep._io import save_model
     from fastep.kernels import RBF
 
     import logging
@@ -201,7 +201,7 @@ def cmd_fit(args):
         optimizer=None if args.no_optimize else "L-BFGS-B", max_iter=args.max_iter)
     t0 = time.perf_counter()
     clf.fit(X, y)
-    save_model(clf, args.output)
+    fastep.save_model(clf, args.output)
     print(f"fitted in {time.perf_counter() - t0:.2f} s: kernel {clf.kernel_}, log Z_EP "
           f"{clf.log_marginal_likelihood_value_:.4f}, sweeps {clf.n_iter_}; saved {args.output}",
           file=sys.stderr)
@@ -209,7 +209,7 @@ def cmd_fit(args):
 
 
 def cmd_predict(args):
-    from fastep._io import load_model
+    from fastep import load_model
 
     clf = load_model(args.model)
     X, _ = _load_table(args.data, has_target=args.has_target)

@@ -64,7 +64,7 @@ def one_split(X, y, seed):
             *concatenate_labels(Xtr, Y)),
         "MV": lambda: EPGaussianProcessClassifier(kernel, optimizer=None).fit(
             Xtr, majority_vote(Y, random_state=seed)),
-        "MA": lambda: MultiAnnotatorGPClassifier(kernel).fit(Xtr, Y),
+        "MA": lambda: MultiAnnotatorGPClassifier(kernel, optimizer=None).fit(Xtr, Y),
     }
     for name, fit in fits.items():
         t = time.perf_counter()
@@ -88,7 +88,7 @@ def active_learning(X, y, seed, n_start=60, n_rounds=12, batch=10):
         Y = np.full((ntr, len(SENS)), np.nan)
         Y[labelled] = Yfull[labelled]                   # the start set: every annotator
         pool = [i for i in range(ntr) if i not in set(labelled)]
-        clf = MultiAnnotatorGPClassifier(kernel, warm_start=True)
+        clf = MultiAnnotatorGPClassifier(kernel, warm_start=True, optimizer=None)
         aucs = []
         for _ in range(n_rounds + 1):
             rows = sorted(set(labelled))

@@ -17,7 +17,7 @@
     (alpha = 1 and 0.5): |log Z_sparse - log Z_dense| / n, the largest difference of the
     predictive probabilities on 1000 test points, and test accuracy.
 
-(c) The collapsed objective of SparseGPRegressor (alpha = 0.5) with all its gradients at
+(c) The collapsed objective of SparseGPRegressor (power alpha = 0.5) with all its gradients at
     n = --collapsed (10^5), m = --m: median time against one threaded K_uf K_uf^T product.
 
     python scripts/sparse_scaling.py [--sizes 10000 100000 1000000] [--m 256] [--check]

@@ -1,6 +1,7 @@
 """Multi-annotator GP classification (seed 000)."""
 import numpy as np
 import pytest
+from sklearn.base import clone
 from scipy import special
 
 from fastep import EPGaussianProcessClassifier, MultiAnnotatorGPClassifier
@@ -49,7 +50,7 @@ def test_r1_exact_annotator_equals_probit():
     kernel = RBF(1.5, 0.8)
     ma = MultiAnnotatorGPClassifier(kernel, sensitivity=[1.0], specificity=[1.0],
                                     update_reliabilities=False, tol=1e-12, max_iter=1000,
-                                    damping=0.8).fit(X, z[:, None])
+                                    damping=0.8, optimizer=None).fit(X, z[:, None])
     pr = EPGaussianProcessClassifier(kernel, optimizer=None, tol=1e-12, max_iter=1000).fit(X, z)
     assert ma.log_marginal_likelihood_value_ == pytest.approx(pr.log_marginal_likelihood_value_,
                                                               rel=1e-8, abs=1e-8)
@@ -69,7 +70,7 @@ def simulated():
 
 def test_reliabilities_match_empirical_rates(simulated):
     X, z, Y = simulated
-    clf = MultiAnnotatorGPClassifier(RBF(1.0, 0.7)).fit(X, Y)
+    clf = MultiAnnotatorGPClassifier(RBF(1.0, 0.7), optimizer=None).fit(X, Y)
     emp_sens = np.array([np.mean(Y[z == 1, r] == 1) for r in range(Y.shape[1])])
     emp_spec = np.array([np.mean(Y[z == 0, r] == 0) for r in range(Y.shape[1])])
     assert np.max(np.abs(clf.sensitivity_ - emp_sens)) < 0.05
@@ -81,7 +82,7 @@ def test_reliabilities_match_empirical_rates(simulated):
 
 def test_negative_site_precisions_occur_and_are_handled(simulated):
     X, z, Y = simulated
-    clf = MultiAnnotatorGPClassifier(RBF(1.0, 0.7)).fit(X[:400], Y[:400])
+    clf = MultiAnnotatorGPClassifier(RBF(1.0, 0.7), optimizer=None).fit(X[:400], Y[:400])
     res = clf.result_
     assert res.site_tau.min() < 0            # the likelihood is not log-concave
     K = clf.kernel_(X[:400])
@@ -93,9 +94,10 @@ def test_negative_site_precisions_occur_and_are_handled(simulated):
 
 def test_active_learning_query(simulated):
     X, z, Y = simulated
-    clf = MultiAnnotatorGPClassifier(RBF(1.0, 0.7)).fit(X[:300], Y[:300])
+    clf = MultiAnnotatorGPClassifier(RBF(1.0, 0.7), optimizer=None).fit(X[:300], Y[:300])
     idx, who = clf.query(X[300:], n_queries=5)
-    mean, var = clf.predict_latent(X[300:])
+    mean, std = clf.predict_latent(X[300:], return_std=True)
+    var = std ** 2
     score = np.abs(mean) / np.sqrt(1 + var)
     assert set(idx) == set(np.argsort(score)[:5])
     sens, spec = clf.loo_reliabilities()
@@ -110,7 +112,7 @@ def test_active_learning_query(simulated):
     for i, r in zip(idx, who):
         Y2[300 + list(idx).index(i), r] = Y[300 + i, r]
     X2 = np.vstack([X[:300], X[300 + idx]])
-    cold = MultiAnnotatorGPClassifier(RBF(1.0, 0.7)).fit(X2, Y2)
+    cold = MultiAnnotatorGPClassifier(RBF(1.0, 0.7), optimizer=None).fit(X2, Y2)
     clf.set_params(warm_start=True)
     warm = clf.fit(X2, Y2)
     assert warm.n_iter_ < cold.n_iter_
@@ -140,7 +142,12 @@ def test_bad_input():
     with pytest.raises(ValueError, match="n_samples"):
         clf.fit(X, Y[:5])
     with pytest.raises(ValueError, match="n_annotators"):
-        clf.fit(X, Y[:, 0])
+        clf.fit(X, Y[:, :, None])
+    # a vector is the labels of one annotator
+    one = MultiAnnotatorGPClassifier(RBF(1.0, 1.0), optimizer=None)
+    np.testing.assert_array_equal(one.fit(X, Y[:, 0]).predict_proba(X),
+                                  clone(one).fit(X, Y[:, [0]]).predict_proba(X))
+    assert one.sensitivity_.shape == (1,)
     bad = Y.copy()
     bad[0, 0] = 2.0
     with pytest.raises(ValueError, match="two label values"):
@@ -152,7 +159,7 @@ def test_bad_input():
     # documented: an instance nobody labelled has a flat likelihood (a = b = 1)
     unl = Y.copy()
     unl[3] = np.nan
-    fit = MultiAnnotatorGPClassifier(RBF(1.0, 1.0)).fit(X, unl)
+    fit = MultiAnnotatorGPClassifier(RBF(1.0, 1.0), optimizer=None).fit(X, unl)
     assert np.all(fit.result_._posterior is not None)
     lik = MultiAnnotator(np.nan_to_num(unl, nan=0.0) * 0 + unl, fit.sensitivity_,
                          fit.specificity_)

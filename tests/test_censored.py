@@ -225,4 +225,8 @@ def test_interval_censoring_and_predict_helpers():
     lpd = reg.log_predictive_density(X[:5], np.array([0.0, 0.1, 0.2, 0.3, 0.5]), lower=0.0,
                                      upper=0.5)
     assert np.all(np.isfinite(lpd))
-    assert np.all(np.diff(reg.predict_quantile(X[:3], 0.9)) >= -1) is not None
+    q = reg.predict_quantile(X[:3], 0.9, lower=0.0, upper=0.5)
+    assert np.all((q >= 0.0) & (q <= 0.5))
+    # per-observation limits of the fit do not carry over to new inputs: asked for
+    with pytest.raises(ValueError, match="per-observation lower limits.*pass lower="):
+        reg.predict(X[:3])

@@ -9,7 +9,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import fastep
 from fastep import EPGaussianProcessClassifier
-from fastep._io import load_model, save_model
+from fastep import load_model, save_model
 from fastep.kernels import RBF, Matern32
 from fastep.likelihoods import Probit
 

@@ -1,27 +1,34 @@
 """GP classification from multiple noisy annotators (Rodrigues, Pereira & Ribeiro, ICML 2014)."""
 from __future__ import annotations
 
-import copy
-import numbers
+import dataclasses
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 from scipy.special import log_ndtr, ndtr
+from sklearn.base import ClassifierMixin, _fit_context
+from sklearn.utils._param_validation import Interval, validate_parameter_constraints
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..inference.ep import ConvergenceWarning
-from ..kernels import RBF, as_kernel
+from ..backend import resolve
+from ..inference import ConvergenceWarning
 from ..likelihoods.annotators import MultiAnnotator, log_ab
-from ._engine import Engine
+from ._base import EPEstimator, as_generator, fresh_kernel, latent_output, shared
+from ._latent import LatentGP
 from ._mlii import maximize_evidence
-from ._sklearn_compat import BaseEstimator, ClassifierMixin, check_is_fitted, validate_data
-from .classifier import _check_param
+from ._state import latent_from_state, latent_state
 
 _EPS = 1e-6
 
 
 def _label_matrix(Y, n):
-    """Validate an (n, R) label matrix; return (classes, Y01 with NaN for missing)."""
+    """Validate an (n, R) label matrix (a vector: one annotator); return (classes, Y01 with
+    NaN for missing)."""
     Y = np.asarray(Y, dtype=object if np.asarray(Y).dtype.kind in "OUS" else float)
+    if Y.ndim == 1:
+        Y = Y[:, None]
     if Y.ndim != 2 or Y.shape[0] != n:
         raise ValueError(f"Y must be an (n_samples, n_annotators) matrix with n_samples = {n} "
                          f"rows (one column per annotator, NaN = not labelled); got shape "
@@ -29,9 +36,11 @@ def _label_matrix(Y, n):
     missing = np.array([[v is None or (isinstance(v, float) and np.isnan(v)) for v in row]
                         for row in Y]) if Y.dtype == object else np.isnan(Y)
     values = np.unique(Y[~missing]) if np.any(~missing) else np.array([])
+    check_classification_targets(values)
     if values.size != 2:
-        raise ValueError(f"Y must hold exactly two label values besides NaN; got "
-                         f"{values.size}: {values[:6].tolist()}.")
+        raise ValueError(f"Only binary classification is supported: Y must hold exactly two "
+                         f"label values besides NaN (one per class); got {values.size} "
+                         f"class(es): {values[:6].tolist()}.")
     Y01 = np.where(missing, np.nan, (Y == values[1]).astype(float))
     empty = np.flatnonzero(np.all(missing, axis=0))
     if empty.size:
@@ -65,7 +74,14 @@ def true_label_posterior(extra, cavity_mean, cavity_var):
 
 def majority_vote(Y, random_state=None):
     """MV baseline: the most frequent label of each row of Y (NaN = missing); ties and
-    rows without labels are broken at random."""
+    rows without labels are broken at random.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> majority_vote(np.array([[1, 1, 0], [0, np.nan, 0]])).tolist()
+    [1, 0]
+    """
     Y = np.asarray(Y, dtype=float)
     rng = np.random.default_rng(random_state)
     pos = np.nansum(Y == 1, axis=1) if np.all(np.isin(Y[~np.isnan(Y)], (0, 1))) else None
@@ -78,64 +94,68 @@ def majority_vote(Y, random_state=None):
 
 
 def concatenate_labels(X, Y):
-    """CONC baseline: one (x_i, y_ir) training pair per label given (R times the data)."""
+    """CONC baseline: one (x_i, y_ir) training pair per label given (R times the data).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> Xc, yc = concatenate_labels(np.array([[0.0], [1.0]]), np.array([[1, 0], [np.nan, 1]]))
+    >>> Xc.ravel().tolist(), yc.tolist()
+    ([0.0, 0.0, 1.0], [1, 0, 1])
+    """
     X = np.asarray(X, dtype=float)
     Y = np.asarray(Y, dtype=float)
     i, r = np.nonzero(~np.isnan(Y))
     return X[i], Y[i, r].astype(int)
 
 
-class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
+class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     """GP classifier trained from several noisy annotators, by EP (GPC-MA).
 
     The latent true label z_i has ``p(z_i = 1 | f) = Phi(f_i)``; annotator r has a
     sensitivity alpha_r and specificity beta_r.  EP runs on the likelihood
     ``b_i + (a_i - b_i) Phi(f_i)`` (:class:`fastep.likelihoods.MultiAnnotator`),
-    interleaved with closed-form updates of alpha and beta every ``em_every`` sweeps
+    interleaved with closed-form updates of the reliabilities every ``em_every`` sweeps
     (or sooner when log Z_EP changes by less than ``em_tol``).  The M-step uses
     ``p(z_i = 1 | data)`` from the tilted distribution, ``a_i Phi(eta_i) / Z_i``
-    (:func:`true_label_posterior`).
+    (:func:`true_label_posterior`).  With an optimizer, ML-II of the kernel (and inducing
+    inputs) runs between rounds of EM, with the reliabilities held fixed.
 
     Parameters
     ----------
     kernel : kernel, default=None (``RBF()``)
-    method : {"parallel", "sequential"}, default="parallel"
-    optimizer : "L-BFGS-B" or None, default=None
-        ML-II of the kernel between rounds of EM (alpha, beta fixed while optimising).
     em_every : int, default=3
+        EP sweeps between two reliability updates.
     em_tol : float, default=1e-4
         Reliabilities are re-estimated when |d log Z_EP| < em_tol; EM stops when
         they change by less than em_tol.
     max_em_iter : int, default=200
+        Most EM rounds.
     sensitivity, specificity : array (R,), optional
         Starting values (default: from soft majority vote).
     update_reliabilities : bool, default=True
         False holds ``sensitivity``/``specificity`` fixed.
-    damping : float, default=0.7
-        EP damping (the likelihood is not log-concave; some damping is advised).
-    tol, max_iter : EP tolerance and sweeps per final run.
+    damping : float in (0, 1], default=0.7
+        EP damping.  The likelihood is not log-concave (site precisions go negative), so
+        the default takes damped steps from the start; None is adaptive.
     warm_start : bool, default=False
         Start from the previous fit's reliabilities and its EP sites for the rows of X
         it shares (active learning: append new rows and labels, then refit).
-    n_inducing, inducing_points, alpha :
-        Sparse Power EP with inducing points, as in
-        :class:`~fastep.EPGaussianProcessClassifier` (here the inducing inputs stay
-        where k-means++ or ``inducing_points`` put them).
-    random_state : int or None
-        Seeds the k-means++ choice of inducing points.
-    device : {"cpu", "cuda"}, default="cpu"
-        "cuda" runs EP on an NVIDIA GPU, as in :class:`~fastep.EPGaussianProcessClassifier`.
+    method, optimizer, n_restarts_optimizer, tol, max_iter, n_inducing, inducing_points,
+    power, optimize_inducing, random_state, device :
+        As in :class:`~fastep.EPGaussianProcessClassifier` (the README's table of shared
+        parameters).
 
     Attributes
     ----------
     sensitivity_, specificity_ : ndarray (R,)
     true_label_proba_ : ndarray (n,)
         p(z_i = 1 | data) for the training instances.
-    log_marginal_likelihood_value_ : float
+    kernel_, likelihood_, log_marginal_likelihood_value_, converged_, n_features_in_,
+    inducing_points_ (sparse EP only), result_ (the final EP run)
     classes_ : ndarray (2,)
     n_iter_ : int
-        EP sweeps in total.
-    converged_ : bool
+        EP sweeps in total (every EM round and the final run).
 
     Examples
     --------
@@ -144,24 +164,30 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(150, 2)); z = (X[:, 0] > 0).astype(int)
     >>> Y = simulate_annotators(z, [0.9, 0.8, 0.6], [0.9, 0.7, 0.6], random_state=0)
-    >>> clf = MultiAnnotatorGPClassifier().fit(X, Y)
+    >>> clf = MultiAnnotatorGPClassifier(optimizer=None).fit(X, Y)
     >>> bool(clf.score(X, z) > 0.9)
     True
     """
 
-    def __init__(self, kernel=None, *, method="parallel", optimizer=None, em_every=3,
-                 em_tol=1e-4, max_em_iter=200, sensitivity=None, specificity=None,
-                 update_reliabilities=True, damping=0.7, tol=1e-6, max_iter=200,
-                 warm_start=False, n_inducing=None, inducing_points=None, alpha=1.0,
-                 random_state=None, device="cpu"):
+    _parameter_constraints = shared(
+        "kernel", "method", "optimizer", "n_restarts_optimizer", "damping", "tol", "max_iter",
+        "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
+        "device", em_every=[Interval(Integral, 1, None, closed="left")],
+        em_tol=[Interval(Real, 0, None, closed="neither")],
+        max_em_iter=[Interval(Integral, 1, None, closed="left")],
+        sensitivity=["array-like", None], specificity=["array-like", None],
+        update_reliabilities=["boolean"], warm_start=["boolean"])
+
+    def __init__(self, kernel=None, *, method="parallel", optimizer="L-BFGS-B",
+                 n_restarts_optimizer=0, em_every=3, em_tol=1e-4, max_em_iter=200,
+                 sensitivity=None, specificity=None, update_reliabilities=True, damping=0.7,
+                 tol=1e-6, max_iter=200, warm_start=False, n_inducing=None,
+                 inducing_points=None, power=1.0, optimize_inducing=True, random_state=None,
+                 device="cpu"):
         self.kernel = kernel
-        self.device = device
-        self.n_inducing = n_inducing
-        self.inducing_points = inducing_points
-        self.alpha = alpha
-        self.random_state = random_state
         self.method = method
         self.optimizer = optimizer
+        self.n_restarts_optimizer = n_restarts_optimizer
         self.em_every = em_every
         self.em_tol = em_tol
         self.max_em_iter = max_em_iter
@@ -172,21 +198,39 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
         self.tol = tol
         self.max_iter = max_iter
         self.warm_start = warm_start
+        self.n_inducing = n_inducing
+        self.inducing_points = inducing_points
+        self.power = power
+        self.optimize_inducing = optimize_inducing
+        self.random_state = random_state
+        self.device = device
 
-    def _ep(self, kernel, lik, sites, max_iter, tol):
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False       # the annotator model is binary
+        return tags
+
+    @staticmethod
+    def _run(latent, sites, tol=None, max_iter=None):
+        """EP without its own ConvergenceWarning (EM decides; the fit warns once)."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            return self._engine.run(kernel, np.ones(self._engine.X.shape[0]), lik, sites,
-                                    max_iter, tol)
+            return latent.run(sites, tol=tol, max_iter=max_iter)
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, Y):
-        """Fit from inputs X (n, d) and labels Y (n, R): two values, NaN = not labelled."""
-        _check_param(self, "method", self.method, None, options=["parallel", "sequential"])
-        _check_param(self, "em_every", self.em_every, numbers.Integral, 1)
-        _check_param(self, "max_em_iter", self.max_em_iter, numbers.Integral, 1)
-        _check_param(self, "max_iter", self.max_iter, numbers.Integral, 1)
+        """Fit from inputs X (n, d) and labels Y (n, R): two values, NaN = not labelled
+        (a vector Y is the labels of one annotator).
+
+        Returns
+        -------
+        self
+        """
+        if Y is None:
+            raise ValueError("MultiAnnotatorGPClassifier requires y to be passed, but the "
+                             "target y is None.")
         X = validate_data(self, X, dtype=np.float64)
-        self.classes_, Y01 = _label_matrix(Y, X.shape[0])
+        classes, Y01 = _label_matrix(Y, X.shape[0])
         n, R = Y01.shape
         warm = self.warm_start and hasattr(self, "sensitivity_") and \
             self.sensitivity_.shape == (R,)
@@ -199,61 +243,110 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
         else:
             sens = np.array(self.sensitivity, dtype=float).reshape(-1)
             spec = np.array(self.specificity, dtype=float).reshape(-1)
-        lik = MultiAnnotator(Y01, sens, spec)
-        self._engine = Engine.for_estimator(self, X)
-        kernel = copy.deepcopy(as_kernel(RBF() if self.kernel is None else self.kernel))
-        sites = None
-        old = getattr(self, "_train_X", None)
-        if self.warm_start and old is not None and old.shape[1] == X.shape[1]:
-            m = min(len(old), n)
-            if np.array_equal(old[:m], X[:m]):
-                tau = np.zeros(n)
-                nu = np.zeros(n)
-                tau[:m] = self.result_.site_tau[:m]
-                nu[:m] = self.result_.site_nu[:m]
-                sites = (tau, nu)
-        self.n_iter_ = 0
-        rounds = 3 if self.optimizer is not None else 1
-        for _ in range(rounds):
-            res, sens, spec, em_converged = self._em(kernel, lik, Y01, sens, spec, sites)
+        backend = resolve(self.device, type(self).__name__)
+        config = self._ep_config(backend)
+        rng = as_generator(self.random_state)
+        X = np.ascontiguousarray(X)
+        latent = LatentGP(X, np.ones(n), fresh_kernel(self.kernel),
+                          MultiAnnotator(Y01, sens, spec), config,
+                          self._inducing_inputs(X, rng))
+        sites = self._warm_sites(X) if self.warm_start else None
+        sweeps = 0
+        for _ in range(3 if self.optimizer is not None else 1):
+            latent, res, em_converged, used = self._em(latent, Y01, sites)
+            sweeps += used
             sites = (res.site_tau, res.site_nu)
             if self.optimizer is None:
                 break
-            theta0 = kernel.theta
-            theta = self._optimize_kernel(kernel, X, lik, sites)
-            kernel = kernel.clone_with_theta(theta)
-            if np.max(np.abs(theta - theta0)) < 1e-3:
+            theta0 = latent.theta
+            latent, sites = maximize_evidence(latent, self.optimizer, self.n_restarts_optimizer,
+                                              rng, sites, type(self).__name__)
+            if np.max(np.abs(latent.theta - theta0), initial=0.0) < 1e-3:
                 break
-        res = self._ep(kernel, lik, sites, self.max_iter, self.tol)
-        self.n_iter_ += res.n_iter
-        self.kernel_ = kernel
-        self.result_ = res
-        self._train_X = X
+        res = self._run(latent, sites)
+        self.classes_ = classes
         self._Y01 = Y01
-        self.sensitivity_, self.specificity_ = sens, spec
-        self.true_label_proba_ = true_label_posterior(lik.site_extra(n), res.cavity_mean,
-                                                      res.cavity_var)
-        self.log_marginal_likelihood_value_ = res.log_marginal_likelihood
-        self.converged_ = bool(res.converged and em_converged)
+        self._set_fitted(latent, res, sweeps + res.n_iter, bool(res.converged and em_converged))
         if not self.converged_:
             warnings.warn("MultiAnnotatorGPClassifier: EM/EP did not converge; increase "
                           "max_em_iter or max_iter, or lower damping.", ConvergenceWarning,
                           stacklevel=2)
         return self
 
-    def _em(self, kernel, lik, Y01, sens, spec, sites):
-        """EP sweeps interleaved with closed-form reliability updates."""
-        res = None
+    def _set_fitted(self, latent, result, n_iter, converged):
+        self._latent = latent
+        self.result_ = result
+        self.kernel_, self.likelihood_ = latent.kernel, latent.likelihood
+        self.sensitivity_ = latent.likelihood.sensitivity
+        self.specificity_ = latent.likelihood.specificity
+        if latent.sparse:
+            self.inducing_points_ = latent.Z
+        self.true_label_proba_ = true_label_posterior(
+            latent.likelihood.site_extra(latent.X.shape[0]), result.cavity_mean,
+            result.cavity_var)
+        self.log_marginal_likelihood_value_ = float(result.log_marginal_likelihood)
+        self.n_iter_ = int(n_iter)
+        self.converged_ = converged
+
+    def _state(self):
+        """Fitted state as header values and arrays (:func:`fastep.save_model`)."""
+        latent = self._latent
+        arrays = {"X": latent.X, "labels": self._Y01, "classes": np.asarray(self.classes_),
+                  "sensitivity": self.sensitivity_, "specificity": self.specificity_}
+        meta = latent_state("f_", latent, self.result_, arrays)
+        meta.update(n_iter_=int(self.n_iter_), converged_=bool(self.converged_))
+        return meta, arrays
+
+    def _load_state(self, reader):
+        """Inverse of :meth:`_state` on an estimator built from the saved parameters."""
+        X = reader.array("X", (None, None))
+        n = X.shape[0]
+        Y01 = reader.array("labels", (n, None), allow_nan=True)
+        classes = reader.array("classes", (2,), any_dtype=True)
+        if classes[0] == classes[1]:
+            raise ValueError("the array 'classes' must hold two distinct labels")
+        R = Y01.shape[1]
+        likelihood = MultiAnnotator(Y01, reader.array("sensitivity", (R,)),
+                                    reader.array("specificity", (R,)))
+        config = self._ep_config(resolve("cpu"))
+        latent, result = latent_from_state(reader, reader.meta, "f_", X, np.ones(n), likelihood,
+                                           config)
+        self.classes_, self._Y01 = classes, Y01
+        self.n_features_in_ = X.shape[1]
+        self._set_fitted(latent, result, reader.value("n_iter_", int),
+                         reader.value("converged_", bool))
+
+    def _warm_sites(self, X):
+        """The previous fit's sites for the rows of X it shares (a prefix of X)."""
+        old = getattr(self, "_latent", None)
+        if old is None or old.X.shape[1] != X.shape[1]:
+            return None
+        m = min(old.X.shape[0], X.shape[0])
+        if not np.array_equal(old.X[:m], X[:m]):
+            return None
+        tau, nu = np.zeros(X.shape[0]), np.zeros(X.shape[0])
+        tau[:m] = self.result_.site_tau[:m]
+        nu[:m] = self.result_.site_nu[:m]
+        return tau, nu
+
+    def _em(self, latent, Y01, sites):
+        """EP sweeps interleaved with closed-form reliability updates; returns the latent
+        problem with the final reliabilities, the last EP result, whether EM converged and
+        the EP sweeps used."""
+        lik = latent.likelihood
+        sens, spec = lik.sensitivity, lik.specificity
         converged = not self.update_reliabilities
         prev = np.inf
+        used = 0
         for _ in range(self.max_em_iter if self.update_reliabilities else 1):
-            lik.set_reliabilities(sens, spec)
-            res = self._ep(kernel, lik, sites, self.em_every, self.em_tol)
-            self.n_iter_ += res.n_iter
+            latent = dataclasses.replace(latent, likelihood=lik.with_reliabilities(sens, spec))
+            res = self._run(latent, sites, self.em_tol, self.em_every)
+            used += res.n_iter
             sites = (res.site_tau, res.site_nu)
             if not self.update_reliabilities:
                 break
-            p = true_label_posterior(lik.site_extra(len(Y01)), res.cavity_mean, res.cavity_var)
+            p = true_label_posterior(latent.likelihood.site_extra(len(Y01)), res.cavity_mean,
+                                     res.cavity_var)
             new_sens, new_spec = m_step(Y01, p)
             change = max(np.max(np.abs(new_sens - sens)), np.max(np.abs(new_spec - spec)))
             sens, spec = new_sens, new_spec
@@ -262,39 +355,29 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
                 converged = True
                 break
             prev = res.log_marginal_likelihood
-        lik.set_reliabilities(sens, spec)
-        return res, sens, spec, converged
-
-    def _optimize_kernel(self, kernel, X, lik, sites):
-        warm = {"sites": sites}
-
-        def evidence(theta):
-            k = kernel.clone_with_theta(theta)
-            res = self._ep(k, lik, warm["sites"], self.max_iter, self.tol)
-            warm["sites"] = (res.site_tau, res.site_nu)
-            g, _, _ = self._engine.gradient(k, np.ones(len(X)), lik, res, with_likelihood=False)
-            return res.log_marginal_likelihood, g
-
-        theta, _ = maximize_evidence(evidence, kernel.theta, kernel.bounds, 0, None,
-                                     self.optimizer)
-        return theta
+        latent = dataclasses.replace(latent, likelihood=lik.with_reliabilities(sens, spec))
+        return latent, res, converged, used
 
     # --- prediction ----------------------------------------------------------------
-    def predict_latent(self, X):
-        """Latent mean and variance of f at X."""
+    def _moments(self, X):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        return self._engine.latent(self.kernel_, self.result_, X)
+        return self._latent.latent(self.result_, X)
+
+    def predict_latent(self, X, return_std=False):
+        """Posterior mean (and standard deviation) of the latent f at X."""
+        return latent_output(*self._moments(X), return_std)
 
     def predict_proba(self, X):
         """p(z* = class) for new inputs; the annotator model does not enter prediction."""
-        mean, var = self.predict_latent(X)
+        mean, var = self._moments(X)
         p = ndtr(mean / np.sqrt(1.0 + var))
         return np.column_stack([1.0 - p, p])
 
     def predict(self, X):
-        check_is_fitted(self)
-        return self.classes_[(self.predict_proba(X)[:, 1] > 0.5).astype(int)]
+        """Most probable true label."""
+        proba = self.predict_proba(X)
+        return self.classes_[(proba[:, 1] > 0.5).astype(int)]
 
     # --- active learning -------------------------------------------------------------
     def loo_reliabilities(self):
@@ -324,8 +407,10 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, BaseEstimator):
         indices : ndarray (n_queries,) of rows of X_pool
         annotators : ndarray (n_queries,) of annotator columns
         """
-        _check_param(self, "n_queries", n_queries, numbers.Integral, 1)
-        mean, var = self.predict_latent(X_pool)
+        validate_parameter_constraints({"n_queries": [Interval(Integral, 1, None, closed="left")]},
+                                       {"n_queries": n_queries},
+                                       caller_name="MultiAnnotatorGPClassifier.query")
+        mean, var = self._moments(X_pool)
         if n_queries > mean.size:
             raise ValueError(f"n_queries={n_queries} exceeds the pool size {mean.size}.")
         score = np.abs(mean) / np.sqrt(1.0 + var)

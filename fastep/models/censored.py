@@ -1,21 +1,32 @@
 """GP regression with censored targets (Tobit likelihood; Groot & Lucas 2012)."""
 from __future__ import annotations
 
-import copy
-import numbers
+from numbers import Real
 
 import numpy as np
+from sklearn.base import RegressorMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import (check_consistent_length, check_is_fitted, column_or_1d,
+                                      validate_data)
 
-from ..inference.laplace import laplace
-from ..kernels import RBF, as_kernel
-from ..likelihoods.tobit import Tobit, censored_predictive, censored_quantile, check_censored_data
-from ._engine import Engine
-from ._mlii import maximize_evidence
-from ._sklearn_compat import BaseEstimator, RegressorMixin, check_is_fitted, validate_data
-from .classifier import _check_param
+from ..backend import resolve
+from ..likelihoods.tobit import (Tobit, censored_predictive, censored_quantile,
+                                 check_censored_data, check_limits)
+from ._base import EPEstimator, as_generator, fresh_kernel, latent_output, shared
+from ..kernels import kernel_from_dict
+from ._latent import LaplaceGP, LatentGP
+from ._state import latent_from_state, latent_state, likelihood_of
 
 
-class CensoredGPRegressor(RegressorMixin, BaseEstimator):
+def _limit(value):
+    """A limit as remembered for prediction: None, a float, or (per observation) an array."""
+    if value is None:
+        return None
+    arr = np.asarray(value, dtype=float)
+    return float(arr) if arr.ndim == 0 else arr.copy()
+
+
+class CensoredGPRegressor(RegressorMixin, EPEstimator):
     """Gaussian-process regression with censored outputs (Tobit likelihood).
 
     ``y* = f(x) + eps``, ``eps ~ N(0, noise_variance)``, observed as ``lower`` when
@@ -26,25 +37,24 @@ class CensoredGPRegressor(RegressorMixin, BaseEstimator):
     ----------
     kernel : kernel, default=None (``RBF()``)
     noise_variance : float, default=1.0
+        Initial (or, with ``optimizer=None``, fixed) variance of the uncensored noise.
     lower, upper : float, optional
         Scalar limits (per-observation limits go to ``fit``).
     inference : {"ep", "laplace"}, default="ep"
-    optimizer : "L-BFGS-B" or None, default="L-BFGS-B"
-        ML-II of the kernel and noise variance (analytic gradients for EP; numerical
-        for Laplace).
-    n_restarts_optimizer, random_state, method, damping, tol, max_iter : as in
-        :class:`~fastep.EPGaussianProcessClassifier`.
-    n_inducing, inducing_points, alpha :
-        Sparse Power EP with inducing points (fitted by ML-II with the kernel and noise),
-        as in :class:`~fastep.EPGaussianProcessClassifier`; needs ``inference="ep"``.
-    device : {"cpu", "cuda"}, default="cpu"
-        "cuda" runs EP on an NVIDIA GPU, as in :class:`~fastep.EPGaussianProcessClassifier`;
-        needs ``inference="ep"``.
+        The approximation; Laplace runs dense, on the CPU, with numerical ML-II gradients.
+    method, optimizer, n_restarts_optimizer, damping, tol, max_iter, n_inducing,
+    inducing_points, power, optimize_inducing, random_state, device :
+        As in :class:`~fastep.EPGaussianProcessClassifier` (the table of shared parameters
+        in the README); sparse EP and ``device="cuda"`` need ``inference="ep"``.
 
     Attributes
     ----------
-    kernel_, noise_variance_, log_marginal_likelihood_value_, n_iter_, converged_,
-    n_features_in_, inducing_points_ (sparse EP only)
+    kernel_, likelihood_ (a :class:`~fastep.likelihoods.Tobit`), noise_variance_,
+    log_marginal_likelihood_value_, n_iter_, converged_, n_features_in_,
+    inducing_points_ (sparse EP only), result_ (the final EP or Laplace result)
+    lower_, upper_ : float, ndarray or None
+        The limits of the fit.  Scalars are used by ``predict*`` unless other limits are
+        given there; per-observation limits must be given again for new inputs.
 
     Examples
     --------
@@ -52,173 +62,201 @@ class CensoredGPRegressor(RegressorMixin, BaseEstimator):
     >>> X = np.linspace(0, 1, 30)[:, None]
     >>> y = np.maximum(np.sin(6 * X[:, 0]), -0.5)
     >>> reg = CensoredGPRegressor(lower=-0.5, noise_variance=0.01, optimizer=None).fit(X, y)
-    >>> bool(reg.predict_latent(X)[0].min() < -0.5)       # recovers f below the limit
+    >>> bool(reg.predict_latent(X).min() < -0.5)       # recovers f below the limit
+    True
+    >>> bool(reg.predict(X).min() >= -0.5)             # the censored output cannot
     True
     """
 
+    _parameter_constraints = shared(
+        "kernel", "method", "optimizer", "n_restarts_optimizer", "damping", "tol", "max_iter",
+        "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
+        "device", noise_variance=[Interval(Real, 0, None, closed="neither")],
+        lower=[Real, None], upper=[Real, None], inference=[StrOptions({"ep", "laplace"})])
+
     def __init__(self, kernel=None, *, noise_variance=1.0, lower=None, upper=None,
-                 inference="ep", optimizer="L-BFGS-B", n_restarts_optimizer=0,
-                 random_state=None, method="parallel", damping=None, tol=1e-6, max_iter=200,
-                 n_inducing=None, inducing_points=None, alpha=1.0, device="cpu"):
+                 inference="ep", method="parallel", optimizer="L-BFGS-B",
+                 n_restarts_optimizer=0, damping=None, tol=1e-6, max_iter=200,
+                 n_inducing=None, inducing_points=None, power=1.0, optimize_inducing=True,
+                 random_state=None, device="cpu"):
         self.kernel = kernel
-        self.device = device
-        self.n_inducing = n_inducing
-        self.inducing_points = inducing_points
-        self.alpha = alpha
         self.noise_variance = noise_variance
         self.lower = lower
         self.upper = upper
         self.inference = inference
+        self.method = method
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
-        self.random_state = random_state
-        self.method = method
         self.damping = damping
         self.tol = tol
         self.max_iter = max_iter
+        self.n_inducing = n_inducing
+        self.inducing_points = inducing_points
+        self.power = power
+        self.optimize_inducing = optimize_inducing
+        self.random_state = random_state
+        self.device = device
 
-    def _infer(self, kernel, lik, sites=None):
-        if self.inference == "laplace":
-            return laplace(kernel(self._X), self._y, lik, max_iter=self.max_iter)
-        return self._engine.run(kernel, self._y, lik, sites)
-
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, lower=None, upper=None):
-        """Fit; ``lower``/``upper`` (scalars or per-observation arrays) override the
-        constructor's limits.  y at or beyond a limit is censored there; NaN in y
-        means interval-censored between finite limits."""
-        _check_param(self, "inference", self.inference, None, options=["ep", "laplace"])
-        _check_param(self, "method", self.method, None, options=["parallel", "sequential"])
-        _check_param(self, "max_iter", self.max_iter, numbers.Integral, 1)
-        if not (isinstance(self.noise_variance, numbers.Real) and self.noise_variance > 0):
-            raise ValueError("The 'noise_variance' parameter of CensoredGPRegressor must be a "
-                             f"positive float. Got {self.noise_variance!r} instead.")
+        """Fit the kernel, the noise variance and the posterior of f.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Targets; a value at or beyond a limit is censored there; NaN means
+            interval-censored between finite limits.
+        lower, upper : float or array of shape (n_samples,), optional
+            Limits for this data; they override the constructor's.
+
+        Returns
+        -------
+        self
+        """
+        if y is None:
+            raise ValueError("CensoredGPRegressor requires y to be passed, but the target y "
+                             "is None.")
         X = validate_data(self, X, dtype=np.float64)
-        y_arr = np.asarray(y, dtype=float).reshape(-1)
-        if y_arr.shape[0] != X.shape[0]:
-            raise ValueError(f"y has {y_arr.shape[0]} entries but X has {X.shape[0]} rows.")
+        y = column_or_1d(y, dtype=np.float64, warn=True)   # NaN allowed: interval-censored
+        check_consistent_length(X, y)
         lo = self.lower if lower is None else lower
         up = self.upper if upper is None else upper
-        y_arr, lo, up = check_censored_data(y_arr, lo, up)
-        self._X, self._y = np.ascontiguousarray(X), y_arr
-        if self.device != "cpu" and self.inference != "ep":
-            raise ValueError("device='cuda' runs EP only; set inference='ep' (got "
-                             f"inference={self.inference!r}) or device='cpu'.")
-        self._engine = Engine.for_estimator(self, self._X)
-        if self._engine.sparse and self.inference != "ep":
-            raise ValueError("inducing points (n_inducing / inducing_points) need "
+        y, lo_arr, up_arr = check_censored_data(y, lo, up)
+        if self.inference == "laplace" and (self.device != "cpu" or self.n_inducing is not None
+                                            or self.inducing_points is not None):
+            raise ValueError("inference='laplace' runs dense on the CPU: inducing points "
+                             "(n_inducing / inducing_points) and device='cuda' need "
                              f"inference='ep'; got inference={self.inference!r}.")
-        self.lower_, self.upper_ = lo, up
-        kernel = copy.deepcopy(as_kernel(RBF() if self.kernel is None else self.kernel))
-        lik = Tobit(self.noise_variance, lower=lo, upper=up)
-        if self.optimizer is not None:
-            kernel, lik = self._optimize(kernel, lik)
-        self.result_ = self._infer(kernel, lik)
-        self.kernel_, self.likelihood_ = kernel, lik
-        if self._engine.sparse:
-            self.inducing_points_ = self._engine.Z
-        self.noise_variance_ = lik.noise_variance
-        self.log_marginal_likelihood_value_ = self.result_.log_marginal_likelihood
-        self.n_iter_ = self.result_.n_iter
-        self.converged_ = self.result_.converged
+        backend = resolve(self.device, type(self).__name__)
+        config = self._ep_config(backend)
+        rng = as_generator(self.random_state)
+        X = np.ascontiguousarray(X)
+        likelihood = Tobit(self.noise_variance, lower=lo_arr, upper=up_arr)
+        problem = LaplaceGP if self.inference == "laplace" else LatentGP
+        latent = problem(X, y, fresh_kernel(self.kernel), likelihood, config,
+                         self._inducing_inputs(X, rng))
+        latent, result = self._fit_latent(latent, rng)
+        self._set_fitted(latent, result, _limit(lo), _limit(up))
         return self
 
-    def _split(self, theta, kernel, lik):
-        """theta = [log kernel params, log noise variance, (sparse) inducing inputs]."""
-        nk = kernel.n_dims
-        k = kernel.clone_with_theta(theta[:nk])
-        lk = copy.deepcopy(lik)
-        lk.theta = theta[nk:nk + lik.n_dims]
-        self._engine.set_extra(theta[nk + lik.n_dims:])
-        return k, lk
+    def _set_fitted(self, latent, result, lower, upper):
+        self._latent = latent
+        self.result_ = result
+        self.lower_, self.upper_ = lower, upper
+        self.kernel_, self.likelihood_ = latent.kernel, latent.likelihood
+        self.noise_variance_ = latent.likelihood.noise_variance
+        if latent.sparse:
+            self.inducing_points_ = latent.Z
+        self.log_marginal_likelihood_value_ = float(result.log_marginal_likelihood)
+        self.n_iter_ = int(result.n_iter)
+        self.converged_ = bool(result.converged)
+
+    def _state(self):
+        """Fitted state as header values and arrays (:func:`fastep.save_model`)."""
+        latent = self._latent
+        arrays = {"X": latent.X, "y": latent.y,
+                  "limits": latent.likelihood.limits(latent.X.shape[0])}
+        if isinstance(latent, LaplaceGP):        # refitted on load (Newton from zero)
+            meta = {"kernel": latent.kernel.to_dict(), "likelihood": latent.likelihood.to_dict()}
+        else:
+            meta = latent_state("f_", latent, self.result_, arrays)
+        for name in ("lower_", "upper_"):
+            value = getattr(self, name)
+            if isinstance(value, np.ndarray):
+                arrays[name] = value
+                meta[name] = "array"
+            else:
+                meta[name] = value
+        return meta, arrays
+
+    def _load_state(self, reader):
+        """Inverse of :meth:`_state` on an estimator built from the saved parameters."""
+        X = reader.array("X", (None, None))
+        n = X.shape[0]
+        limits = reader.array("limits", (n, 2), allow_inf=True)
+        y, lo, up = check_censored_data(reader.array("y", (n,), allow_nan=True), limits[:, 0],
+                                        limits[:, 1])
+        saved = likelihood_of(reader, reader.meta)
+        if not isinstance(saved, Tobit):
+            raise ValueError(f"the likelihood must be Tobit; got {type(saved).__name__}")
+        likelihood = Tobit(saved.noise_variance, lower=lo, upper=up,
+                           noise_variance_bounds=saved._bounds["noise_variance"])
+        config = self._ep_config(resolve("cpu"))
+        if self.inference == "laplace":
+            kernel = kernel_from_dict(reader.value("kernel", dict))
+            latent = LaplaceGP(X, y, kernel, likelihood, config)
+            result = latent.run()
+        else:
+            latent, result = latent_from_state(reader, reader.meta, "f_", X, y, likelihood,
+                                               config)
+        limits_fit = []
+        for name in ("lower_", "upper_"):
+            value = reader.meta.get(name)
+            if value == "array":
+                value = reader.array(name, (n,), allow_inf=True)
+            elif value is not None:
+                value = reader.value(name, float)
+            limits_fit.append(value)
+        self.n_features_in_ = X.shape[1]
+        self._set_fitted(latent, result, *limits_fit)
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
-        """Approximate log evidence at theta = [log kernel params, log noise variance]."""
+        """Approximate log evidence at ``theta`` = [log kernel parameters, log noise
+        variance, (sparse, fitted) inducing inputs], optionally with its gradient."""
         check_is_fitted(self)
         if theta is None:
+            if eval_gradient:
+                raise ValueError("Gradient can only be evaluated for theta!=None")
             return self.log_marginal_likelihood_value_
-        theta = np.asarray(theta, dtype=float)
-        k, lk = self._split(theta, self.kernel_, self.likelihood_)
-        res = self._infer(k, lk)
-        if not eval_gradient:
-            return res.log_marginal_likelihood
-        if self.inference != "ep":
-            raise ValueError("eval_gradient=True is available with inference='ep' only.")
-        return res.log_marginal_likelihood, self._gradient(k, lk, res)
-
-    def _gradient(self, k, lk, res, with_z=False):
-        gk, gl, gz = self._engine.gradient(k, self._y, lk, res)
-        return np.concatenate([gk, gl] + [gz] * with_z)
-
-    def _optimize(self, kernel, lik):
-        theta0 = np.concatenate([kernel.theta, lik.theta, self._engine.extra_theta()])
-        bounds = np.vstack([kernel.bounds, lik.bounds, self._engine.extra_bounds()])
-        warm = {}
-
-        def evidence(theta):
-            k, lk = self._split(theta, kernel, lik)
-            if self.inference == "laplace":
-                value = laplace(k(self._X), self._y, lk, max_iter=self.max_iter
-                                ).log_marginal_likelihood
-                grad = np.empty(theta.size)
-                for i in range(theta.size):      # numerical gradient (documented)
-                    e = np.zeros(theta.size)
-                    e[i] = 1e-5
-                    k2, l2 = self._split(theta + e, kernel, lik)
-                    k3, l3 = self._split(theta - e, kernel, lik)
-                    grad[i] = (laplace(k2(self._X), self._y, l2).log_marginal_likelihood
-                               - laplace(k3(self._X), self._y, l3).log_marginal_likelihood
-                               ) / 2e-5
-                return value, grad
-            res = self._infer(k, lk, warm.get("sites"))
-            warm["sites"] = (res.site_tau, res.site_nu)
-            return res.log_marginal_likelihood, self._gradient(k, lk, res, with_z=True)
-
-        theta, _ = maximize_evidence(evidence, theta0, bounds, self.n_restarts_optimizer,
-                                     self.random_state, self.optimizer)
-        return self._split(theta, kernel, lik)
+        value, grad, _ = self._latent.with_theta(theta).evidence()
+        return (value, grad) if eval_gradient else value
 
     # --- prediction --------------------------------------------------------------------
     def predict_latent(self, X, return_std=False):
         """Mean (and standard deviation) of the latent f at X."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        if self.inference == "laplace":
-            mean, var = self.result_.predict_latent(self.kernel_(self._X, X), self.kernel_.diag(X))
-        else:
-            mean, var = self._engine.latent(self.kernel_, self.result_, X)
-        return (mean, np.sqrt(var)) if return_std else mean
+        mean, var = self._latent.latent(self.result_, X)
+        return latent_output(mean, var, return_std)
+
+    def _limits(self, n, lower, upper):
+        """The limits for n predictions: those given, else the fit's scalar ones."""
+        out = []
+        for name, given, fitted in (("lower", lower, self.lower_), ("upper", upper, self.upper_)):
+            value = fitted if given is None else given
+            if isinstance(value, np.ndarray) and given is None:
+                raise ValueError(f"This model was fitted with per-observation {name} limits, "
+                                 f"which do not carry over to new inputs; pass {name}= (a "
+                                 f"scalar or an array of length {n}) to this method, or use "
+                                 f"predict_latent for the uncensored f.")
+            out.append(value)
+        return check_limits(*out, n)
 
     def _predictive(self, X, lower, upper):
         mean, std = self.predict_latent(X, return_std=True)
-        lo = self.lower if lower is None else lower
-        up = self.upper if upper is None else upper
-        lo = -np.inf if lo is None else lo
-        up = np.inf if up is None else up
-        return mean, std, lo, up
+        lo, up = self._limits(mean.shape[0], lower, upper)
+        return censored_predictive(mean, std ** 2, self.noise_variance_, lo, up), mean, std, lo, up
 
     def predict(self, X, return_std=False, lower=None, upper=None):
-        """Mean (and std) of the *censored* output y at X (limits: the constructor's,
-        or ``lower``/``upper`` given here)."""
-        mean, std, lo, up = self._predictive(X, lower, upper)
-        pred = censored_predictive(mean, std ** 2, self.noise_variance_, lo, up)
+        """Mean (and std) of the *censored* output y at X (limits: those of ``fit`` when
+        scalar, or ``lower``/``upper`` given here)."""
+        pred = self._predictive(X, lower, upper)[0]
         return (pred["mean"], np.sqrt(pred["var"])) if return_std else pred["mean"]
 
     def predict_censored_proba(self, X, lower=None, upper=None):
         """(P(y = lower), P(y = upper)) at X, each of shape (n,)."""
-        mean, std, lo, up = self._predictive(X, lower, upper)
-        pred = censored_predictive(mean, std ** 2, self.noise_variance_, lo, up)
+        pred = self._predictive(X, lower, upper)[0]
         return pred["p_lower"], pred["p_upper"]
 
     def predict_quantile(self, X, q, lower=None, upper=None):
         """q-quantile of the censored output y at X."""
-        mean, std, lo, up = self._predictive(X, lower, upper)
+        _, mean, std, lo, up = self._predictive(X, lower, upper)
         return censored_quantile(q, mean, std ** 2, self.noise_variance_, lo, up)
 
     def log_predictive_density(self, X, y, lower=None, upper=None):
         """log p(y | data) of observed, possibly censored, values at X."""
-        mean, std, lo, up = self._predictive(X, lower, upper)
-        y = np.asarray(y, dtype=float)
+        _, mean, std, lo, up = self._predictive(X, lower, upper)
+        y, lo, up = check_censored_data(np.asarray(y, dtype=float), lo, up)
         lik = Tobit(self.noise_variance_, lower=lo, upper=up)
-        y, lo_a, up_a = check_censored_data(y, lo, up)
-        return lik.tilted(y, mean, np.maximum(std ** 2, 1e-300),
-                          extra=np.column_stack([lo_a, up_a]))[0]
+        return lik.tilted(y, mean, np.maximum(std ** 2, 1e-300), extra=lik.site_extra(y.size))[0]

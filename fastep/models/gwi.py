@@ -1,31 +1,29 @@
 """Multiclass GP classification by generalized variational inference (GWI)."""
 from __future__ import annotations
 
-import copy
 import logging
-import numbers
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 from scipy.linalg import solve_triangular
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._linalg import single_threaded_blas
+from ..backend import resolve
 from ..inference import gwi
-from ..kernels import RBF, as_kernel
+from ..kernels import RBF
 from ..likelihoods.robustmax import RobustMax
-from ._sklearn_compat import (BaseEstimator, ClassifierMixin, check_classification_targets,
-                              check_is_fitted, validate_data)
-from .classifier import _check_param
+from ..kernels import kernel_from_dict
+from ._base import as_generator, fresh_kernel, latent_output, shared
+from ._state import likelihood_of
 
 _LOG = logging.getLogger("fastep")
 TEMPERATURE_BOUNDS = (1e-3, 1e3)
 _CHUNK = 4096            # prediction rows per block (bounds the (J, rows, M) work array)
-
-
-def _rng(random_state):
-    if isinstance(random_state, np.random.RandomState):
-        return np.random.default_rng(random_state.randint(2 ** 31))
-    return np.random.default_rng(random_state)
 
 
 def median_heuristic(X, rng, max_points=500):
@@ -70,8 +68,9 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
     distance : {"squared", "unsquared"}, default="squared"
         Regulariser ``sum_j W_2^2`` (the paper's objective) or ``sqrt(sum_j W_2^2)``
         (the reference code's).
-    optimizer : {"L-BFGS-B", "adam"}, default="L-BFGS-B"
-        Full-batch L-BFGS-B or minibatch Adam.
+    solver : {"L-BFGS-B", "adam"}, default="L-BFGS-B"
+        Full-batch L-BFGS-B or minibatch Adam for the variational parameters (the prior
+        kernel stays fixed: GWI has no ML-II ``optimizer``).
     max_iter : int, default=200
         L-BFGS-B iterations, or Adam epochs.  A budget rather than a convergence test:
         on digits the objective keeps falling slowly for about 1000 iterations (the
@@ -96,11 +95,12 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         0.78 / 0.95 / 0.96 on three splits against 0.97 / 0.95 / 0.97 without.
     prior_mean : float, default=0.0
         Constant prior mean m_P.
-    random_state : int, Generator or None
+    random_state : int, RandomState, Generator or None, default=None
         Seeds the validation split, the inducing and subsampled inputs, and Adam.
     device : {"cpu", "cuda"}, default="cpu"
-        Where the robust-max Gauss-Hermite products run (``RobustMax(device=...)``);
-        the rest of the fit is small dense algebra and stays on the CPU.
+        Where the robust-max Gauss-Hermite products run (the likelihood's scalar code
+        compiled for that target; "cuda" needs numba's CUDA target, not CuPy); the rest
+        of the fit is small dense algebra and stays on the CPU.
 
     Attributes
     ----------
@@ -143,8 +143,21 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
     (True, (2, 3))
     """
 
+    _parameter_constraints = shared(
+        "kernel", "max_iter", "tol", "random_state", "device",
+        n_inducing=[Interval(Integral, 1, None, closed="left"), None],
+        epsilon=[Interval(Real, 0, 1, closed="neither")],
+        linear_mean=["boolean"], distance=[StrOptions({"squared", "unsquared"})],
+        solver=[StrOptions({"L-BFGS-B", "adam"})],
+        batch_size=[Interval(Integral, 1, None, closed="left")],
+        learning_rate=[Interval(Real, 0, None, closed="neither")],
+        n_subsample=[Interval(Integral, 1, None, closed="left")],
+        n_nodes=[Interval(Integral, 1, None, closed="left")],
+        validation_fraction=[Interval(Real, 0, 1, closed="left")],
+        prior_mean=[Real])
+
     def __init__(self, kernel=None, *, n_inducing=None, epsilon=0.01, linear_mean=True,
-                 distance="squared", optimizer="L-BFGS-B", max_iter=200, tol=1e-6,
+                 distance="squared", solver="L-BFGS-B", max_iter=200, tol=1e-6,
                  batch_size=256, learning_rate=0.01, n_subsample=100, n_nodes=20,
                  validation_fraction=0.0, prior_mean=0.0, random_state=None, device="cpu"):
         self.kernel = kernel
@@ -152,7 +165,7 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         self.epsilon = epsilon
         self.linear_mean = linear_mean
         self.distance = distance
-        self.optimizer = optimizer
+        self.solver = solver
         self.max_iter = max_iter
         self.tol = tol
         self.batch_size = batch_size
@@ -164,33 +177,9 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.device = device
 
-    def _validate_params(self):
-        cls = type(self).__name__
-        if self.n_inducing is not None:
-            _check_param(self, "n_inducing", self.n_inducing, numbers.Integral, 1)
-        if not (isinstance(self.epsilon, numbers.Real) and 0.0 < self.epsilon < 1.0):
-            raise ValueError(f"The 'epsilon' parameter of {cls} must be a float in the open "
-                             f"interval (0, 1). Got {self.epsilon!r} instead.")
-        _check_param(self, "distance", self.distance, None, options=["squared", "unsquared"])
-        _check_param(self, "optimizer", self.optimizer, None, options=["L-BFGS-B", "adam"])
-        _check_param(self, "max_iter", self.max_iter, numbers.Integral, 1)
-        _check_param(self, "tol", self.tol, numbers.Real, 0.0)
-        _check_param(self, "batch_size", self.batch_size, numbers.Integral, 1)
-        _check_param(self, "n_subsample", self.n_subsample, numbers.Integral, 1)
-        _check_param(self, "n_nodes", self.n_nodes, numbers.Integral, 1)
-        _check_param(self, "prior_mean", self.prior_mean, numbers.Real)
-        _check_param(self, "device", self.device, None, options=["cpu", "cuda"])
-        if not (isinstance(self.learning_rate, numbers.Real) and self.learning_rate > 0):
-            raise ValueError(f"The 'learning_rate' parameter of {cls} must be a positive float. "
-                             f"Got {self.learning_rate!r} instead.")
-        if not (isinstance(self.validation_fraction, numbers.Real)
-                and 0.0 <= self.validation_fraction < 1.0):
-            raise ValueError(f"The 'validation_fraction' parameter of {cls} must be a float in "
-                             f"[0, 1). Got {self.validation_fraction!r} instead.")
-
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Fit the variational measures (and the temperature on the validation split)."""
-        self._validate_params()
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
         check_classification_targets(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
@@ -198,8 +187,9 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         if J < 2:
             raise ValueError(f"GWIClassifier requires at least 2 classes in y; got only one "
                              f"class: {self.classes_[0]!r}.")
-        self.likelihood_ = RobustMax(J, self.epsilon, self.n_nodes, device=self.device)
-        rng = _rng(self.random_state)
+        self.likelihood_ = RobustMax(J, self.epsilon, self.n_nodes)
+        self._backend = resolve(self.device, type(self).__name__, dense_algebra=False)
+        rng = as_generator(self.random_state)
         n = X.shape[0]
         n_val = int(self.validation_fraction * n)
         perm = rng.permutation(n) if n_val else np.arange(n)
@@ -216,7 +206,7 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         if self.kernel is None:
             kernel = RBF(variance=4.0, lengthscale=median_heuristic(Xt, rng))
         else:
-            kernel = copy.deepcopy(as_kernel(self.kernel))
+            kernel = fresh_kernel(self.kernel)
         self.kernel_ = kernel
 
         Z = Xt[np.sort(rng.choice(n_train, M, replace=False))]
@@ -228,7 +218,8 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
             if n_val:
                 mean, var = self._latent(X[val], tempered=False)
                 T, before, after = gwi.temper(mean, var, y_idx[val].astype(np.int64),
-                                              self.likelihood_, bounds=TEMPERATURE_BOUNDS)
+                                              self.likelihood_, bounds=TEMPERATURE_BOUNDS,
+                                              device=self._backend)
                 if np.any(np.isclose(T, TEMPERATURE_BOUNDS, rtol=1e-6)):
                     warnings.warn(f"GWIClassifier: the fitted temperature {T:g} sits at its "
                                   f"bound: the {n_val} validation points cannot calibrate the "
@@ -257,10 +248,11 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         # N_S inputs of the W2 cross term: fixed for L-BFGS-B (a deterministic objective),
         # redrawn at every Adam step; the final objective is reported with this draw.
         sub = gwi.subsample(kernel, Xt, factors, rng.choice(n_train, n_s, replace=False))
-        if self.optimizer == "L-BFGS-B":
+        be = self._backend
+        if self.solver == "L-BFGS-B":
             def objective(p):
                 return gwi.gwi_objective(p, factors, sub, X_lin, yt, lik, self.prior_mean,
-                                         squared)
+                                         squared, device=be)
 
             params, n_iter, converged = gwi.fit_lbfgs(params, objective, self.max_iter,
                                                       self.tol)
@@ -269,13 +261,13 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
                 draw = gwi.subsample(kernel, Xt, factors,
                                      rng.choice(n_train, n_s, replace=False))
                 return gwi.gwi_objective(p, factors, draw, X_lin, yt, lik, self.prior_mean,
-                                         squared, rows=rows, scale=scale)
+                                         squared, rows=rows, scale=scale, device=be)
 
             params = gwi.fit_adam(params, objective, n_train, self.batch_size, self.max_iter,
                                   self.learning_rate, rng)
             n_iter, converged = self.max_iter, True
         value, _, parts = gwi.gwi_objective(params, factors, sub, X_lin, yt, lik,
-                                            self.prior_mean, squared)
+                                            self.prior_mean, squared, device=be)
         if not np.isfinite(value):
             raise FloatingPointError("GWIClassifier: the objective is not finite at the end of "
                                      "the fit; lower learning_rate (adam) or check the kernel.")
@@ -298,6 +290,51 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         self.coef_ = np.zeros((J, d)) if p.W is None else p.W.copy()
         self.intercept_ = np.zeros(J) if p.b is None else p.b.copy()
 
+    def _state(self):
+        """Fitted state as header values and arrays (:func:`fastep.save_model`)."""
+        p = self._params
+        arrays = {"classes": np.asarray(self.classes_), "inducing_points": self.inducing_points_,
+                  "a": p.a, "L": p.L, "w2": np.asarray(self.w2_, dtype=float)}
+        if p.W is not None:
+            arrays.update(W=p.W, b=p.b)
+        meta = {"kernel": self.kernel_.to_dict(), "likelihood": self.likelihood_.to_dict(),
+                "temperature": float(self.temperature_), "objective": float(self.objective_),
+                "n_iter": int(self.n_iter_), "converged": bool(self.converged_),
+                "n_features_in": int(self.n_features_in_)}
+        return meta, arrays
+
+    def _load_state(self, reader):
+        """Inverse of :meth:`_state`; ``C`` is recomputed from the kernel and inducing inputs."""
+        classes = reader.array("classes", (None,), any_dtype=True)
+        J = classes.size
+        if J < 2 or not np.array_equal(np.unique(classes), classes):
+            raise ValueError("the array 'classes' must hold at least two distinct sorted labels")
+        likelihood = likelihood_of(reader, reader.meta)
+        if not isinstance(likelihood, RobustMax) or likelihood.n_classes != J:
+            raise ValueError(f"the likelihood must be RobustMax for {J} classes; got "
+                             f"{likelihood!r}")
+        d = reader.value("n_features_in", int)
+        Z = reader.array("inducing_points", (None, d))
+        M = Z.shape[0]
+        a, L = reader.array("a", (J, M)), reader.array("L", (J, M, M))
+        W = b = None
+        if self.linear_mean:
+            W, b = reader.array("W", (J, d)), reader.array("b", (J,))
+        T = reader.value("temperature", float)
+        if not T > 0:
+            raise ValueError(f"the temperature must be positive; got {T!r}")
+        kernel = kernel_from_dict(reader.value("kernel", dict))
+        self.classes_, self.likelihood_, self.kernel_ = classes, likelihood, kernel
+        self.n_features_in_, self.inducing_points_, self.temperature_ = d, Z, T
+        self._backend = resolve("cpu")
+        self._C = gwi.inducing_cholesky(kernel, Z)
+        self._params = gwi.GWIParams(a, np.tril(L), W, b)
+        self.objective_ = reader.value("objective", float)
+        self.w2_ = reader.array("w2", (J,))
+        self.n_iter_ = reader.value("n_iter", int)
+        self.converged_ = reader.value("converged", bool)
+        self._set_public_params()
+
     def _latent(self, X, tempered=True):
         mean = np.empty((X.shape[0], self.classes_.size))
         var = np.empty_like(mean)
@@ -310,18 +347,20 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
             var *= self.temperature_
         return mean, var
 
-    def predict_latent(self, X):
-        """Means and variances of the J latent functions under Q (tempered), each (n, J)."""
+    def predict_latent(self, X, return_std=False):
+        """Means (and standard deviations) of the J latent functions under Q (tempered),
+        each of shape (n, J)."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        return self._latent(X)
+        return latent_output(*self._latent(X), return_std)
 
     def predict_proba(self, X):
         """Class probabilities ``(1 - eps) S_j + eps/(J - 1) (1 - S_j)``, shape (n, J)."""
-        mean, var = self.predict_latent(X)
-        return self.likelihood_.predict_proba(mean, var)
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return gwi.predict_proba(self.likelihood_, *self._latent(X), device=self._backend)
 
     def predict(self, X):
         """Most probable class."""
-        check_is_fitted(self)
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]

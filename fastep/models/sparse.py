@@ -1,36 +1,98 @@
 """Sparse GP regression with inducing points: VFE (Titsias), FITC and Power EP (collapsed)."""
 from __future__ import annotations
 
-import copy
-import numbers
+import dataclasses
+from dataclasses import dataclass
+from numbers import Real
 
 import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._linalg import blas_threads_for
 from ..inference import sparse
-from ..kernels import RBF, as_kernel
+from ..kernels import kernel_from_dict
+from ._base import as_generator, fresh_kernel, latent_output, shared
+from ._latent import inducing_bounds
 from ._mlii import maximize_evidence
-from ._sklearn_compat import BaseEstimator, RegressorMixin, check_is_fitted, validate_data
-from .classifier import _LOG, _check_param
 
-_ALPHA = {"vfe": 0.0, "fitc": 1.0}
+NOISE_BOUNDS = (1e-6, 1e6)
+
+
+@dataclass(frozen=True)
+class CollapsedSparseGP:
+    """The collapsed Power-EP objective as an ML-II problem: ``theta`` = [log kernel
+    parameters, log noise variance, inducing inputs (when they move)]."""
+
+    X: np.ndarray
+    y: np.ndarray
+    kernel: object
+    noise_variance: float
+    Z: np.ndarray
+    alpha: float
+    optimize_inducing: bool = True
+
+    @property
+    def theta(self):
+        parts = [self.kernel.theta, [np.log(self.noise_variance)]]
+        return np.concatenate(parts + ([self.Z.ravel()] if self.optimize_inducing else []))
+
+    @property
+    def bounds(self):
+        parts = [self.kernel.bounds, np.log([NOISE_BOUNDS])]
+        if self.optimize_inducing:
+            parts.append(inducing_bounds(self.X, self.Z.shape[0]))
+        return np.vstack(parts)
+
+    def with_theta(self, theta):
+        theta = np.asarray(theta, dtype=float)
+        nk = self.kernel.n_dims
+        if theta.shape != self.theta.shape:
+            raise ValueError(f"theta must have {self.theta.size} entries (log kernel "
+                             f"parameters, log noise variance"
+                             f"{', inducing inputs' * self.optimize_inducing}); got shape "
+                             f"{theta.shape}.")
+        changes = {"kernel": self.kernel.clone_with_theta(theta[:nk]),
+                   "noise_variance": float(np.exp(theta[nk]))}
+        if self.optimize_inducing:
+            changes["Z"] = np.ascontiguousarray(theta[nk + 1:].reshape(self.Z.shape))
+        return dataclasses.replace(self, **changes)
+
+    def draw(self, rng):
+        theta, bounds = self.theta, self.bounds
+        nh = self.kernel.n_dims + 1
+        theta[:nh] = rng.uniform(bounds[:nh, 0], bounds[:nh, 1])
+        return theta
+
+    def state(self, eval_gradient=False):
+        k = self.kernel
+        return sparse.collapsed_objective(k(self.Z), k(self.Z, self.X), k.diag(self.X), self.y,
+                                          self.noise_variance, self.alpha, eval_gradient)
+
+    def evidence(self, sites=None):
+        st = self.state(eval_gradient=True)
+        d_theta, d_z = sparse.kernel_gradient(self.kernel, self.Z, self.X, st.grad)
+        parts = [d_theta, [self.noise_variance * st.grad.noise_variance]]
+        return st.value, np.concatenate(parts + ([d_z.ravel()] if self.optimize_inducing
+                                                 else [])), st
 
 
 class SparseGPRegressor(RegressorMixin, BaseEstimator):
     """Gaussian-process regression with m inducing points in O(n m^2) time, O(n m) memory.
 
-    ``method="vfe"`` maximises Titsias' (2009) collapsed bound, ``"fitc"`` the FITC
-    evidence and ``"pep"`` the collapsed Power-EP objective of Bui, Yan & Turner (2017)
-    with power ``alpha`` (alpha = 1 is FITC, alpha -> 0 is VFE); see
-    :func:`fastep.inference.sparse.collapsed_objective`.  The kernel, the noise
-    variance and the inducing inputs are fitted by L-BFGS-B with analytic gradients.
+    Maximises the collapsed Power-EP objective of Bui, Yan & Turner (2017) with power
+    alpha (``power``; see :func:`fastep.inference.sparse.collapsed_objective`): ``power=0``
+    is Titsias' (2009) variational bound (VFE), ``power=1`` the FITC evidence.  The kernel,
+    the noise variance and the inducing inputs are fitted by L-BFGS-B with analytic
+    gradients.
 
     Parameters
     ----------
     kernel : kernel, default=None (``RBF()``); a fastep kernel
-    method : {"vfe", "fitc", "pep"}, default="vfe"
-    alpha : float in (0, 1], default=0.5
-        Power of the "pep" objective (ignored by "vfe" and "fitc").
+    power : float in [0, 1], default=0.0
+        The power alpha: 0 is VFE, 1 is FITC, in between Power EP (the same meaning as in
+        the EP estimators, where a power towards 0 approaches VFE).
     noise_variance : float, default=1.0
         Initial (or, with ``optimizer=None``, fixed) Gaussian noise variance.
     n_inducing : int, optional
@@ -38,17 +100,20 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
     inducing_points : (m, d) array, optional
         Initial inducing inputs; overrides ``n_inducing``.
     optimize_inducing : bool, default=True
-        Also fit the inducing inputs (with ``optimizer`` not None).
-    optimizer : "L-BFGS-B", a callable, or None
+        Whether ML-II also moves the inducing inputs.
+    optimizer : "L-BFGS-B", a callable, or None, default="L-BFGS-B"
+        ML-II of the kernel, noise variance and inducing inputs; None keeps them fixed.
     n_restarts_optimizer : int, default=0
         Restarts draw the kernel and noise parameters from their bounds; the
         inducing inputs restart from their initial positions.
-    random_state : int or None
+    random_state : int, RandomState, Generator or None, default=None
+        Seeds the k-means++ choice of inducing points and the restarts.
 
     Attributes
     ----------
-    kernel_, noise_variance_, inducing_points_, log_marginal_likelihood_value_
-    (the objective at the optimum), n_features_in_
+    kernel_, noise_variance_, inducing_points_, n_features_in_
+    log_marginal_likelihood_value_ : float
+        The objective at the optimum.
 
     Examples
     --------
@@ -61,12 +126,17 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
     True
     """
 
-    def __init__(self, kernel=None, *, method="vfe", alpha=0.5, noise_variance=1.0,
-                 n_inducing=None, inducing_points=None, optimize_inducing=True,
-                 optimizer="L-BFGS-B", n_restarts_optimizer=0, random_state=None):
+    _parameter_constraints = shared(
+        "kernel", "optimizer", "n_restarts_optimizer", "n_inducing", "inducing_points",
+        "optimize_inducing", "random_state",
+        power=[Interval(Real, 0, 1, closed="both")],
+        noise_variance=[Interval(Real, 0, None, closed="neither")])
+
+    def __init__(self, kernel=None, *, power=0.0, noise_variance=1.0, n_inducing=None,
+                 inducing_points=None, optimize_inducing=True, optimizer="L-BFGS-B",
+                 n_restarts_optimizer=0, random_state=None):
         self.kernel = kernel
-        self.method = method
-        self.alpha = alpha
+        self.power = power
         self.noise_variance = noise_variance
         self.n_inducing = n_inducing
         self.inducing_points = inducing_points
@@ -75,99 +145,81 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         self.n_restarts_optimizer = n_restarts_optimizer
         self.random_state = random_state
 
-    @property
-    def alpha_(self):
-        return _ALPHA.get(self.method, self.alpha)
-
-    def _validate(self):
-        _check_param(self, "method", self.method, None, options=["vfe", "fitc", "pep"])
-        if self.method == "pep" and not (isinstance(self.alpha, numbers.Real)
-                                         and 0.0 < self.alpha <= 1.0):
-            raise ValueError("The 'alpha' parameter of SparseGPRegressor must be a float in "
-                             f"(0, 1] (1 = FITC; use method='vfe' for alpha -> 0). "
-                             f"Got {self.alpha!r} instead.")
-        if not (isinstance(self.noise_variance, numbers.Real) and self.noise_variance > 0):
-            raise ValueError("The 'noise_variance' parameter of SparseGPRegressor must be a "
-                             f"positive float. Got {self.noise_variance!r} instead.")
-        _check_param(self, "n_restarts_optimizer", self.n_restarts_optimizer, numbers.Integral, 0)
-
-    def _evaluate(self, kernel, Z, noise, eval_gradient=False):
-        return sparse.collapsed_objective(kernel(Z), kernel(Z, self._X), kernel.diag(self._X),
-                                          self._y, noise, self.alpha_, eval_gradient)
-
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
-        """Fit the kernel, noise variance and inducing inputs to (X, y)."""
-        self._validate()
+        """Fit the kernel, noise variance and inducing inputs to (X, y).
+
+        Returns
+        -------
+        self
+        """
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
-        self._X = np.ascontiguousarray(X)
-        self._y = np.asarray(y, dtype=float)
+        X = np.ascontiguousarray(X)
+        rng = as_generator(self.random_state)
         m = min(100, X.shape[0]) if self.n_inducing is None else self.n_inducing
-        Z = sparse.check_inducing(self._X, m, self.inducing_points, self.random_state)
-        kernel = copy.deepcopy(as_kernel(RBF() if self.kernel is None else self.kernel))
-        noise = float(self.noise_variance)
+        Z = sparse.check_inducing(X, m, self.inducing_points, rng)
+        problem = CollapsedSparseGP(X, np.asarray(y, dtype=float), fresh_kernel(self.kernel),
+                                    float(self.noise_variance), Z, float(self.power),
+                                    bool(self.optimize_inducing))
         # the work is m^2 n flops, that of a dense Cholesky of size (m^2 n)^(1/3)
         with blas_threads_for(int(round((Z.shape[0] ** 2 * X.shape[0]) ** (1 / 3)))):
             if self.optimizer is not None:
-                kernel, noise, Z = self._optimize(kernel, noise, Z)
-            self.state_ = self._evaluate(kernel, Z, noise)
-        self.kernel_, self.noise_variance_, self.inducing_points_ = kernel, noise, Z
-        self.log_marginal_likelihood_value_ = self.state_.value
+                problem, _ = maximize_evidence(problem, self.optimizer,
+                                               self.n_restarts_optimizer, rng,
+                                               owner=type(self).__name__)
+            self._set_fitted(problem, problem.state())
         return self
 
-    def _optimize(self, kernel, noise, Z):
-        nk, move_z = kernel.n_dims, bool(self.optimize_inducing)
-        lo, hi = self._X.min(0), self._X.max(0)
-        span = np.maximum(hi - lo, 1e-12)
-        z_bounds = np.tile(np.column_stack([lo - span, hi + span]), (Z.shape[0], 1))
-        bounds = np.vstack([kernel.bounds, [[np.log(1e-6), np.log(1e6)]]]
-                           + ([z_bounds] if move_z else []))
-        theta0 = np.concatenate([kernel.theta, [np.log(noise)]] + ([Z.ravel()] if move_z else []))
+    def _set_fitted(self, problem, state):
+        self._problem = problem
+        self.state_ = state
+        self.kernel_, self.noise_variance_ = problem.kernel, problem.noise_variance
+        self.inducing_points_ = problem.Z
+        self.log_marginal_likelihood_value_ = float(state.value)
 
-        def unpack(theta):
-            zz = theta[nk + 1:].reshape(Z.shape) if move_z else Z
-            return kernel.clone_with_theta(theta[:nk]), float(np.exp(theta[nk])), zz
+    def _state(self):
+        """Fitted state as header values and arrays (:func:`fastep.save_model`)."""
+        p = self._problem
+        return ({"kernel": p.kernel.to_dict(), "noise_variance": p.noise_variance},
+                {"X": p.X, "y": p.y, "Z": p.Z})
 
-        step = [0]
+    def _load_state(self, reader):
+        """Inverse of :meth:`_state`: the objective's factors are recomputed exactly."""
+        X = reader.array("X", (None, None))
+        n, d = X.shape
+        y = reader.array("y", (n,))
+        Z = reader.array("Z", (None, d))
+        if not 1 <= Z.shape[0] <= n:
+            raise ValueError(f"the array 'Z' must hold between 1 and {n} inducing inputs")
+        noise = reader.value("noise_variance", float)
+        if not noise > 0:
+            raise ValueError(f"noise_variance must be positive; got {noise!r}")
+        problem = CollapsedSparseGP(X, y, kernel_from_dict(reader.value("kernel", dict)), noise,
+                                    Z, float(self.power), bool(self.optimize_inducing))
+        self.n_features_in_ = d
+        self._set_fitted(problem, problem.state())
 
-        def evidence(theta):
-            k, s2, zz = unpack(theta)
-            st = self._evaluate(k, zz, s2, eval_gradient=True)
-            d_theta, d_z = sparse.kernel_gradient(k, zz, self._X, st.grad)
-            step[0] += 1
-            _LOG.info("ML-II step %d: objective %.4f", step[0], st.value)
-            parts = [d_theta, [s2 * st.grad.noise_variance]] + ([d_z.ravel()] if move_z else [])
-            return st.value, np.concatenate(parts)
-
-        def draw(rng):      # restarts redraw kernel and noise; inducing inputs stay put
-            start = theta0.copy()
-            start[:nk + 1] = rng.uniform(bounds[:nk + 1, 0], bounds[:nk + 1, 1])
-            return start
-
-        theta, _ = maximize_evidence(evidence, theta0, bounds, self.n_restarts_optimizer,
-                                     self.random_state, self.optimizer, draw=draw)
-        return unpack(theta)
-
-    def predict(self, X, return_std=False):
-        """Latent predictive mean (and standard deviation, noise excluded, as in
-        scikit-learn's GaussianProcessRegressor) at X."""
+    def predict_latent(self, X, return_std=False):
+        """Mean (and standard deviation) of the latent f at X."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         k = self.kernel_
         mean, var = sparse.predict(self.state_, k(self.inducing_points_, X), k.diag(X))
-        return (mean, np.sqrt(var)) if return_std else mean
+        return latent_output(mean, var, return_std)
+
+    def predict(self, X, return_std=False):
+        """Predictive mean (and standard deviation of the latent f, noise excluded, as in
+        scikit-learn's GaussianProcessRegressor) at X."""
+        return self.predict_latent(X, return_std)
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
         """The objective at ``theta = [log kernel params, log noise variance]`` (inducing
         inputs fixed at ``inducing_points_``), optionally with its gradient."""
         check_is_fitted(self)
         if theta is None:
+            if eval_gradient:
+                raise ValueError("Gradient can only be evaluated for theta!=None")
             return self.log_marginal_likelihood_value_
-        theta = np.asarray(theta, dtype=float)
-        nk = self.kernel_.n_dims
-        k = self.kernel_.clone_with_theta(theta[:nk])
-        s2 = float(np.exp(theta[nk]))
-        st = self._evaluate(k, self.inducing_points_, s2, eval_gradient)
-        if not eval_gradient:
-            return st.value
-        d_theta, _ = sparse.kernel_gradient(k, self.inducing_points_, self._X, st.grad)
-        return st.value, np.concatenate([d_theta, [s2 * st.grad.noise_variance]])
+        fixed = dataclasses.replace(self._problem, optimize_inducing=False)
+        value, grad, _ = fixed.with_theta(theta).evidence()
+        return (value, grad) if eval_gradient else value

@@ -1,0 +1,114 @@
+"""What every fastep estimator shares.
+
+* **Declarative parameters.**  :data:`SHARED_PARAMETERS` holds the constraints of the
+  parameters several estimators have; each estimator's ``_parameter_constraints`` picks
+  from it, and scikit-learn's validation (run once, by ``_fit_context``, when ``fit``
+  starts) gives every error in one voice: "The 'max_iter' parameter of
+  EPGaussianProcessClassifier must be an int in the range [1, inf). Got 0 instead."
+* **One meaning per name** (the README's table lists them).  For the EP estimators
+  ``method``, ``damping``, ``tol`` and ``max_iter`` steer EP itself; ``optimizer`` and
+  ``n_restarts_optimizer`` the type-II maximum likelihood (ML-II) of kernel, likelihood
+  and inducing inputs; ``n_inducing``, ``inducing_points``, ``power`` and
+  ``optimize_inducing`` sparse Power EP; ``device`` where it all runs.
+* :class:`EPEstimator`: ``fit`` resolves ``device`` once, builds an immutable
+  :class:`~fastep.models._latent.EPConfig`, fits each latent problem with the one ML-II
+  loop (:func:`~fastep.models._mlii.maximize_evidence`) and keeps the problems and their
+  EP results for prediction and for :func:`fastep.save_model`.
+"""
+from __future__ import annotations
+
+import copy
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.gaussian_process.kernels import Kernel as SklearnKernelBase
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from ..kernels import RBF, Kernel, as_kernel
+from ..inference.sparse import check_inducing
+from ._latent import EPConfig
+from ._mlii import maximize_evidence
+
+#: Constraints of the parameters that several estimators share (one meaning each).
+SHARED_PARAMETERS = {
+    "kernel": [None, Kernel, SklearnKernelBase],
+    "method": [StrOptions({"parallel", "sequential"})],
+    "damping": [Interval(Real, 0, 1, closed="right"), None],
+    "tol": [Interval(Real, 0, None, closed="neither")],
+    "max_iter": [Interval(Integral, 1, None, closed="left")],
+    "optimizer": [StrOptions({"L-BFGS-B"}), callable, None],
+    "n_restarts_optimizer": [Interval(Integral, 0, None, closed="left")],
+    "n_inducing": [Interval(Integral, 1, None, closed="left"), None],
+    "inducing_points": ["array-like", None],
+    "power": [Interval(Real, 0, 1, closed="right")],
+    "optimize_inducing": ["boolean"],
+    "random_state": ["random_state", np.random.Generator],
+    "device": [StrOptions({"cpu", "cuda"})],
+}
+
+
+def shared(*names, **more):
+    """``_parameter_constraints`` from the shared table plus estimator-specific ones."""
+    out = {name: SHARED_PARAMETERS[name] for name in names}
+    out.update(more)
+    return out
+
+
+def as_generator(random_state):
+    """A NumPy Generator from what scikit-learn accepts as ``random_state`` (None, an int,
+    a RandomState) or a Generator (used as it is)."""
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if isinstance(random_state, np.random.RandomState):
+        return np.random.default_rng(random_state.randint(np.iinfo(np.int32).max))
+    return np.random.default_rng(random_state)
+
+
+def fresh_kernel(kernel):
+    """A private copy of the ``kernel`` parameter (None: ``RBF()``)."""
+    return copy.deepcopy(as_kernel(RBF() if kernel is None else kernel))
+
+
+def latent_output(mean, var, return_std):
+    """``mean`` or ``(mean, std)``: the return convention of every ``predict_latent``."""
+    return (mean, np.sqrt(var)) if return_std else mean
+
+
+class EPEstimator(BaseEstimator):
+    """Base of the estimators that run EP on latent GPs (see the module docstring)."""
+
+    def _ep_config(self, backend):
+        """The immutable EP configuration of this fit; checks the parameters that only
+        make sense together (sparse EP with its power and the parallel schedule)."""
+        cls = type(self).__name__
+        sparse = self.n_inducing is not None or self.inducing_points is not None
+        if not sparse and self.power != 1.0:
+            raise ValueError(f"The 'power' parameter of {cls} is the power of sparse Power EP "
+                             f"and needs inducing points; dense EP has power 1. Got "
+                             f"power={self.power!r} without n_inducing or inducing_points: set "
+                             f"one of them, or power=1.0.")
+        if sparse and self.method != "parallel":
+            raise ValueError(f"{cls} with inducing points runs parallel (sparse) EP only; set "
+                             f"method='parallel' (got {self.method!r}).")
+        if self.method not in backend.ep_methods:
+            raise ValueError(f"{cls} with device={backend.name!r} runs "
+                             f"{' or '.join(backend.ep_methods)} EP only; set "
+                             f"method='parallel' (got {self.method!r}), or device='cpu'.")
+        return EPConfig(backend=backend, method=self.method, damping=self.damping, tol=self.tol,
+                        max_iter=self.max_iter, power=float(self.power),
+                        optimize_inducing=bool(self.optimize_inducing))
+
+    def _inducing_inputs(self, X, rng):
+        """The starting inducing inputs (``inducing_points``, or k-means++ on X), or None
+        for dense EP."""
+        if self.n_inducing is None and self.inducing_points is None:
+            return None
+        return check_inducing(X, self.n_inducing, self.inducing_points, rng)
+
+    def _fit_latent(self, latent, rng, sites=None):
+        """ML-II (when ``optimizer`` is set) and the final EP run: ``(latent, result)``."""
+        if self.optimizer is not None and latent.theta.size:
+            latent, sites = maximize_evidence(latent, self.optimizer, self.n_restarts_optimizer,
+                                              rng, sites, type(self).__name__)
+        return latent, latent.run(sites)

@@ -1,0 +1,196 @@
+"""The contract every estimator shares: scikit-learn conformance, one meaning per
+parameter name, one validation path, ``predict_latent``, fitted attributes, random
+states, cloning, pickling in worker processes, and no mutation of what the user passed."""
+import copy
+import pathlib
+import re
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import fastep
+from fastep import (CensoredGPRegressor, EPGaussianProcessClassifier, GWIClassifier,
+                    MultiAnnotatorGPClassifier, SparseGPRegressor)
+from fastep.datasets import simulate_annotators
+from fastep.kernels import RBF
+from fastep.likelihoods import Logistic
+
+ALL = (EPGaussianProcessClassifier, CensoredGPRegressor, MultiAnnotatorGPClassifier,
+       SparseGPRegressor, GWIClassifier)
+EP = (EPGaussianProcessClassifier, CensoredGPRegressor, MultiAnnotatorGPClassifier)
+
+#: The label matrix (n, R) of MultiAnnotatorGPClassifier is its target; a vector is read
+#: as one annotator's labels.  This check passes a column (n, 1) and expects the warning a
+#: vector-target estimator gives; for this estimator (n, 1) is one annotator, not a typo.
+ANNOTATOR_EXPECTED = {
+    "check_supervised_y_2d": "the target is a label matrix (n, R): a column (n, 1) is the "
+                             "labels of one annotator, not a vector given as a column",
+}
+
+
+@parametrize_with_checks([CensoredGPRegressor(optimizer=None),
+                          CensoredGPRegressor(max_iter=50),
+                          MultiAnnotatorGPClassifier(optimizer=None, max_em_iter=20)],
+                         expected_failed_checks=lambda est: ANNOTATOR_EXPECTED if isinstance(
+                             est, MultiAnnotatorGPClassifier) else {})
+def test_sklearn_compatible(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+        check(estimator)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(50, 2))
+    f = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1]
+    return {
+        EPGaussianProcessClassifier: (X, (f > 0).astype(int)),
+        CensoredGPRegressor: (X, np.maximum(f + 0.1 * rng.normal(size=50), -0.3)),
+        MultiAnnotatorGPClassifier: (X, simulate_annotators((f > 0).astype(int), [0.9, 0.7],
+                                                            [0.8, 0.7], random_state=0)),
+        SparseGPRegressor: (X, f + 0.1 * rng.normal(size=50)),
+        GWIClassifier: (X, np.digitize(f, [-0.5, 0.5])),
+    }
+
+
+def _quick(cls, **kw):
+    extra = {"n_inducing": 10, "max_iter": 20} if cls is GWIClassifier else {}
+    if cls is SparseGPRegressor:
+        extra = {"n_inducing": 10}
+    return cls(**{**extra, **kw})
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_predict_latent_returns_mean_or_mean_and_std(cls, data):
+    X, y = data[cls]
+    est = _quick(cls, random_state=0).fit(X, y)
+    mean = est.predict_latent(X[:7])
+    mean2, std = est.predict_latent(X[:7], return_std=True)
+    np.testing.assert_array_equal(mean, mean2)
+    assert isinstance(mean, np.ndarray) and mean.shape == std.shape
+    assert mean.shape[0] == 7 and np.all(std > 0)
+
+
+@pytest.mark.parametrize("cls", EP)
+@pytest.mark.parametrize("sparse", [False, True])
+def test_every_ep_estimator_has_the_fitted_attributes(cls, sparse, data):
+    X, y = data[cls]
+    est = cls(optimizer=None, **({"n_inducing": 10, "random_state": 0} if sparse else {}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+        est.fit(X, y)
+    assert est.kernel_ == RBF() and est.kernel_ is not est.kernel
+    assert np.isfinite(est.log_marginal_likelihood_value_)
+    assert isinstance(est.n_iter_, int) and est.n_iter_ >= 2
+    assert isinstance(est.converged_, bool)
+    assert hasattr(est, "likelihood_")
+    assert hasattr(est, "inducing_points_") == sparse
+    if sparse:
+        assert est.inducing_points_.shape == (10, 2)
+
+
+@pytest.mark.parametrize("cls", ALL)
+@pytest.mark.parametrize("seed", [None, 3, np.random.RandomState(3), np.random.default_rng(3)])
+def test_random_state_accepts_what_scikit_learn_accepts(cls, seed, data):
+    X, y = data[cls]
+    est = _quick(cls, random_state=seed)
+    if cls in EP:
+        est.set_params(n_inducing=8, optimizer=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+        est.fit(X, y)
+    if isinstance(seed, int):               # reproducible
+        again = clone(est).fit(X, y)
+        np.testing.assert_array_equal(again.predict_latent(X), est.predict_latent(X))
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_one_validation_path_and_voice(cls, data):
+    """Shared parameters fail with scikit-learn's message, the same for every estimator."""
+    X, y = data[cls]
+    names = set(cls().get_params())
+    cases = {"tol": 0, "max_iter": 0, "n_restarts_optimizer": -1, "damping": 0.0,
+             "n_inducing": 0, "power": 1.5, "device": "gpu", "method": "fast",
+             "random_state": "seed", "optimizer": "sgd"}
+    for name, bad in cases.items():
+        if name not in names:
+            continue
+        with pytest.raises(ValueError, match=rf"^The '{name}' parameter of {cls.__name__} "
+                                             rf"must be .* Got {re.escape(repr(bad))} instead"):
+            cls(**{name: bad}).fit(X, y)
+
+
+def test_max_iter_inf_is_a_clear_error():
+    X, y = np.arange(6.0)[:, None], [0, 1, 0, 1, 0, 1]
+    with pytest.raises(ValueError, match="'max_iter' parameter .* Got inf instead"):
+        EPGaussianProcessClassifier(max_iter=np.inf).fit(X, y)
+    with pytest.raises(ValueError, match="max_iter must be an integer"):
+        fastep.ep(np.eye(3), np.ones(3), fastep.likelihoods.Probit(), max_iter=np.inf)
+
+
+@pytest.mark.parametrize("cls", EP)
+def test_power_without_inducing_points_is_refused(cls, data):
+    X, y = data[cls]
+    with pytest.raises(ValueError, match="'power' parameter .* needs inducing points"):
+        cls(power=0.5).fit(X, y)
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_clone_and_grid_search_in_worker_processes(cls, data):
+    X, y = data[cls]
+    est = _quick(cls, random_state=0)
+    if cls in EP:
+        est.set_params(optimizer=None)
+    assert clone(est).get_params() == est.get_params()
+    if cls is MultiAnnotatorGPClassifier:      # its score needs true labels, not Y
+        return
+    grid = {"kernel": [RBF(1.0, 0.5), RBF(1.0, 2.0)]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+        search = GridSearchCV(est, grid, cv=2, n_jobs=2).fit(X, y)
+    assert search.best_estimator_.kernel in grid["kernel"]
+    np.testing.assert_array_equal(search.predict(X), search.best_estimator_.predict(X))
+
+
+@pytest.mark.parametrize("cls", EP + (SparseGPRegressor,))
+def test_the_kernel_and_likelihood_passed_are_never_modified(cls, data):
+    X, y = data[cls]
+    kernel = RBF(1.3, 0.7)
+    kw = {"likelihood": Logistic()} if cls is EPGaussianProcessClassifier else {}
+    before = copy.deepcopy((kernel, kw))
+    est = cls(kernel, **kw, **({"n_inducing": 10} if cls is SparseGPRegressor else {}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+        est.fit(X, y)
+    assert kernel == before[0] and est.kernel_ != kernel           # ML-II moved a copy
+    if kw:
+        assert kw["likelihood"].__dict__ == before[1]["likelihood"].__dict__
+
+
+def test_censored_limits_of_fit_are_remembered(data):
+    X, t = data[CensoredGPRegressor]
+    reg = CensoredGPRegressor(noise_variance=0.05, optimizer=None).fit(X, t, lower=-0.3)
+    Xs = X[:10] + 0.3
+    np.testing.assert_array_equal(reg.predict(Xs), reg.predict(Xs, lower=-0.3))
+    assert not np.allclose(reg.predict(Xs), reg.predict(Xs, lower=-np.inf))
+    assert np.all(reg.predict(Xs) >= -0.3)
+    np.testing.assert_array_equal(reg.predict_censored_proba(Xs)[0],
+                                  reg.predict_censored_proba(Xs, lower=-0.3)[0])
+    assert reg.lower_ == -0.3 and reg.upper_ is None
+
+
+def test_readme_table_lists_every_parameter_and_fitted_attribute():
+    text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = text[text.index("| parameter | meaning |"):text.index("Every estimator has")]
+    listed = set(re.findall(r"`(\w+)`", table))
+    shared = {name for cls in ALL for name in cls().get_params()
+              if sum(name in c().get_params() for c in ALL) >= 2}
+    assert not shared - listed, shared - listed
+    for attr in ("kernel_", "log_marginal_likelihood_value_", "n_iter_", "converged_",
+                 "inducing_points_"):
+        assert attr in listed

@@ -1,0 +1,322 @@
+"""save_model / load_model for every estimator, and what a bad model file gets."""
+import io
+import json
+import math
+import pickle
+import warnings
+import zipfile
+
+import joblib
+import numpy as np
+import pytest
+
+import fastep
+from fastep import (CensoredGPRegressor, EPGaussianProcessClassifier, GWIClassifier,
+                    MultiAnnotatorGPClassifier, SparseGPRegressor, load_model, save_model)
+from fastep.datasets import simulate_annotators
+from fastep.kernels import RBF, Matern32, WhiteKernel
+from fastep.likelihoods import Logistic
+
+
+def _data(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2))
+    f = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1]
+    return X, f, rng
+
+
+def _cases():
+    """(name, estimator, fit arguments, prediction methods) for every estimator and form."""
+    X, f, rng = _data()
+    y2 = np.where(f + 0.3 * rng.normal(size=f.size) > 0, "yes", "no")
+    y3 = np.digitize(f, [-0.5, 0.5])
+    t = np.maximum(f + 0.1 * rng.normal(size=f.size), -0.3)
+    lo = np.where(rng.random(f.size) < 0.5, -0.3, -np.inf)
+    t_obs = np.maximum(f + 0.1 * rng.normal(size=f.size), lo)
+    Y = simulate_annotators((f > 0).astype(int), [0.9, 0.7, 0.6], [0.8, 0.7, 0.6],
+                            random_state=0)
+    k = RBF(1.0, [0.8, 1.2]) + WhiteKernel(1e-4)
+    proba = ("predict", "predict_proba", "predict_latent")
+    reg = ("predict", "predict_latent")
+    return [
+        ("classifier/dense", EPGaussianProcessClassifier(k, optimizer=None, tol=1e-8),
+         (X, y2), {}, proba),
+        ("classifier/sequential/ml2", EPGaussianProcessClassifier(Matern32(), method="sequential",
+                                                                 tol=1e-8), (X, y2), {}, proba),
+        ("classifier/logistic", EPGaussianProcessClassifier(likelihood=Logistic(),
+                                                            optimizer=None), (X, y2), {}, proba),
+        ("classifier/sparse/ml2", EPGaussianProcessClassifier(n_inducing=8, random_state=0,
+                                                              power=0.5), (X, y2), {}, proba),
+        ("classifier/3-class", EPGaussianProcessClassifier(optimizer=None), (X, y3), {}, proba),
+        ("classifier/3-class/sparse", EPGaussianProcessClassifier(
+            optimizer=None, inducing_points=X[:10]), (X, y3), {}, proba),
+        ("censored/dense", CensoredGPRegressor(noise_variance=0.05, lower=-0.3), (X, t), {},
+         reg + ("predict_censored_proba",)),
+        ("censored/per-observation", CensoredGPRegressor(noise_variance=0.05, optimizer=None),
+         (X, t_obs), {"lower": lo}, ("predict_latent",)),
+        ("censored/sparse", CensoredGPRegressor(noise_variance=0.05, n_inducing=10,
+                                                random_state=1), (X, t), {"lower": -0.3},
+         reg),
+        ("censored/laplace", CensoredGPRegressor(noise_variance=0.05, lower=-0.3,
+                                                 inference="laplace", optimizer=None),
+         (X, t), {}, reg),
+        ("annotators/dense", MultiAnnotatorGPClassifier(optimizer=None), (X, Y), {}, proba),
+        ("annotators/sparse", MultiAnnotatorGPClassifier(n_inducing=12, random_state=0,
+                                                         max_em_iter=20), (X, Y), {}, proba),
+        ("sparse-regression", SparseGPRegressor(n_inducing=8, power=0.5, random_state=0),
+         (X, f), {}, reg),
+        ("gwi", GWIClassifier(n_inducing=20, max_iter=30, random_state=0), (X, y3), {}, proba),
+        ("gwi/no-linear", GWIClassifier(n_inducing=20, max_iter=30, linear_mean=False,
+                                        validation_fraction=0.2, random_state=0), (X, y3),
+         {}, proba),
+    ]
+
+
+CASES = {c[0]: c[1:] for c in _cases()}
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+        for name, (est, args, kw, methods) in CASES.items():
+            out[name] = (est.fit(*args, **kw), args[0], methods)
+    return out
+
+
+def _predictions(est, X, methods):
+    out = []
+    for m in methods:
+        value = getattr(est, m)(X, return_std=True) if m == "predict_latent" else \
+            getattr(est, m)(X)
+        out.extend(np.atleast_1d(v) for v in (value if isinstance(value, tuple) else (value,)))
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_round_trip_predicts_the_same(fitted, name, tmp_path):
+    est, X, methods = fitted[name]
+    path = tmp_path / "model.fastep"                 # any suffix: the path asked for
+    save_model(est, path)
+    assert path.exists() and list(tmp_path.iterdir()) == [path]
+    back = load_model(path)
+    assert type(back) is type(est) and getattr(back, "device", "cpu") == "cpu"
+    Xs = X[:15] + 0.05
+    for got, want in zip(_predictions(back, Xs, methods), _predictions(est, Xs, methods)):
+        if want.dtype.kind in "fc":
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
+        else:
+            np.testing.assert_array_equal(got, want)
+    assert back.kernel_ == est.kernel_
+    for attr in ("log_marginal_likelihood_value_", "n_iter_", "converged_", "classes_",
+                 "inducing_points_", "sensitivity_", "true_label_proba_", "noise_variance_",
+                 "temperature_", "lower_"):
+        if hasattr(est, attr):
+            np.testing.assert_array_equal(getattr(back, attr), getattr(est, attr))
+    assert back.get_params()["random_state"] == est.get_params()["random_state"] or \
+        not isinstance(est.get_params()["random_state"], (int, type(None)))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_pickle_and_joblib_round_trip(fitted, name, tmp_path):
+    est, X, methods = fitted[name]
+    for back in (pickle.loads(pickle.dumps(est)),
+                 joblib.load(joblib.dump(est, tmp_path / "m.joblib")[0])):
+        for got, want in zip(_predictions(back, X[:7], methods),
+                             _predictions(est, X[:7], methods)):
+            np.testing.assert_array_equal(got, want)
+
+
+def probit_log_lik(y, extra, f, params):
+    """A user likelihood (module level, so that pickle finds it by name)."""
+    return math.log(0.5 * math.erfc(-y * f / math.sqrt(2.0)))
+
+
+def test_a_custom_likelihood_pickles_but_does_not_save(tmp_path):
+    X, f, _ = _data(30)
+    lik = fastep.likelihoods.CustomLikelihood(probit_log_lik, binary=True)
+    est = EPGaussianProcessClassifier(likelihood=lik, optimizer=None).fit(X, f > 0)
+    back = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
+    with pytest.raises(ValueError, match="CustomLikelihood is Python code"):
+        save_model(est, tmp_path / "m.npz")
+
+
+def test_saving_over_a_file_replaces_it_whole(fitted, tmp_path):
+    a, X, _ = fitted["classifier/dense"]
+    b, _, _ = fitted["classifier/3-class"]
+    path = tmp_path / "m.npz"
+    save_model(a, path)
+    save_model(b, path)
+    np.testing.assert_array_equal(load_model(path).predict_proba(X), b.predict_proba(X))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]     # no temporary left
+
+
+# ----------------------------------------------------------------------------------------
+# bad files: a ValueError that names the file and what is wrong
+# ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def model_files(fitted, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("files")
+    out = {}
+    for name in ("classifier/dense", "classifier/sparse/ml2", "gwi"):
+        path = tmp / (name.replace("/", "_") + ".npz")
+        save_model(fitted[name][0], path)
+        with np.load(path, allow_pickle=False) as f:
+            out[name] = (path, json.loads(str(f["header"])), {k: f[k] for k in f.files
+                                                               if k != "header"})
+    return out
+
+
+def _write(path, header, arrays):
+    np.savez(path, header=np.array(json.dumps(header)), **arrays)
+    return path
+
+
+def _expect(path, pattern):
+    with pytest.raises(ValueError, match=pattern) as info:
+        load_model(path)
+    assert str(path) in str(info.value)
+    return str(info.value)
+
+
+def test_foreign_files(tmp_path):
+    np.savez(tmp_path / "a.npz", x=np.arange(3.0))
+    _expect(tmp_path / "a.npz", "not a fastep model file: it has no text 'header'")
+    np.save(tmp_path / "b.npy", np.arange(3.0))
+    _expect(tmp_path / "b.npy", "not a readable fastep model file")
+    (tmp_path / "c.npz").write_bytes(b"\x00garbage" * 50)
+    _expect(tmp_path / "c.npz", "not a readable fastep model file")
+    (tmp_path / "d.npz").write_text(json.dumps({"format": "fastep-model"}))
+    _expect(tmp_path / "d.npz", "not a readable fastep model file")
+    (tmp_path / "e.npz").write_bytes(b"")
+    _expect(tmp_path / "e.npz", "not a readable fastep model file")
+    _write(tmp_path / "f.npz", {"format": "sklearn"}, {})
+    _expect(tmp_path / "f.npz", "not a fastep model file \\(format 'sklearn'")
+    with pytest.raises(FileNotFoundError):
+        load_model(tmp_path / "missing.npz")
+
+
+def test_truncated_files(model_files, tmp_path):
+    path, _, _ = model_files["classifier/sparse/ml2"]
+    data = path.read_bytes()
+    for cut in (10, 100, len(data) // 3, len(data) // 2, len(data) - 30, len(data) - 1):
+        bad = tmp_path / f"cut{cut}.npz"
+        bad.write_bytes(data[:cut])
+        _expect(bad, "not a (readable fastep model|fastep model) file|not a valid")
+
+
+def test_bit_flips_never_load_silently_wrong(model_files, tmp_path):
+    """Flipped bits give a ValueError, or a model whose predictions are finite (a flip in
+    a float's low bits is a valid, different model; zip CRCs catch most)."""
+    path, _, _ = model_files["classifier/dense"]
+    data = bytearray(path.read_bytes())
+    rng = np.random.default_rng(0)
+    X = _data()[0]
+    for i in rng.integers(0, len(data), 40):
+        bad = bytearray(data)
+        bad[i] ^= 1 << int(rng.integers(8))
+        p = tmp_path / "flip.npz"
+        p.write_bytes(bytes(bad))
+        try:
+            est = load_model(p)
+        except ValueError as exc:
+            assert str(p) in str(exc)
+            continue
+        assert np.all(np.isfinite(est.predict_proba(X)))
+
+
+TAMPER = {
+    "version": (lambda h, a: h.update(version=1), "format version 1; this fastep reads"),
+    "unknown class": (lambda h, a: h.update({"class": "Evil"}), "unknown estimator class"),
+    "other class": (lambda h, a: h.update({"class": "GWIClassifier"}), "not a valid GWIClass"),
+    "bad parameter": (lambda h, a: h["params"].update(max_iter=0), "'max_iter' parameter"),
+    "unknown parameter": (lambda h, a: h["params"].update(colour=1), "unexpected keyword"),
+    "negative kernel parameter": (
+        lambda h, a: h["state"]["problems"][0]["kernel"]["k1"]["params"].update(variance=[-1.0]),
+        "positive and finite"),
+    "NaN kernel parameter": (
+        lambda h, a: h["state"]["problems"][0]["kernel"]["k1"]["params"].update(
+            variance=[float("nan")]), "positive and finite"),
+    "unknown kernel": (lambda h, a: h["state"]["problems"][0]["kernel"]["k1"].update(
+        type="Evil"), "unknown kernel type 'Evil'"),
+    "unknown likelihood": (lambda h, a: h["state"]["problems"][0]["likelihood"].update(
+        type="Evil"), "unknown likelihood type 'Evil'"),
+    "missing problems": (lambda h, a: h["state"].pop("problems"), "no 'problems'"),
+    "2-d sites": (lambda h, a: a.update(p0_tau=np.ones((60, 1))), "'p0_tau' has shape"),
+    "short sites": (lambda h, a: a.update(p0_nu=np.ones(59)), "'p0_nu' has shape"),
+    "NaN sites": (lambda h, a: a["p0_nu"].__setitem__(3, np.nan), "'p0_nu' holds NaN"),
+    "integer X": (lambda h, a: a.update(X=np.ones((60, 2), dtype=np.int64)), "'X' has dtype"),
+    "missing array": (lambda h, a: a.pop("y_0"), "'y_0' is missing"),
+    "labels not +-1": (lambda h, a: a["y_0"].__setitem__(0, 0.5), r"expects y in \{-1, \+1\}"),
+    "one class": (lambda h, a: a.update(classes=np.array(["no"])), "two distinct"),
+}
+
+
+@pytest.mark.parametrize("what", list(TAMPER))
+def test_tampered_dense_classifier(model_files, tmp_path, what):
+    _, header, arrays = model_files["classifier/dense"]
+    header, arrays = json.loads(json.dumps(header)), {k: v.copy() for k, v in arrays.items()}
+    change, pattern = TAMPER[what]
+    change(header, arrays)
+    _expect(_write(tmp_path / "t.npz", header, arrays), pattern)
+
+
+SPARSE_TAMPER = {
+    "inducing inputs of another dimension": (lambda a: a.update(p0_Z=a["p0_Z"][:, :1]),
+                                             "'p0_Z' has shape"),
+    "more inducing inputs than data": (lambda a: a.update(p0_Z=np.ones((61, 2))),
+                                       "between 1 and 60"),
+    "not a Cholesky factor": (lambda a: a["p0_L_P"].__setitem__((0, 0), -1.0),
+                              "not a Cholesky factor"),
+    "q of the wrong size": (lambda a: a.update(p0_b=np.ones(3)), "'p0_b' has shape"),
+}
+
+
+@pytest.mark.parametrize("what", list(SPARSE_TAMPER))
+def test_tampered_sparse_classifier(model_files, tmp_path, what):
+    _, header, arrays = model_files["classifier/sparse/ml2"]
+    arrays = {k: v.copy() for k, v in arrays.items()}
+    change, pattern = SPARSE_TAMPER[what]
+    change(arrays)
+    _expect(_write(tmp_path / "t.npz", header, arrays), pattern)
+
+
+def test_tampered_gwi(model_files, tmp_path):
+    _, header, arrays = model_files["gwi"]
+    for change, pattern in (
+            (lambda h, a: h["state"]["likelihood"].update(n_classes=5), "RobustMax for 3"),
+            (lambda h, a: h["state"].update(temperature=-1.0), "temperature must be positive"),
+            (lambda h, a: a.update(L=a["L"][:, :, :3]), "'L' has shape"),
+            (lambda h, a: h["state"]["likelihood"].update(epsilon=2.0), "epsilon")):
+        h, a = json.loads(json.dumps(header)), {k: v.copy() for k, v in arrays.items()}
+        change(h, a)
+        _expect(_write(tmp_path / "g.npz", h, a), pattern)
+
+
+def test_only_fastep_estimators_and_fitted_ones_save(tmp_path):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.exceptions import NotFittedError
+    with pytest.raises(ValueError, match="save_model saves fastep estimators"):
+        save_model(LogisticRegression(), tmp_path / "m.npz")
+    with pytest.raises(NotFittedError):
+        save_model(EPGaussianProcessClassifier(), tmp_path / "m.npz")
+    from sklearn.gaussian_process.kernels import RBF as SkRBF
+    X, f, _ = _data(20)
+    est = EPGaussianProcessClassifier(SkRBF(), optimizer=None).fit(X, f > 0)
+    with pytest.raises(ValueError, match="scikit-learn kernel cannot be saved"):
+        save_model(est, tmp_path / "m.npz")
+    assert not (tmp_path / "m.npz").exists()
+
+
+def test_model_file_is_an_npz_without_pickle(model_files):
+    path, header, _ = model_files["classifier/dense"]
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        assert "header.npy" in names
+        for name in names:
+            head = z.read(name)[:200]
+            assert b"'O'" not in head and b"|O" not in head        # no object arrays
+    assert header["format"] == "fastep-model" and header["version"] == 2
+    np.load(io.BytesIO(path.read_bytes()), allow_pickle=False)     # NumPy reads it plainly
