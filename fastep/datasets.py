@@ -19,6 +19,12 @@ def load_breast_cancer():
     X : ndarray (569, 30)
     y : ndarray (569,) of int
     feature_names : list of str
+
+    Examples
+    --------
+    >>> X, y, names = load_breast_cancer()
+    >>> X.shape, int(y.sum()), names[0]
+    ((569, 30), 357, 'mean radius')
     """
     path = resources.files("fastep") / "data" / "breast_cancer.csv.gz"
     with gzip.open(path, "rt") as fh:
@@ -79,6 +85,14 @@ def split_standardized(X, y, train_fraction=0.7, random_state=None):
 
     Returns ``(X_train, X_test, y_train, y_test)`` (the protocol of the demos and
     experiment scripts: a 70/30 split by default).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> Xtr, Xte, ytr, yte = split_standardized(np.arange(20.0)[:, None], np.arange(20),
+    ...                                         random_state=0)
+    >>> Xtr.shape, Xte.shape, abs(round(float(Xtr.mean()), 12))
+    ((14, 1), (6, 1), 0.0)
     """
     X = np.asarray(X, dtype=float)
     y = np.asarray(y)
