@@ -42,6 +42,8 @@ def _params_to_header(est, arrays):
     for name, value in est.get_params(deep=False).items():
         if value is None or isinstance(value, (bool, str)):
             out[name] = value
+        elif isinstance(value, np.bool_):
+            out[name] = bool(value)
         elif isinstance(value, numbers.Integral):
             out[name] = int(value)
         elif isinstance(value, numbers.Real):

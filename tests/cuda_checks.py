@@ -311,9 +311,12 @@ def estimator_problem():
 
 def estimators():
     """(name, estimator, targets) fitted with device='cpu' and device='cuda' and compared."""
-    from fastep import CensoredGPRegressor, EPGaussianProcessClassifier
+    from fastep import (CensoredGPRegressor, EPGaussianProcessClassifier,
+                        MultiAnnotatorGPClassifier)
+    from fastep.datasets import simulate_annotators
     from fastep.kernels import RBF
     X, y = estimator_problem()
+    Y = simulate_annotators(y, [0.9, 0.7, 0.6], [0.8, 0.7, 0.55], random_state=3)
     noise = 0.1 * np.random.default_rng(10).normal(size=X.shape[0])
     t = np.maximum(np.sin(2 * X[:, 0]) + 0.1 * X[:, 1] + noise, -0.3)
     return X, [
@@ -323,7 +326,12 @@ def estimators():
         ("mlii", EPGaussianProcessClassifier(RBF(1.5, 0.8), inducing_points=X[::4],
                                              max_iter=200), y),
         ("censored", CensoredGPRegressor(RBF(1.0, 0.8), noise_variance=0.05, lower=-0.3,
-                                         max_iter=300), t)]
+                                         max_iter=300), t),
+        ("annotators", MultiAnnotatorGPClassifier(RBF(1.5, 0.8), optimizer=None, tol=1e-10,
+                                                  max_iter=500), Y),
+        ("annotators-sparse", MultiAnnotatorGPClassifier(RBF(1.5, 0.8), optimizer=None,
+                                                         tol=1e-10, max_iter=500,
+                                                         inducing_points=X[::4]), Y)]
 
 
 def probe_theta(est):

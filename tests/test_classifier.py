@@ -1,30 +1,15 @@
 """EPGaussianProcessClassifier: scikit-learn conformance, correctness, save/load, CLI."""
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import fastep
 from fastep import EPGaussianProcessClassifier
 from fastep import load_model, save_model
 from fastep.kernels import RBF, Matern32
 from fastep.likelihoods import Probit
-
-
-def _expected_failed_checks(est):
-    return {}
-
-
-@parametrize_with_checks([EPGaussianProcessClassifier(optimizer=None),
-                          EPGaussianProcessClassifier(method="sequential", max_iter=30)],
-                         expected_failed_checks=_expected_failed_checks)
-def test_sklearn_compatible(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", fastep.ConvergenceWarning)
-        check(estimator)
 
 
 @pytest.fixture(scope="module")

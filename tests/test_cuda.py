@@ -302,12 +302,14 @@ def test_sparse_ep_on_cuda_equals_cpu(gpu, i):
     np.testing.assert_allclose(grad[n_exact:], g[2], rtol=1e-9)
 
 
-@pytest.mark.parametrize("name", ["dense", "sparse", "mlii", "censored"])
+@pytest.mark.parametrize("name", ["dense", "sparse", "mlii", "censored", "annotators",
+                                  "annotators-sparse"])
 def test_estimators_on_cuda_equal_cpu(gpu, name):
     """Estimator fits with device='cuda' against device='cpu'; the GPU model, saved and
     loaded on the CPU, predicts the same.
 
-    With fixed hyperparameters (dense and sparse) the whole fit agrees to 1e-12.  With
+    With fixed hyperparameters (dense and sparse; the annotators' EM included) the whole fit
+    agrees to 1e-12.  With
     ML-II (kernel and inducing inputs; censored regression with the noise) what the
     optimiser sees, the evidence and its gradient at a given theta, agrees to 1e-12; the
     optimum itself is defined only to the optimiser's tolerance (L-BFGS-B stops on a
@@ -361,7 +363,7 @@ def test_gwi_classifier_device_cuda_equals_cpu(gpu):
     from fastep import GWIClassifier
     X, y = cc.gwi_problem()
     clf = GWIClassifier(n_inducing=6, max_iter=4, random_state=0).fit(X, y)
-    np.testing.assert_allclose(gpu["gwi/proba"], clf.predict_proba(X[:5] + 0.1), rtol=1e-9)
+    assert_end_to_end(gpu, gpu["gwi/proba"], clf.predict_proba(X[:5] + 0.1))
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The contract every estimator shares: scikit-learn conformance, one meaning per
+"""The contract every estimator shares: scikit-learn conformance (all five estimators,
+here), one meaning per
 parameter name, one validation path, ``predict_latent``, fitted attributes, random
 states, cloning, pickling in worker processes, and no mutation of what the user passed."""
 import copy
@@ -32,9 +33,13 @@ ANNOTATOR_EXPECTED = {
 }
 
 
-@parametrize_with_checks([CensoredGPRegressor(optimizer=None),
+@parametrize_with_checks([EPGaussianProcessClassifier(optimizer=None),
+                          EPGaussianProcessClassifier(method="sequential", max_iter=30),
+                          CensoredGPRegressor(optimizer=None),
                           CensoredGPRegressor(max_iter=50),
-                          MultiAnnotatorGPClassifier(optimizer=None, max_em_iter=20)],
+                          MultiAnnotatorGPClassifier(optimizer=None, max_em_iter=20),
+                          SparseGPRegressor(n_inducing=None),
+                          GWIClassifier(max_iter=20, random_state=0)],
                          expected_failed_checks=lambda est: ANNOTATOR_EXPECTED if isinstance(
                              est, MultiAnnotatorGPClassifier) else {})
 def test_sklearn_compatible(estimator, check):

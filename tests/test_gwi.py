@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
 from scipy.special import ndtr
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import fastep
 from fastep import GWIClassifier
@@ -270,11 +269,6 @@ def test_temper_minimises_log_loss():
 # ----------------------------------------------------------------------------------------
 # The classifier
 # ----------------------------------------------------------------------------------------
-@parametrize_with_checks([GWIClassifier(max_iter=20, random_state=0)])
-def test_sklearn_compatible(estimator, check):
-    check(estimator)
-
-
 @pytest.fixture(scope="module")
 def iris():
     from sklearn.datasets import load_iris

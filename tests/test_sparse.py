@@ -55,8 +55,6 @@ def test_bad_alpha_and_noise(data):
 
 
 # --- gradients and the estimator -------------------------------------------------------------
-from sklearn.utils.estimator_checks import parametrize_with_checks  # noqa: E402
-
 from fastep import SparseGPRegressor  # noqa: E402
 from fastep.inference.sparse import kernel_gradient  # noqa: E402
 from fastep.kernels import Matern32  # noqa: E402
@@ -87,11 +85,6 @@ def test_collapsed_gradients_match_finite_differences(data, alpha, kernel):
     np.testing.assert_allclose(d_theta, fd_theta, rtol=1e-5)
     np.testing.assert_allclose(d_Z, fd_Z, rtol=1e-5, atol=1e-5 * np.abs(fd_Z).max())
     assert st.grad.noise_variance == pytest.approx(fd_s2, rel=1e-5)
-
-
-@parametrize_with_checks([SparseGPRegressor(n_inducing=None)])
-def test_sklearn_compatible(estimator, check):
-    check(estimator)
 
 
 def test_regressor_with_inducing_points_at_the_data_is_exact_gp(data):
