@@ -74,6 +74,11 @@ class GPU:
         self.be = resolve("cuda")
         self.name = self.be._la.name
 
+    def release(self):
+        """Give the memory CuPy's pool holds back to the device (between table rows)."""
+        if self.name == "cupy":
+            self.be.xp.get_default_memory_pool().free_all_blocks()
+
     def sync(self):
         if self.name == "cupy":
             self.be.xp.cuda.Device().synchronize()
@@ -86,9 +91,9 @@ class GPU:
             self.be.cholesky(A, "K + I")
             self.sync()
 
-        def chol_trsm():
+        def chol_trsm():              # as a posterior refresh: the solve in place, F order
             L = self.be.cholesky(A, "K + I")
-            self.be.solve_lower(L, Kd)
+            self.be.solve_lower(L, xp.asfortranarray(Kd), overwrite=True)
             self.sync()
         return chol, chol_trsm
 
@@ -97,22 +102,25 @@ def dense_row(gpu, n, cpu_max, repeats):
     """One table row; a function, so that the device matrices are freed on return."""
     X, y = make_data(n)
     lik = Probit()
-    Kd = RBF(1.0, 1.0)(X, backend=gpu.be)
-    Kd += 1e-6 * gpu.be.xp.eye(n)
-    gpu.sync()
+    sweeps = t_fit = sweep = f_chol = f_ref = NAN
+    if gpu is not None:
+        gpu.release()
+        Kd = RBF(1.0, 1.0)(X, backend=gpu.be)
+        Kd += 1e-6 * gpu.be.xp.eye(n)
+        gpu.sync()
 
-    def gpu_run(max_iter, tol=1e-4):
-        return quiet(lambda: fastep.ep(Kd, y, lik, max_iter=max_iter, tol=tol,
-                                       check_psd=False, device=gpu.be))
-    gpu_run(2)()                                       # compile / warm up
-    res = gpu_run(100)()
-    t_fit = timed(gpu_run(100), repeats)
-    t2, t6 = timed(gpu_run(2, 1e-300), repeats), timed(gpu_run(6, 1e-300), repeats)
-    sweep = (t6 - t2) / 4
-    chol, chol_trsm = gpu.floor(Kd)
-    chol()
-    f_chol, f_ref = timed(chol, repeats), timed(chol_trsm, repeats)
-    cpu_fit = cpu_sweep = float("nan")
+        def gpu_run(max_iter, tol=1e-4):
+            return quiet(lambda: fastep.ep(Kd, y, lik, max_iter=max_iter, tol=tol,
+                                           check_psd=False, device=gpu.be))
+        gpu_run(2)()                                   # compile / warm up
+        sweeps = gpu_run(100)().n_iter                 # (the result's factors are freed)
+        t_fit = timed(gpu_run(100), repeats)
+        t2, t6 = timed(gpu_run(2, 1e-300), repeats), timed(gpu_run(6, 1e-300), repeats)
+        sweep = (t6 - t2) / 4
+        chol, chol_trsm = gpu.floor(Kd)
+        chol()
+        f_chol, f_ref = timed(chol, repeats), timed(chol_trsm, repeats)
+    cpu_fit = cpu_sweep = NAN
     if n <= cpu_max:
         K = RBF(1.0, 1.0)(X) + 1e-6 * np.eye(n)
 
@@ -120,10 +128,11 @@ def dense_row(gpu, n, cpu_max, repeats):
             return quiet(lambda: fastep.ep(K, y, lik, max_iter=max_iter, tol=tol,
                                            check_psd=False))
         cpu_run(2)()
+        sweeps = cpu_run(100)().n_iter if gpu is None else sweeps
         cpu_fit = timed(cpu_run(100), repeats)
         cpu_sweep = (timed(cpu_run(6, 1e-300), repeats) - timed(cpu_run(2, 1e-300), repeats)) / 4
-    return ("dense EP", n, "-", res.n_iter, t_fit, sweep, cpu_fit, cpu_sweep, f_chol, f_ref,
-            sweep / f_ref, cpu_fit / t_fit)
+    return show(("dense EP", n, "-", sweeps, t_fit, sweep, cpu_fit, cpu_sweep, f_chol, f_ref,
+                 sweep / f_ref, cpu_fit / t_fit))
 
 
 def dense_rows(gpu, sizes, cpu_max, repeats):
@@ -136,16 +145,22 @@ def sparse_rows(gpu, sizes, m, cpu_max, repeats):
         X, y = make_data(n)
         Z = X[np.linspace(0, n - 1, m).astype(int)]
         kernel, lik = RBF(1.0, 1.0), Probit()
+        res, t_fit = None, NAN
+        if gpu is not None:
+            gpu.release()
 
-        def gpu_run():
-            return quiet(lambda: fastep.sparse_ep(kernel, Z, X, y, lik, device=gpu.be))()
-        res = gpu_run()
-        t_fit = timed(gpu_run, repeats)
-        cpu_fit = float("nan")
+            def gpu_run():
+                return quiet(lambda: fastep.sparse_ep(kernel, Z, X, y, lik, device=gpu.be))()
+            res = gpu_run()
+            t_fit = timed(gpu_run, repeats)
+        cpu_fit = NAN
         if n <= cpu_max:
-            cpu_fit = timed(quiet(lambda: fastep.sparse_ep(kernel, Z, X, y, lik)), repeats)
-        rows.append(("sparse EP", n, m, res.n_iter, t_fit, t_fit / max(res.n_iter, 1), cpu_fit,
-                     NAN, NAN, NAN, NAN, cpu_fit / t_fit))
+            def cpu_run():
+                return quiet(lambda: fastep.sparse_ep(kernel, Z, X, y, lik))()
+            res = cpu_run() if res is None else res
+            cpu_fit = timed(cpu_run, repeats)
+        rows.append(show(("sparse EP", n, m, res.n_iter, t_fit, t_fit / max(res.n_iter, 1),
+                          cpu_fit, NAN, NAN, NAN, NAN, cpu_fit / t_fit)))
     return rows
 
 
@@ -153,48 +168,63 @@ def gh_rows(gpu, n, J, cpu_max, repeats):
     """Robust-max S(x, j) for all classes, and S(x_i, y_i) with its gradient: the CUDA
     kernels on device arrays, and the backend's whole call (host arrays in and out), against
     the compiled parallel CPU loops (20 nodes)."""
-    from numba import cuda
-
     from fastep._numerics import gauss_hermite
     from fastep.backend import resolve
-    from fastep.cuda import kernels as ck
     rng = np.random.default_rng(0)
     mean, var = rng.normal(0.0, 2.0, (n, J)), rng.uniform(0.1, 3.0, (n, J))
     labels = rng.integers(0, J, n)
     nodes, weights = (np.array(a) for a in gauss_hermite(20))
-    d_mean, d_var, d_nodes, d_weights, d_labels = (
-        cuda.to_device(a) for a in (mean, var, nodes, weights, labels))
-    out, s, dm, dv = (cuda.device_array(shape) for shape in ((n, J), n, (n, J), (n, J)))
+    cpu = resolve("cpu")
+    cases = [("GH S", lambda: cpu.prob_largest(mean, var, nodes, weights)),
+             ("GH grad", lambda: cpu.prob_largest_grad(mean, var, labels, nodes, weights))]
+    gpu_fns = {}
+    if gpu is not None:
+        from numba import cuda
 
-    def kernel_all():
-        ck.prob_largest_all(d_mean, d_var, d_nodes, d_weights, out)
-        cuda.synchronize()
+        from fastep.cuda import kernels as ck
+        gpu.release()
+        be = gpu.be
+        d_mean, d_var, d_nodes, d_weights = (be._to_device(a) for a in (mean, var, nodes,
+                                                                       weights))
+        d_labels = be._to_device(labels, np.int64)
+        out, s, dm, dv = (be._device_empty(shape) for shape in ((n, J), n, (n, J), (n, J)))
 
-    def kernel_grad():
-        ck.prob_largest_grad(d_mean, d_var, d_labels, d_nodes, d_weights, s, dm, dv)
-        cuda.synchronize()
+        def kernel_all():
+            ck.prob_largest_all(d_mean, d_var, d_nodes, d_weights, out)
+            cuda.synchronize()
 
-    cpu, be = resolve("cpu"), gpu.be
+        def kernel_grad():
+            ck.prob_largest_grad(d_mean, d_var, d_labels, d_nodes, d_weights, s, dm, dv)
+            cuda.synchronize()
+        gpu_fns = {"GH S": (kernel_all, lambda: be.prob_largest(mean, var, nodes, weights)),
+                   "GH grad": (kernel_grad, lambda: be.prob_largest_grad(mean, var, labels,
+                                                                         nodes, weights))}
     rows = []
-    for task, gpu_fn, cpu_fn in (
-            ("GH S kernel", kernel_all, lambda: cpu.prob_largest(mean, var, nodes, weights)),
-            ("GH S call", lambda: be.prob_largest(mean, var, nodes, weights),
-             lambda: cpu.prob_largest(mean, var, nodes, weights)),
-            ("GH grad kernel", kernel_grad,
-             lambda: cpu.prob_largest_grad(mean, var, labels, nodes, weights)),
-            ("GH grad call", lambda: be.prob_largest_grad(mean, var, labels, nodes, weights),
-             lambda: cpu.prob_largest_grad(mean, var, labels, nodes, weights))):
-        gpu_fn()                                       # compile / warm up
-        t_gpu = timed(gpu_fn, repeats)
-        t_cpu = float("nan")
+    for task, cpu_fn in cases:
+        t_cpu = NAN
         if n <= cpu_max:
             cpu_fn()
             t_cpu = timed(cpu_fn, repeats)
-        rows.append((task, n, J, "-", t_gpu, NAN, t_cpu, NAN, NAN, NAN, NAN, t_cpu / t_gpu))
+        for variant, gpu_fn in zip(("kernel", "call"), gpu_fns.get(task, (None, None))):
+            t_gpu = NAN
+            if gpu_fn is not None:
+                gpu_fn()                               # compile / warm up
+                t_gpu = timed(gpu_fn, repeats)
+            rows.append(show((f"{task} {variant}", n, J, "-", t_gpu, NAN, t_cpu, NAN, NAN, NAN,
+                              NAN, t_cpu / t_gpu)))
     return rows
 
 
 NAN = float("nan")
+HEAD = ("task", "n", "m/J", "sweeps", "GPU fit s", "GPU sweep s", "CPU fit s", "CPU sweep s",
+        "chol s", "chol+trsm s", "sweep/floor", "CPU/GPU")
+
+
+def show(row):
+    """Print a table row as soon as it is measured (a later failure keeps it)."""
+    print(" | ".join(f"{v:>11.4g}" if isinstance(v, float) else f"{v!s:>11}" for v in row),
+          flush=True)
+    return row
 
 
 def environment(gpu):
@@ -202,6 +232,8 @@ def environment(gpu):
     import numba
     import scipy
     lines = [f"numpy {np.__version__}, scipy {scipy.__version__}, numba {numba.__version__}"]
+    if gpu is None:
+        return lines
     try:
         from importlib.metadata import version
         lines[0] += f", numba-cuda {version('numba-cuda')}"
@@ -240,6 +272,8 @@ def main(argv=None):
     p.add_argument("--json", default=None, help="also write the rows to this JSON file")
     p.add_argument("--smoke", action="store_true",
                    help="tiny sizes under the CUDA simulator: checks the script, times nothing")
+    p.add_argument("--cpu-only", action="store_true",
+                   help="the CPU columns alone (no GPU needed), e.g. on the 2-core machine")
     a = p.parse_args(argv)
     if a.smoke:
         a.dense, a.sparse, a.m = [48], [300], 8
@@ -251,20 +285,18 @@ def main(argv=None):
         from threadpoolctl import threadpool_limits
         numba.set_num_threads(a.cpu_threads)
         threadpool_limits(a.cpu_threads)
-    gpu = GPU(a.smoke)
+    gpu = None if a.cpu_only else GPU(a.smoke)
+    import os
+    print("\n".join(environment(gpu)))
+    print(f"backend: {'none (CPU only)' if gpu is None else f'cuda with {gpu.name} algebra'}; "
+          f"CPU timings on "
+          f"{a.cpu_threads or os.cpu_count()} threads"
+          + (" (simulator: times mean nothing)" if a.smoke else ""))
+    print(" | ".join(f"{h:>11}" for h in HEAD), flush=True)
     rows = dense_rows(gpu, a.dense, a.cpu_max_dense, a.repeats)
     rows += sparse_rows(gpu, a.sparse, a.m, a.cpu_max_sparse, a.repeats)
     rows += gh_rows(gpu, a.gh, 10, a.cpu_max_gh, a.repeats)
-    head = ("task", "n", "m/J", "sweeps", "GPU fit s", "GPU sweep s", "CPU fit s",
-            "CPU sweep s", "chol s", "chol+trsm s", "sweep/floor", "CPU/GPU")
-    print("\n".join(environment(gpu)))
-    import os
-    print(f"backend: cuda with {gpu.name} algebra; CPU timings on "
-          f"{a.cpu_threads or os.cpu_count()} threads"
-          + (" (simulator: times mean nothing)" if a.smoke else ""))
-    print(" | ".join(f"{h:>11}" for h in head))
-    for r in rows:
-        print(" | ".join(f"{v:>11.4g}" if isinstance(v, float) else f"{v!s:>11}" for v in r))
+    head = HEAD
     if a.json:
         import json
         with open(a.json, "w") as fh:

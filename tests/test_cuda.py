@@ -94,6 +94,35 @@ def assert_cavities(gpu, gpu_cav, mu_cav, var_cav, mean, var, tau, nu):
     assert np.all(np.abs(g_lin - mu_cav / var_cav) <= tol * np.max(scale_lin))
 
 
+def _quadrature(name, alpha=1.0):
+    """Whether a likelihood's tilted moments come from the adaptive panel quadrature."""
+    return name in ("logistic", "custom") or (alpha != 1.0 and name != "gaussian")
+
+
+def assert_kernel_twin(gpu, gpu_value, cpu_value, quadrature):
+    """A per-site kernel against its CPU twin.  Under the simulator (the CPU's own math
+    library) element-wise to 1e-12.  On a GPU, CUDA's libdevice rounds exp, log and erfc
+    differently in the last bit, which far tails and cancellations amplify element-wise
+    (seen on an H100: d2 of -2.4e-12 against -3.7e-12 where that output reaches 8e-3), and
+    in the adaptive panel quadrature a last-bit change can move a panel boundary; so each
+    output is compared norm-wise (error relative to its largest magnitude): 1e-11 for
+    closed forms (largest seen 1.8e-12), 1e-9 for quadrature (largest seen 1.5e-10, the
+    quadrature's own accuracy).  NaN and infinity must appear in the same places."""
+    if gpu["meta/mode"] == "simulator":
+        return assert_twin(gpu_value, cpu_value)
+    g = np.atleast_2d(np.asarray(gpu_value, float))
+    c = np.atleast_2d(np.asarray(cpu_value, float))
+    assert g.shape == c.shape
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(c))
+    np.testing.assert_array_equal(np.isinf(g), np.isinf(c))
+    tol = 1e-9 if quadrature else 1e-11
+    for gr, cr in zip(g, c):
+        fin = np.isfinite(cr)
+        if fin.any():
+            err, top = np.max(np.abs(gr[fin] - cr[fin])), np.max(np.abs(cr[fin]))
+            assert err <= tol * top, f"norm-wise error {err / top:.3g}"
+
+
 def assert_twin(gpu_value, cpu_value, rtol=RTOL, scale=None):
     """Equal to rtol relative (to |cpu| or to ``scale``, the size of the summed terms),
     NaN where the CPU twin has NaN."""
@@ -106,7 +135,8 @@ def assert_twin(gpu_value, cpu_value, rtol=RTOL, scale=None):
     np.testing.assert_array_equal(g[ok & ~fin], c[ok & ~fin])
     ref = np.abs(c[fin]) if scale is None else np.broadcast_to(scale, c.shape)[fin]
     err = np.abs(g[fin] - c[fin])
-    assert np.all(err <= rtol * ref), f"max relative error {np.max(err / np.maximum(ref, 1e-300)):.3g}"
+    worst = np.max(err / np.maximum(ref, 1e-300), initial=0.0)
+    assert np.all(err <= rtol * ref), f"max relative error {worst:.3g}"
 
 
 LIKS = {name: (lik, y, extra) for name, lik, y, extra in
@@ -129,7 +159,7 @@ def test_tilted_moments_equal_cpu(gpu, name, alpha):
     tilted_batch(lik.scalar_tilted, y[:n].copy(), np.ascontiguousarray(extra[:n]), mu, var, alpha,
                  lik.params, out[0], out[1], out[2])
     assert np.all(np.isfinite(out))
-    assert_twin(gpu[f"{key}/out"], out)
+    assert_kernel_twin(gpu, gpu[f"{key}/out"], out, _quadrature(name, alpha))
 
 
 @pytest.mark.parametrize("clip", [True, False])
@@ -145,7 +175,7 @@ def test_parallel_sites_equal_cpu(gpu, name, clip):
                                          tau, nu, 0.7, clip, *outs)
     assert skipped > 0                         # the improper cavities were exercised
     assert int(gpu[f"{key}/skipped"][0]) == skipped
-    assert_twin(gpu[f"{key}/out"], np.array(outs))
+    assert_kernel_twin(gpu, gpu[f"{key}/out"], np.array(outs), _quadrature(name))
 
 
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
@@ -160,7 +190,7 @@ def test_power_sites_equal_cpu(gpu, name, alpha):
                                       np.ascontiguousarray(extra[:n]), lik.params, *args,
                                       alpha, 0.6, lik.log_concave, *outs)
     assert int(gpu[f"{key}/skipped"][0]) == skipped
-    assert_twin(gpu[f"{key}/out"], np.array(outs))
+    assert_kernel_twin(gpu, gpu[f"{key}/out"], np.array(outs), _quadrature(name, alpha))
 
 
 def test_device_functions_call_no_cpu_code():
@@ -350,12 +380,11 @@ def test_robustmax_gauss_hermite_equals_cpu(gpu, J):
     nodes, weights = gauss_hermite(20)
     out = np.empty(mean.shape)
     rm.prob_largest_all(mean, var, nodes, weights, out)
-    assert_twin(gpu[f"{key}/all"], out)
+    assert_kernel_twin(gpu, gpu[f"{key}/all"].ravel(), out.ravel(), False)
     s, dm, dv = np.empty(mean.shape[0]), np.empty(mean.shape), np.empty(mean.shape)
     rm.prob_largest_grad(mean, var, labels.astype(np.int64), nodes, weights, s, dm, dv)
-    assert_twin(gpu[f"{key}/s"], s)
-    assert_twin(gpu[f"{key}/dm"], dm)
-    assert_twin(gpu[f"{key}/dv"], dv)
+    for got, want in ((gpu[f"{key}/s"], s), (gpu[f"{key}/dm"], dm), (gpu[f"{key}/dv"], dv)):
+        assert_kernel_twin(gpu, got.ravel(), want.ravel(), False)
     assert np.any(out > 0.999) and np.any((out > 1e-3) & (out < 0.999))   # not all 0/1
 
 
@@ -444,7 +473,7 @@ def test_every_kernel_compiles_to_ptx():
     """The simulator runs any Python; this compiles every kernel, every likelihood's
     (panel quadrature included), for a real GPU (sm_90) without one."""
     env = dict(os.environ, CUDA_HOME=_nvvm_home(), PYTHONPATH=os.pathsep.join(
-        [str(HERE.parent), str(HERE)]))
+        [str(HERE.parent), str(HERE), os.environ.get("PYTHONPATH", "")]))
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     proc = subprocess.run([sys.executable, str(HERE / "cuda_checks.py"), "--ptx"], env=env,
                           capture_output=True, text=True, timeout=600)

@@ -13,6 +13,8 @@ import contextlib
 
 #: The values of ``device`` that :func:`fastep.backend.resolve` accepts.
 DEVICES = ("cpu", "cuda")
+#: Rows per chunk of a streamed pass on the CPU: an m x 8192 block stays in cache.
+CHUNK_ROWS = 8192
 
 
 class Backend:
@@ -75,6 +77,11 @@ class Backend:
     def n_workers(self, n, m, chunk_size):
         """How many workers share the chunks of a streamed pass over n rows."""
         return 1
+
+    def chunk_rows(self, m):
+        """Rows of data per chunk of a streamed pass with m inducing inputs (the default of
+        ``chunk_size``)."""
+        return CHUNK_ROWS
 
     def run_all(self, jobs):
         """Run zero-argument callables (one per worker); their results in order."""
