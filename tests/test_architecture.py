@@ -143,3 +143,15 @@ def test_no_device_branches_below_the_boundary():
         if name.startswith(("fastep.inference", "fastep.kernels", "fastep.likelihoods"))
         for node in ast.walk(ast.parse(path.read_text())) if _compares_device(node))
     assert not offenders, offenders
+
+
+def test_serial_and_parallel_loops_have_their_own_disk_cache_entries():
+    """Numba's on-disk cache is keyed by module, qualified name and line, not by the
+    ``parallel`` option: without distinct names the first compilation of a loop (serial
+    or parallel) would be loaded for both in every later process."""
+    from fastep.backend.cpu import PARALLEL, SERIAL
+    for name in ("parallel_sites", "power_sites", "build_b", "scale_columns", "row_sumsq"):
+        serial, parallel = getattr(SERIAL, name), getattr(PARALLEL, name)
+        assert serial._cache._cache_file._index_name != parallel._cache._cache_file._index_name
+        assert parallel.targetoptions.get("parallel") and not serial.targetoptions.get(
+            "parallel")

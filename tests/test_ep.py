@@ -14,6 +14,7 @@ import scipy.special as sc
 
 import fastep
 import reference as ref
+from fastep.inference.ep import posterior_from_sites
 from fastep.kernels import RBF, Matern32
 from fastep.likelihoods import Gaussian, CustomLikelihood, Logistic, Probit
 
@@ -407,3 +408,22 @@ def test_negative_site_precisions_methods_agree(mixture, mislabelled):
     np.testing.assert_allclose(a.site_tau, b.site_tau, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(a.site_nu, b.site_nu, rtol=1e-6, atol=1e-8)
     assert a.log_marginal_likelihood == pytest.approx(b.log_marginal_likelihood, rel=1e-8)
+
+
+def test_posterior_from_sites_fills_improper_cavities_with_marginals():
+    """Sites whose cavity is improper (here: the other site's precision is negative enough
+    that prior x site 2 is not normalisable) get the posterior marginal as cavity, as in
+    a sweep, never NaN.  Truth: the dense inverse of K^-1 + T."""
+    K = np.array([[1.0, 0.99], [0.99, 1.0]])
+    tau, nu = np.array([5.0, -1.2]), np.array([0.5, 0.0])
+    cav_prec = np.linalg.inv(K)
+    cav_prec[1, 1] += tau[1]                      # prior x site 2 for f_1: indefinite
+    assert np.linalg.eigvalsh(cav_prec).min() < 0
+    res = posterior_from_sites(K, np.array([1.0, -1.0]), Probit(), tau, nu)
+    Sigma = np.linalg.inv(np.linalg.inv(K) + np.diag(tau))
+    mu = Sigma @ nu
+    assert np.all(np.isfinite(res.cavity_mean)) and np.all(np.isfinite(res.cavity_var))
+    assert res.cavity_var[0] == pytest.approx(Sigma[0, 0], rel=1e-12)
+    assert res.cavity_mean[0] == pytest.approx(mu[0], rel=1e-12)
+    # site 2's cavity is proper: precision 1/Sigma_22 - tau_2
+    assert res.cavity_var[1] == pytest.approx(1 / (1 / Sigma[1, 1] - tau[1]), rel=1e-10)

@@ -259,3 +259,31 @@ def test_invalid_likelihood_parameters():
             Gaussian(value)
     with pytest.raises(ValueError):
         Probit().tilted(1.0, [0.0], [0.0])
+
+
+def test_legacy_tilted_attribute_still_works_with_a_deprecation_warning():
+    """A subclass written for fastep < 0.2 (``_tilted``) keeps working: a
+    DeprecationWarning at class creation, and EP gives what the public name gives."""
+    import fastep
+    from fastep.likelihoods.binary import probit_tilted
+    with pytest.warns(DeprecationWarning, match="scalar_tilted"):
+        class OldProbit(Probit):
+            _tilted = staticmethod(probit_tilted)
+    assert OldProbit.scalar_tilted is probit_tilted
+    K = np.array([[1.0, 0.5], [0.5, 1.0]])
+    y = np.array([1.0, -1.0])
+    assert (fastep.ep(K, y, OldProbit()).log_marginal_likelihood
+            == fastep.ep(K, y, Probit()).log_marginal_likelihood)
+
+
+def test_a_likelihood_without_a_tilted_function_is_a_clear_error():
+    import fastep
+
+    class Incomplete(fl.Likelihood):
+        pass
+    X = np.linspace(-1, 1, 4)[:, None]
+    for call in (lambda: fastep.ep(np.eye(4), np.ones(4), Incomplete()),
+                 lambda: fastep.sparse_ep(fastep.kernels.RBF(), X[:2], X, np.ones(4),
+                                          Incomplete())):
+        with pytest.raises(ValueError, match="Incomplete defines no scalar_tilted"):
+            call()

@@ -320,3 +320,91 @@ def test_model_file_is_an_npz_without_pickle(model_files):
             assert b"'O'" not in head and b"|O" not in head        # no object arrays
     assert header["format"] == "fastep-model" and header["version"] == 2
     np.load(io.BytesIO(path.read_bytes()), allow_pickle=False)     # NumPy reads it plainly
+
+
+# ----------------------------------------------------------------------------------------
+# corner cases of what is saved
+# ----------------------------------------------------------------------------------------
+def test_infinite_parameters_round_trip(tmp_path):
+    """An infinite limit (no limit) is saved as text and comes back."""
+    X, f, rng = _data()
+    t = np.minimum(f + 0.1 * rng.normal(size=f.size), 0.4)
+    est = CensoredGPRegressor(noise_variance=0.05, lower=-np.inf, upper=0.4, optimizer=None)
+    est.fit(X, t)
+    assert est.lower_ is None and est.upper_ == 0.4
+    save_model(est, tmp_path / "c.npz")
+    back = load_model(tmp_path / "c.npz")
+    assert back.lower == -np.inf and back.upper == 0.4 and back.lower_ is None
+    np.testing.assert_array_equal(back.predict(X), est.predict(X))
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: EPGaussianProcessClassifier(optimizer=None, **kw),
+    lambda **kw: CensoredGPRegressor(noise_variance=0.05, optimizer=None, **kw),
+    lambda **kw: MultiAnnotatorGPClassifier(optimizer=None, **kw)], ids=["clf", "cens", "ann"])
+def test_a_dense_refit_of_a_sparse_model_forgets_its_inducing_points(make, tmp_path):
+    X, f, _ = _data()
+    y = {EPGaussianProcessClassifier: f > 0, CensoredGPRegressor: np.maximum(f, -0.3),
+         MultiAnnotatorGPClassifier: simulate_annotators((f > 0).astype(int), [0.9, 0.8],
+                                                         [0.8, 0.9], random_state=0)}
+    est = make(n_inducing=8, random_state=0)
+    est.fit(X, y[type(est)])
+    assert est.inducing_points_.shape == (8, 2)
+    est.set_params(n_inducing=None).fit(X, y[type(est)])
+    assert not hasattr(est, "inducing_points_")
+    save_model(est, tmp_path / "m.npz")
+    assert not hasattr(load_model(tmp_path / "m.npz"), "inducing_points_")
+
+
+def test_text_labels_held_as_python_objects_save(tmp_path):
+    """A pandas-style object column of strings is saved as a NumPy text array."""
+    X, f, _ = _data()
+    y = np.array(["pos" if v > 0 else "neg" for v in f], dtype=object)
+    est = EPGaussianProcessClassifier(optimizer=None).fit(X, y)
+    save_model(est, tmp_path / "m.npz")
+    np.testing.assert_array_equal(load_model(tmp_path / "m.npz").predict(X), est.predict(X))
+
+
+def test_file_mode_is_that_of_a_new_file_or_the_replaced_one(fitted, tmp_path):
+    import os
+    est = fitted["classifier/dense"][0]
+    umask = os.umask(0o022)
+    try:
+        save_model(est, tmp_path / "new.npz")
+        assert (tmp_path / "new.npz").stat().st_mode & 0o777 == 0o644
+        (tmp_path / "old.npz").write_bytes(b"")
+        os.chmod(tmp_path / "old.npz", 0o600)
+        save_model(est, tmp_path / "old.npz")
+        assert (tmp_path / "old.npz").stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(umask)
+
+
+def test_malformed_headers(model_files, tmp_path):
+    _, header, arrays = model_files["classifier/dense"]
+    h = json.loads(json.dumps(header))
+    h["class"] = ["EPGaussianProcessClassifier"]
+    _expect(_write(tmp_path / "a.npz", h, arrays), "unknown estimator class")
+    h = json.loads(json.dumps(header))
+    h["params"]["tol"] = {"float": "1e-3"}
+    _expect(_write(tmp_path / "b.npz", h, arrays), "'tol' has an invalid value")
+    deep = "[" * 100000 + "]" * 100000
+    np.savez(tmp_path / "c.npz", header=np.array(deep), **arrays)
+    _expect(tmp_path / "c.npz", "not a fastep model file")
+    # a member that is not an array (a pickled object) is refused without unpickling
+    with zipfile.ZipFile(model_files["classifier/dense"][0]) as z, \
+            zipfile.ZipFile(tmp_path / "d.npz", "w") as out:
+        for name in z.namelist():
+            out.writestr(name, z.read(name))
+        out.writestr("extra.npy", pickle.dumps([1, 2]))
+    _expect(tmp_path / "d.npz", "not a readable fastep model file")
+
+
+def test_gwi_without_inducing_inputs_is_refused(model_files, tmp_path):
+    _, header, arrays = model_files["gwi"]
+    a = {k: v.copy() for k, v in arrays.items()}
+    J = a["a"].shape[0]
+    a.update(inducing_points=np.zeros((0, 2)), a=np.zeros((J, 0)), L=np.zeros((J, 0, 0)))
+    if "W" in a:
+        a["W"] = np.zeros((J, 0))
+    _expect(_write(tmp_path / "g.npz", header, a), "holds no inducing input")

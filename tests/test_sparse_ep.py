@@ -127,8 +127,8 @@ def test_threads_share_a_sweep_without_changing_the_answer():
         for threads in (1, min(3, numba.config.NUMBA_NUM_THREADS)):
             numba.set_num_threads(threads)
             for cache in (0, 2 ** 31):
-                fits[threads, cache] = sparse_ep(k, Z, X, np.ones(300), lik, chunk_size=16, damping=0.5,
-                                                 gram_cache=cache, **TIGHT)
+                fits[threads, cache] = sparse_ep(k, Z, X, np.ones(300), lik, chunk_size=16,
+                                                 damping=0.5, gram_cache=cache, **TIGHT)
     finally:
         numba.set_num_threads(previous)
     ref = fits[1, 0]
@@ -299,3 +299,17 @@ def test_bad_input(data):
         EPGaussianProcessClassifier(n_inducing=5, method="sequential").fit(X, yb)
     with pytest.raises(ValueError, match="inference='ep'"):
         CensoredGPRegressor(n_inducing=5, inference="laplace", lower=-0.2).fit(X, yt)
+
+
+def test_unusable_warm_start_falls_back_to_a_cold_start(data):
+    """Warm-start sites whose inducing precision is not positive definite (here: very
+    negative site precisions) give the cold-start answer instead of an error."""
+    X, _, yb, _, Z = data
+    k = RBF(1.5, 1.1)
+    cold = sparse_ep(k, Z, X, yb, Probit(), **TIGHT)
+    bad = np.full(X.shape[0], -1e6)
+    warm = sparse_ep(k, Z, X, yb, Probit(), site_tau=bad, site_nu=np.zeros(X.shape[0]),
+                     **TIGHT)
+    assert warm.converged and warm.n_iter == cold.n_iter
+    np.testing.assert_array_equal(warm.site_tau, cold.site_tau)
+    assert warm.log_marginal_likelihood == cold.log_marginal_likelihood

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import types as types_module
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
@@ -204,16 +205,29 @@ def evidence_site_terms(log_z, mu_cav, var_cav, mean, var):
 PARALLEL_MIN_N = 2048
 
 
+def _twin(fn, suffix):
+    """``fn`` under another qualified name.  Numba keys its on-disk cache by module,
+    qualified name and line, not by the ``parallel`` option, so the serial and parallel
+    compilations of one function would share one cache entry (whichever was compiled
+    first then served both); the suffix gives each its own."""
+    twin = types_module.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + suffix,
+                                     fn.__defaults__, fn.__closure__)
+    twin.__qualname__ = fn.__qualname__ + suffix
+    twin.__doc__ = fn.__doc__
+    return twin
+
+
 class KernelSet:
     """The per-sweep loops, compiled serial (``parallel=False``) or parallel."""
 
     def __init__(self, parallel):
         wrap = pjit if parallel else jit
-        self.parallel_sites = wrap(_PARALLEL_SITES_SIG)(parallel_sites)
-        self.power_sites = wrap(_POWER_SITES_SIG)(power_sites)
-        self.build_b = wrap(build_b)
-        self.scale_columns = wrap(scale_columns)
-        self.row_sumsq = wrap(row_sumsq)
+        suffix = "_parallel" if parallel else "_serial"
+        self.parallel_sites = wrap(_PARALLEL_SITES_SIG)(_twin(parallel_sites, suffix))
+        self.power_sites = wrap(_POWER_SITES_SIG)(_twin(power_sites, suffix))
+        self.build_b = wrap(_twin(build_b, suffix))
+        self.scale_columns = wrap(_twin(scale_columns, suffix))
+        self.row_sumsq = wrap(_twin(row_sumsq, suffix))
 
 
 SERIAL = KernelSet(parallel=False)

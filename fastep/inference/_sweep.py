@@ -66,6 +66,25 @@ def site_change(xp, tau0, nu0, tau1, nu1):
                      float(xp.max(xp.abs(nu1 - nu0) / (1.0 + xp.abs(nu0))))))
 
 
+def fill_cavities(ok, mu_cav, var_cav, mean, var, xp=np):
+    """Cavities of the sites left out (``~ok``: improper cavity) replaced by the marginals;
+    returns ``(mu_cav, var_cav, number left out)``."""
+    n_bad = int(xp.count_nonzero(~ok))
+    if n_bad:
+        mu_cav = xp.where(ok, mu_cav, mean)
+        var_cav = xp.where(ok, var_cav, var)
+    return mu_cav, var_cav, n_bad
+
+
+def check_likelihood(likelihood):
+    """Raise a clear error for a likelihood without the scalar tilted function."""
+    if getattr(likelihood, "scalar_tilted", None) is None:
+        raise ValueError(f"{type(likelihood).__name__} defines no scalar_tilted function, the "
+                         "contract between a likelihood and EP (see "
+                         "fastep.likelihoods.Likelihood); set it to a function compiled with "
+                         "fastep._jit.tilted_function.")
+
+
 class SweepControl:
     """Convergence bookkeeping shared by every EP driver (dense and sparse, every backend).
 
@@ -123,10 +142,7 @@ class SweepControl:
         """End of the loop: cavities of the sites left out (``~ok``, improper cavity) are
         replaced by the marginals, and the warnings are given (:meth:`warn`).  Returns
         ``(mu_cav, var_cav)``; ``xp`` is the array module (NumPy or CuPy)."""
-        n_bad = int(xp.count_nonzero(~ok))
-        if n_bad:
-            mu_cav = xp.where(ok, mu_cav, mean)
-            var_cav = xp.where(ok, var_cav, var)
+        mu_cav, var_cav, n_bad = fill_cavities(ok, mu_cav, var_cav, mean, var, xp)
         self.warn(n_bad, stacklevel + 1)
         return mu_cav, var_cav
 

@@ -39,7 +39,8 @@ import numpy as np
 from .._linalg import NotPositiveDefiniteError
 from ..backend import resolve
 from ._sweep import (ConvergenceWarning, EPNumericalWarning, SweepControl, check_kernel_matrix,
-                     check_sweep_controls, initial_sites, site_change)
+                     check_likelihood, check_sweep_controls, fill_cavities, initial_sites,
+                     site_change)
 
 SEQUENTIAL_BLOCK = 256
 METHODS = ("parallel", "sequential")
@@ -280,6 +281,7 @@ def _prepare(be, K, y, likelihood, method, extra):
         raise ValueError(f"device={be.name!r} runs {' or '.join(be.ep_methods)} EP only; got "
                          f"method={method!r}. Use method='parallel', or device='cpu' for "
                          f"{method} EP.")
+    check_likelihood(likelihood)
     K = be.xp.ascontiguousarray(be.asarray(K))
     y = likelihood.encode_targets(y)
     check_kernel_matrix(K, y.shape[0], be.xp)
@@ -448,9 +450,10 @@ def posterior_from_sites(K, y, likelihood, site_tau, site_nu, extra=None, device
     with be.threads_for(n):
         post = _Posterior(be, K, xp.ascontiguousarray(xp.diagonal(K)), tau, nu)
         buf = [xp.empty(n) for _ in range(5)]
-        skipped, _, log_ev = _evaluate(be, likelihood.scalar_tilted, y, extra, params, post,
-                                       tau, nu, 1.0, bool(likelihood.log_concave), *buf)
-    return _result(be, post, tau, nu, log_ev, 0, True, skipped, buf[3], buf[4], "parallel",
+        skipped, ok, log_ev = _evaluate(be, likelihood.scalar_tilted, y, extra, params, post,
+                                        tau, nu, 1.0, bool(likelihood.log_concave), *buf)
+    mu_cav, var_cav, _ = fill_cavities(ok, buf[3], buf[4], post.mean, post.var, xp)
+    return _result(be, post, tau, nu, log_ev, 0, True, skipped, mu_cav, var_cav, "parallel",
                    [log_ev])
 
 

@@ -252,15 +252,16 @@ def prob_largest_grad(likelihood, mean, var, y, device="cpu"):
     ``device`` (the likelihood's scalar Gauss-Hermite code, compiled for that target)."""
     mean, var = check_moments(mean, var, likelihood.n_classes)
     y = likelihood.check_labels(y, mean.shape[0])
-    return resolve(device).prob_largest_grad(mean, var, y, *likelihood.nodes)
+    return resolve(device, dense_algebra=False).prob_largest_grad(mean, var, y,
+                                                                  *likelihood.nodes)
 
 
 def predict_proba(likelihood, mean, var, device="cpu"):
     """Robust-max class probabilities (``likelihood.predict_proba``) with S on the backend
     of ``device``."""
     mean, var = check_moments(mean, var, likelihood.n_classes)
-    return likelihood.proba_from_prob(resolve(device).prob_largest(mean, var,
-                                                                   *likelihood.nodes))
+    return likelihood.proba_from_prob(resolve(device, dense_algebra=False).prob_largest(
+        mean, var, *likelihood.nodes))
 
 
 def gwi_objective(params, factors, sub, X, y, likelihood, prior_mean=0.0, squared=True,

@@ -36,6 +36,7 @@ every backend.
 from __future__ import annotations
 
 import functools
+import numbers
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -44,10 +45,12 @@ from scipy.linalg import cho_solve, cholesky, solve_triangular
 
 from .._linalg import NotPositiveDefiniteError, trmm_lower_nogil
 from ..backend import resolve
-from ._sweep import SweepControl, check_sweep_controls, initial_sites, site_change
+from ..backend._base import CHUNK_ROWS
+from ._sweep import (SweepControl, check_likelihood, check_sweep_controls, initial_sites,
+                     site_change)
 from .sparse import cholesky_uu, uu_from_whitened
 
-CHUNK = 8192
+CHUNK = CHUNK_ROWS
 GRAM_CACHE = 2 ** 31
 
 __all__ = ["sparse_ep", "sparse_ep_gradient", "SparseEPResult", "CHUNK", "GRAM_CACHE"]
@@ -182,7 +185,8 @@ def _validate(Z, X, y, alpha, damping, tol, max_iter, chunk_size):
         raise ValueError(f"alpha must be in (0, 1] (1 = EP with a FITC-style posterior); "
                          f"got {alpha!r}.")
     check_sweep_controls(damping, tol, max_iter)
-    if isinstance(chunk_size, bool) or int(chunk_size) != chunk_size or chunk_size < 1:
+    if (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
+            or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive integer; got {chunk_size!r}.")
     Z = np.ascontiguousarray(Z, dtype=float)
     if X.ndim != 2 or Z.ndim != 2 or Z.shape[1] != X.shape[1]:
@@ -205,7 +209,7 @@ def _rows_of(X):
 
 
 def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, max_iter=100,
-              site_tau=None, site_nu=None, extra=None, chunk_size=CHUNK, callback=None,
+              site_tau=None, site_nu=None, extra=None, chunk_size=None, callback=None,
               device="cpu", gram_cache=GRAM_CACHE):
     """Power EP with inducing points Z (see the module docstring).
 
@@ -221,8 +225,10 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
         Power: 1 is EP (FITC-EP), alpha -> 0 approaches the variational (VFE) solution.
     damping, tol, max_iter, site_tau, site_nu, extra, callback :
         as in :func:`fastep.ep` (adaptive damping when ``damping`` is None).
-    chunk_size : int
-        Rows of X per block; memory is O(chunk_size m + m^2) plus the Gram cache.
+    chunk_size : int, optional
+        Rows of X per block; memory is O(chunk_size m + m^2) plus the Gram cache.  None:
+        the backend's choice (8192 on the CPU, about 2^25 / m on a GPU, whose sweeps are
+        launch-bound with small chunks).
     device : {"cpu", "cuda"}, default="cpu"
         Where the sweeps run (:func:`fastep.backend.resolve`); with "cuda" X is copied
         to the device whole.
@@ -250,6 +256,7 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     adaptive = damping is None
     damping = 1.0 if damping is None else damping
     Xv = _rows_of(X)
+    chunk_size = be.chunk_rows(np.shape(Z)[0]) if chunk_size is None else chunk_size
     Z = _validate(Z, Xv, y, alpha, damping, tol, max_iter, chunk_size)
     with be.threads_for(Z.shape[0]):
         return _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol,
@@ -262,6 +269,7 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
     ``max_iter=0`` it only evaluates: marginals, cavities and log Z at the given sites."""
     xp = be.xp
     n, m = Xv.shape[0], Z.shape[0]
+    check_likelihood(likelihood)
     y = likelihood.encode_targets(y)
     extra = likelihood.site_extra(n) if extra is None else np.ascontiguousarray(extra, float)
     y_d, extra_d, params = be.site_inputs(likelihood, y, extra)
@@ -291,8 +299,11 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
             if q is None:
                 be.accumulate(P_G, b_G, V, tau[c0:c1], nu[c0:c1])
         if q is None:
-            q = _InducingPosterior(L_uu, prior.L_P, _symmetrise_lower(be.to_host(P_G)),
-                                   be.to_host(b_G))
+            try:
+                q = _InducingPosterior(L_uu, prior.L_P, _symmetrise_lower(be.to_host(P_G)),
+                                       be.to_host(b_G))
+            except NotPositiveDefiniteError:      # warm start unusable: start cold
+                tau, nu, q = xp.zeros(n), xp.zeros(n), prior
     else:
         q = _InducingPosterior.prior(L_uu)
 
@@ -411,7 +422,7 @@ def _site_derivatives(be, lik, y, extra, mean, var, resid, tau, nu, alpha):
     return g_mu * z, g_var * z, e * z, g_lik * z[:, None]
 
 
-def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=CHUNK):
+def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=None):
     """Gradient of ``result.log_marginal_likelihood`` at its (fixed-point) sites.
 
     At a Power-EP fixed point log Z is stationary in the sites, so its total
@@ -439,6 +450,7 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
     q, Z, alpha = result._q, result.inducing_points, result.alpha
     Xv = _rows_of(X)
     n, m = Xv.shape[0], Z.shape[0]
+    chunk_size = be.chunk_rows(m) if chunk_size is None else chunk_size
     y = likelihood.encode_targets(y)
     extra = likelihood.site_extra(n) if extra is None else np.ascontiguousarray(extra, float)
     y_d, extra_d, _ = be.site_inputs(likelihood, y, extra)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import math
 import types as types_module
+import warnings
 
 import numba
 import numpy as np
@@ -230,6 +231,14 @@ class Likelihood:
     log_concave = True
     binary = False
     scalar_tilted = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "_tilted" in cls.__dict__ and "scalar_tilted" not in cls.__dict__:
+            warnings.warn(f"{cls.__name__} sets _tilted, the name of fastep < 0.2; the scalar "
+                          "tilted function is now the public attribute scalar_tilted.",
+                          DeprecationWarning, stacklevel=2)
+            cls.scalar_tilted = cls.__dict__["_tilted"]
 
     def __init__(self, **params):
         self._values = {}

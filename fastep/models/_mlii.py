@@ -72,11 +72,12 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
     bounds = np.asarray(problem.bounds, dtype=float)
 
     def run(start):
+        """One optimiser run: (theta, -log evidence, the sites of its last evaluation)."""
         if callable(optimizer):
             theta, fmin = optimizer(neg, start, bounds)
-            return np.asarray(theta, dtype=float), float(fmin)
+            return np.asarray(theta, dtype=float), float(fmin), warm["sites"]
         res = minimize(neg, start, jac=True, method="L-BFGS-B", bounds=bounds)
-        return res.x, float(res.fun)
+        return res.x, float(res.fun), warm["sites"]
 
     best = run(problem.theta)
     if n_restarts > 0 and not np.all(np.isfinite(bounds)):
@@ -86,4 +87,4 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         cand = run(problem.draw(rng))
         if cand[1] < best[1]:
             best = cand
-    return problem.with_theta(best[0]), warm["sites"]
+    return problem.with_theta(best[0]), best[2]

@@ -281,6 +281,8 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         self.specificity_ = latent.likelihood.specificity
         if latent.sparse:
             self.inducing_points_ = latent.Z
+        else:                                  # a dense refit of a sparse model
+            self.__dict__.pop("inducing_points_", None)
         self.true_label_proba_ = true_label_posterior(
             latent.likelihood.site_extra(latent.X.shape[0]), result.cavity_mean,
             result.cavity_var)

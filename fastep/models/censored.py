@@ -19,11 +19,14 @@ from ._state import latent_from_state, latent_state, likelihood_of
 
 
 def _limit(value):
-    """A limit as remembered for prediction: None, a float, or (per observation) an array."""
+    """A limit as remembered for prediction: None (also for an infinite scalar: no limit),
+    a float, or (per observation) an array."""
     if value is None:
         return None
     arr = np.asarray(value, dtype=float)
-    return float(arr) if arr.ndim == 0 else arr.copy()
+    if arr.ndim:
+        return arr.copy()
+    return float(arr) if np.isfinite(arr) else None
 
 
 class CensoredGPRegressor(RegressorMixin, EPEstimator):
@@ -148,6 +151,8 @@ class CensoredGPRegressor(RegressorMixin, EPEstimator):
         self.noise_variance_ = latent.likelihood.noise_variance
         if latent.sparse:
             self.inducing_points_ = latent.Z
+        else:                                  # a dense refit of a sparse model
+            self.__dict__.pop("inducing_points_", None)
         self.log_marginal_likelihood_value_ = float(result.log_marginal_likelihood)
         self.n_iter_ = int(result.n_iter)
         self.converged_ = bool(result.converged)

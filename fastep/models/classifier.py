@@ -179,6 +179,8 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         self.likelihood_ = latents[0].likelihood
         if latents[0].sparse:
             self.inducing_points_ = latents[0].Z
+        else:                                  # a dense refit of a sparse model
+            self.__dict__.pop("inducing_points_", None)
         self.log_marginal_likelihood_value_ = float(
             np.mean([r.log_marginal_likelihood for r in results]))
         self.n_iter_ = max(r.n_iter for r in results)

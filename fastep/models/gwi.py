@@ -316,6 +316,8 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         d = reader.value("n_features_in", int)
         Z = reader.array("inducing_points", (None, d))
         M = Z.shape[0]
+        if M < 1:
+            raise ValueError("the array 'inducing_points' holds no inducing input")
         a, L = reader.array("a", (J, M)), reader.array("L", (J, M, M))
         W = b = None
         if self.linear_mean:
