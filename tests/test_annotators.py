@@ -1,4 +1,6 @@
 """Multi-annotator GP classification (seed 000)."""
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.base import clone
@@ -152,6 +154,11 @@ def test_bad_input():
     bad[0, 0] = 2.0
     with pytest.raises(ValueError, match="two label values"):
         clf.fit(X, bad)
+    bad[0, 0] = np.inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                # no RuntimeWarning from a cast
+        with pytest.raises(ValueError, match="infinite values"):
+            clf.fit(X, bad)
     empty = Y.copy()
     empty[:, 1] = np.nan
     with pytest.raises(ValueError, match=r"annotator column\(s\) \[1\]"):

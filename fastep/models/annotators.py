@@ -35,6 +35,9 @@ def _label_matrix(Y, n):
                          f"{Y.shape}.")
     missing = np.array([[v is None or (isinstance(v, float) and np.isnan(v)) for v in row]
                         for row in Y]) if Y.dtype == object else np.isnan(Y)
+    if Y.dtype != object and np.any(np.isinf(Y)):
+        raise ValueError("Y holds infinite values; it must hold two label values (one per "
+                         "class), NaN where an annotator gave no label.")
     values = np.unique(Y[~missing]) if np.any(~missing) else np.array([])
     check_classification_targets(values)
     if values.size != 2:
