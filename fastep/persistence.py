@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import numbers
 import os
-import tempfile
+import secrets
 import zipfile
 import zlib
 
@@ -133,14 +133,13 @@ def save_model(estimator, path):
     header = {"format": FORMAT, "version": VERSION, "class": name, "params": params,
               "state": state}
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".fastep-", suffix=".tmp", dir=folder)
+    tmp, fd = _temporary_beside(path)
     try:
-        os.fchmod(fd, _file_mode(path))
         with os.fdopen(fd, "wb") as fh:
             np.savez(fh, header=np.array(json.dumps(header, allow_nan=False)), **arrays)
             fh.flush()
             os.fsync(fh.fileno())
+        _keep_mode(path, tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -148,21 +147,33 @@ def save_model(estimator, path):
         raise
 
 
+def _temporary_beside(path):
+    """A new file in the folder of ``path``: ``(its path, an open descriptor)``.  Created
+    with mode 0666 so the system applies the umask, as for any new file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = os.path.join(folder, f".fastep-{secrets.token_hex(8)}.tmp")
+        try:
+            return tmp, os.open(tmp, flags, 0o666)
+        except FileExistsError:                    # pragma: no cover - 2^-64 chance
+            continue
+
+
+def _keep_mode(path, tmp):
+    """Give ``tmp`` the permissions of the file it replaces, if there is one."""
+    try:
+        mode = os.stat(path).st_mode & 0o777
+    except OSError:
+        return
+    os.chmod(tmp, mode)
+
+
 def _plain(a):
     """Text labels held as Python objects (a pandas column) as a NumPy text array."""
     if a.dtype == object and a.size and all(isinstance(v, str) for v in a.ravel()):
         return a.astype(str)
     return a
-
-
-def _file_mode(path):
-    """The mode of the file being replaced, else what a new file gets (0666 less umask)."""
-    try:
-        return os.stat(path).st_mode & 0o777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
 
 
 def load_model(path):
@@ -218,6 +229,10 @@ def load_model(path):
     except RecursionError:
         raise ValueError(f"{path} is not a fastep model file: its header is nested too "
                          f"deeply") from None
+    if header.get("format") == "fastep-model-1":
+        raise ValueError(f"{path} was written by fastep 0.1, whose model format this fastep "
+                         f"does not read; fit the model again and save it with "
+                         f"fastep.save_model.")
     if header.get("format") != FORMAT:
         raise ValueError(f"{path} is not a fastep model file (format "
                          f"{header.get('format')!r:.40}; expected {FORMAT!r}).")

@@ -159,6 +159,8 @@ def sparse_rows(gpu, sizes, m, cpu_max, repeats):
                 return quiet(lambda: fastep.sparse_ep(kernel, Z, X, y, lik))()
             res = cpu_run() if res is None else res
             cpu_fit = timed(cpu_run, repeats)
+        if res is None:                        # CPU only, and n above --cpu-max-sparse
+            continue
         rows.append(show(("sparse EP", n, m, res.n_iter, t_fit, t_fit / max(res.n_iter, 1),
                           cpu_fit, NAN, NAN, NAN, NAN, cpu_fit / t_fit)))
     return rows

@@ -199,3 +199,42 @@ def test_readme_table_lists_every_parameter_and_fitted_attribute():
     for attr in ("kernel_", "log_marginal_likelihood_value_", "n_iter_", "converged_",
                  "inducing_points_"):
         assert attr in listed
+
+
+class _MarkedProblem:
+    """A one-parameter ML-II problem whose 'sites' record the theta they were computed at;
+    the evidence is -(theta - 1)^2."""
+
+    def __init__(self, theta=3.0):
+        self.theta = np.array([theta])
+        self.bounds = [(-10.0, 10.0)]
+
+    def with_theta(self, theta):
+        return _MarkedProblem(float(np.asarray(theta)[0]))
+
+    def draw(self, rng):
+        return rng.uniform(-10, 10, 1)
+
+    def evidence(self, sites):
+        t = float(self.theta[0])
+        result = type("R", (), {"site_tau": np.full(2, t), "site_nu": np.zeros(2),
+                                "n_iter": 1})()
+        return -(t - 1.0) ** 2, np.array([-2.0 * (t - 1.0)]), result
+
+
+def test_ml2_warm_start_sites_belong_to_the_returned_theta():
+    """A grid optimiser returns its best point, not its last evaluation: the sites handed
+    to the final EP run are those computed at the returned theta (also across restarts)."""
+    from fastep.models._mlii import maximize_evidence
+
+    def grid(obj, start, bounds):
+        values = {t: obj(np.array([t]), eval_gradient=False) for t in (5.0, 1.0, 3.0, 7.0)}
+        best = min(values, key=values.get)
+        return np.array([best]), values[best]
+
+    problem, sites = maximize_evidence(_MarkedProblem(), grid)
+    assert problem.theta[0] == 1.0 and np.all(sites[0] == 1.0)
+    problem, sites = maximize_evidence(_MarkedProblem(), "L-BFGS-B", n_restarts=3,
+                                       rng=np.random.default_rng(0))
+    assert np.all(sites[0] == problem.theta[0])
+    assert problem.theta[0] == pytest.approx(1.0, abs=1e-5)

@@ -270,10 +270,30 @@ def test_legacy_tilted_attribute_still_works_with_a_deprecation_warning():
         class OldProbit(Probit):
             _tilted = staticmethod(probit_tilted)
     assert OldProbit.scalar_tilted is probit_tilted
+
+    class Mixin:                                   # a legacy mixin holding _tilted
+        _tilted = staticmethod(probit_tilted)
+    with pytest.warns(DeprecationWarning):
+        class Mixed(Mixin, fl.Likelihood):
+            binary = True
+    assert Mixed.scalar_tilted is probit_tilted
+
+    class Instance(fl.Likelihood):                 # 0.1's CustomLikelihood set it in __init__
+        binary = True
+
+        def __init__(self):
+            super().__init__()
+            self._tilted = probit_tilted
+    with pytest.warns(DeprecationWarning):
+        inst = Instance()
+    assert inst.scalar_tilted is probit_tilted
+    with pytest.warns(DeprecationWarning):
+        assert Probit()._tilted is Probit.scalar_tilted
     K = np.array([[1.0, 0.5], [0.5, 1.0]])
     y = np.array([1.0, -1.0])
-    assert (fastep.ep(K, y, OldProbit()).log_marginal_likelihood
-            == fastep.ep(K, y, Probit()).log_marginal_likelihood)
+    for legacy in (OldProbit(), Mixed(), inst):
+        assert (fastep.ep(K, y, legacy).log_marginal_likelihood
+                == fastep.ep(K, y, Probit()).log_marginal_likelihood)
 
 
 def test_a_likelihood_without_a_tilted_function_is_a_clear_error():

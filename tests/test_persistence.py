@@ -194,6 +194,8 @@ def test_foreign_files(tmp_path):
     _expect(tmp_path / "e.npz", "not a readable fastep model file")
     _write(tmp_path / "f.npz", {"format": "sklearn"}, {})
     _expect(tmp_path / "f.npz", "not a fastep model file \\(format 'sklearn'")
+    _write(tmp_path / "g.npz", {"format": "fastep-model-1"}, {})
+    _expect(tmp_path / "g.npz", "written by fastep 0.1")
     with pytest.raises(FileNotFoundError):
         load_model(tmp_path / "missing.npz")
 
@@ -376,6 +378,12 @@ def test_file_mode_is_that_of_a_new_file_or_the_replaced_one(fitted, tmp_path):
         os.chmod(tmp_path / "old.npz", 0o600)
         save_model(est, tmp_path / "old.npz")
         assert (tmp_path / "old.npz").stat().st_mode & 0o777 == 0o600
+        # saving from threads at once never touches the process umask
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda i: save_model(est, tmp_path / f"t{i}.npz"), range(16)))
+        assert {(tmp_path / f"t{i}.npz").stat().st_mode & 0o777 for i in range(16)} == {0o644}
+        assert os.umask(0o022) == 0o022
     finally:
         os.umask(umask)
 

@@ -81,8 +81,9 @@ def check_likelihood(likelihood):
     if getattr(likelihood, "scalar_tilted", None) is None:
         raise ValueError(f"{type(likelihood).__name__} defines no scalar_tilted function, the "
                          "contract between a likelihood and EP (see "
-                         "fastep.likelihoods.Likelihood); set it to a function compiled with "
-                         "fastep._jit.tilted_function.")
+                         "fastep.likelihoods.Likelihood).  Wrap a scalar log-density in "
+                         "fastep.likelihoods.CustomLikelihood, or set scalar_tilted to a "
+                         "function compiled with fastep._jit.tilted_function.")
 
 
 class SweepControl:

@@ -185,8 +185,9 @@ def _validate(Z, X, y, alpha, damping, tol, max_iter, chunk_size):
         raise ValueError(f"alpha must be in (0, 1] (1 = EP with a FITC-style posterior); "
                          f"got {alpha!r}.")
     check_sweep_controls(damping, tol, max_iter)
-    if (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
-            or chunk_size < 1):
+    if chunk_size is not None and (isinstance(chunk_size, bool)
+                                   or not isinstance(chunk_size, numbers.Integral)
+                                   or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive integer; got {chunk_size!r}.")
     Z = np.ascontiguousarray(Z, dtype=float)
     if X.ndim != 2 or Z.ndim != 2 or Z.shape[1] != X.shape[1]:
@@ -256,8 +257,8 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     adaptive = damping is None
     damping = 1.0 if damping is None else damping
     Xv = _rows_of(X)
-    chunk_size = be.chunk_rows(np.shape(Z)[0]) if chunk_size is None else chunk_size
     Z = _validate(Z, Xv, y, alpha, damping, tol, max_iter, chunk_size)
+    chunk_size = be.chunk_rows(Z.shape[0]) if chunk_size is None else chunk_size
     with be.threads_for(Z.shape[0]):
         return _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol,
                           max_iter, site_tau, site_nu, extra, chunk_size, callback, gram_cache)

@@ -201,6 +201,12 @@ def tilted_batch(tilted, y, extra, mu, var, alpha, params, log_z, d1, d2):
         d2[i] = c
 
 
+def _warn_legacy_tilted(owner, stacklevel):
+    warnings.warn(f"{owner} uses _tilted, the name of fastep < 0.2; the scalar tilted "
+                  "function is now the public attribute scalar_tilted.", DeprecationWarning,
+                  stacklevel=stacklevel)
+
+
 class Likelihood:
     """Base class of EP likelihoods.
 
@@ -234,11 +240,18 @@ class Likelihood:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if "_tilted" in cls.__dict__ and "scalar_tilted" not in cls.__dict__:
-            warnings.warn(f"{cls.__name__} sets _tilted, the name of fastep < 0.2; the scalar "
-                          "tilted function is now the public attribute scalar_tilted.",
-                          DeprecationWarning, stacklevel=2)
-            cls.scalar_tilted = cls.__dict__["_tilted"]
+        legacy = next((k.__dict__["_tilted"] for k in cls.__mro__ if "_tilted" in k.__dict__),
+                      None)                       # as stored (a staticmethod stays one)
+        if legacy is not None and ("_tilted" in cls.__dict__ or cls.scalar_tilted is None) \
+                and "scalar_tilted" not in cls.__dict__:
+            _warn_legacy_tilted(cls.__name__, 3)
+            cls.scalar_tilted = legacy
+
+    def __setattr__(self, name, value):
+        if name == "_tilted":                      # the name of fastep < 0.2
+            _warn_legacy_tilted(type(self).__name__, 3)
+            name = "scalar_tilted"
+        object.__setattr__(self, name, value)
 
     def __init__(self, **params):
         self._values = {}
@@ -297,6 +310,9 @@ class Likelihood:
         values = self.__dict__.get("_values", {})
         if name in values:
             return values[name]
+        if name == "_tilted":
+            _warn_legacy_tilted(type(self).__name__, 3)
+            return self.scalar_tilted
         raise AttributeError(name)
 
     def __repr__(self):

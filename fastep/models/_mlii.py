@@ -46,9 +46,11 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
     -------
     problem : the problem at the best theta found
     sites : (tau, nu) or None
-        The sites of the last evaluation (a warm start for the final EP run).
+        A warm start for the final EP run: the sites computed at the returned theta (else
+        those of the best evaluation of the best run; the given ``sites`` if no
+        evaluation succeeded).
     """
-    warm = {"sites": sites, "step": 0}
+    warm = {"sites": sites, "theta": None, "step": 0, "best": None}
 
     def neg(theta, eval_gradient=True):
         theta = np.asarray(theta, dtype=float)
@@ -63,7 +65,9 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         if not (np.isfinite(value) and np.all(np.isfinite(grad))):
             value, grad = -_FAILED, np.zeros(theta.size)
         elif hasattr(result, "site_tau"):
-            warm["sites"] = (result.site_tau, result.site_nu)
+            warm["sites"], warm["theta"] = (result.site_tau, result.site_nu), theta.copy()
+            if warm["best"] is None or value > warm["best"][0]:
+                warm["best"] = (value, warm["theta"], warm["sites"])
         warm["step"] += 1
         _LOG.info("ML-II step %d: log evidence %.4f%s", warm["step"], value,
                   f" after {result.n_iter} EP sweeps" if hasattr(result, "n_iter") else "")
@@ -72,12 +76,18 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
     bounds = np.asarray(problem.bounds, dtype=float)
 
     def run(start):
-        """One optimiser run: (theta, -log evidence, the sites of its last evaluation)."""
+        """One optimiser run: (theta, -log evidence, the sites at theta)."""
+        warm["best"] = None
         if callable(optimizer):
             theta, fmin = optimizer(neg, start, bounds)
-            return np.asarray(theta, dtype=float), float(fmin), warm["sites"]
-        res = minimize(neg, start, jac=True, method="L-BFGS-B", bounds=bounds)
-        return res.x, float(res.fun), warm["sites"]
+            theta, fmin = np.asarray(theta, dtype=float), float(fmin)
+        else:
+            res = minimize(neg, start, jac=True, method="L-BFGS-B", bounds=bounds)
+            theta, fmin = res.x, float(res.fun)
+        if warm["theta"] is not None and np.array_equal(warm["theta"], theta):
+            return theta, fmin, warm["sites"]
+        # the optimiser returned an earlier point (a grid, a line search that backed off)
+        return theta, fmin, warm["sites"] if warm["best"] is None else warm["best"][2]
 
     best = run(problem.theta)
     if n_restarts > 0 and not np.all(np.isfinite(bounds)):
