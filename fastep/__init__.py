@@ -5,6 +5,7 @@ Public names: the estimators (loaded on first use, see below), the inference fun
 :func:`precompile`, and the modules :mod:`fastep.kernels` and :mod:`fastep.likelihoods`.
 """
 from . import kernels, likelihoods
+from ._checks import DenseMemoryError
 from ._precompile import precompile
 from .inference import (ConvergenceWarning, EPNumericalWarning, EPResult, SparseEPResult, ep,
                         sparse_ep)
@@ -32,4 +33,4 @@ def __dir__():
 __all__ = ["ep", "sparse_ep", "CensoredGPRegressor", "EPGaussianProcessClassifier",
            "MultiAnnotatorGPClassifier", "SparseGPRegressor", "GWIClassifier", "save_model",
            "load_model", "precompile", "EPResult", "SparseEPResult", "ConvergenceWarning",
-           "EPNumericalWarning", "kernels", "likelihoods", "__version__"]
+           "EPNumericalWarning", "DenseMemoryError", "kernels", "likelihoods", "__version__"]

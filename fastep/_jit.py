@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
+import types as types_module
 
 # Numba's OpenMP threading layer spins its idle threads by default; between the
 # BLAS calls of an EP sweep they then starve OpenBLAS's threads on the same cores
@@ -30,7 +32,51 @@ import numba  # noqa: E402
 from numba import types  # noqa: E402
 
 jit = functools.partial(numba.njit, cache=True, error_model="numpy")
-pjit = functools.partial(numba.njit, cache=True, error_model="numpy", parallel=True)
+_parallel_njit = functools.partial(numba.njit, cache=True, error_model="numpy", parallel=True)
+
+_WORKQUEUE_LOCK = threading.Lock()
+_workqueue = None          # whether Numba's threading layer is "workqueue" (None: unknown)
+
+
+def _serialise_calls():
+    """Whether parallel kernels must not run from two Python threads at once: Numba's
+    fallback threading layer, "workqueue" (no TBB or OpenMP found), is not thread-safe
+    and aborts the process on concurrent launches; TBB and OpenMP are thread-safe."""
+    global _workqueue
+    if _workqueue is None:
+        try:
+            _workqueue = numba.threading_layer() == "workqueue"
+        except ValueError:                 # no parallel kernel has run yet: be careful
+            return True
+    return _workqueue
+
+
+class ParallelKernel:
+    """A ``parallel=True`` dispatcher, called from Python only, whose concurrent calls
+    from several threads are serialised where the threading layer requires it (see
+    :func:`_serialise_calls`); attributes are the dispatcher's."""
+
+    def __init__(self, dispatcher):
+        self._dispatcher = dispatcher
+        functools.update_wrapper(self, dispatcher.py_func)
+
+    def __call__(self, *args):
+        if _serialise_calls():
+            with _WORKQUEUE_LOCK:
+                return self._dispatcher(*args)
+        return self._dispatcher(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._dispatcher, name)
+
+
+def pjit(*args, **options):
+    """:func:`jit` with ``parallel=True`` (a :class:`ParallelKernel`); used as ``@pjit`` or
+    ``@pjit(signature)``."""
+    if len(args) == 1 and not options and isinstance(args[0], types_module.FunctionType):
+        return ParallelKernel(_parallel_njit(args[0]))
+    decorate = _parallel_njit(*args, **options)
+    return lambda fn: ParallelKernel(decorate(fn))
 
 f8 = types.float64
 f8_1d = types.float64[::1]

@@ -295,7 +295,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, OSError) as exc:
+    except (ValueError, TypeError, OSError, MemoryError) as exc:
         print(f"fastep {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -416,3 +416,120 @@ def test_gwi_without_inducing_inputs_is_refused(model_files, tmp_path):
     if "W" in a:
         a["W"] = np.zeros((J, 0))
     _expect(_write(tmp_path / "g.npz", header, a), "holds no inducing input")
+
+
+# ----------------------------------------------------------------------------------------
+# every tampered file, each loaded in a process of its own: no crash under any of them
+# ----------------------------------------------------------------------------------------
+_LOADER = r'''
+import json, os, sys, warnings
+import numpy as np
+import fastep
+warnings.simplefilter("ignore")
+X = np.load(sys.argv[1])
+warm, paths = sys.argv[2].split(","), sys.argv[3:]
+for path in warm:             # compile (or load from the cache) once, before forking
+    est = fastep.load_model(path)
+    est.predict_proba(X) if hasattr(est, "predict_proba") else est.predict(X)
+out = []
+for path in paths:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                   # the child: load and predict
+        os.close(r)
+        try:
+            est = fastep.load_model(path)
+            p = est.predict_proba(X) if hasattr(est, "predict_proba") else est.predict(X)
+            res = ["ok", bool(np.all(np.isfinite(p)))]
+        except Exception as exc:
+            res = [type(exc).__name__, str(exc)]
+        os.write(w, json.dumps(res).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    out.append(json.loads(data) if os.WIFEXITED(status) and data else
+               ["crash", f"signal {os.WTERMSIG(status) if os.WIFSIGNALED(status) else '?'}"])
+print(json.dumps(out))
+'''
+
+
+def _tampered_files(model_files, tmp_path):
+    """(path, expected: a regex for a ValueError, or None for 'error or finite')."""
+    cases = []
+
+    def write(name, header, arrays, expect):
+        cases.append((str(_write(tmp_path / f"{len(cases)}-{name}.npz", header, arrays)),
+                      expect))
+
+    for what, (change, pattern) in TAMPER.items():
+        _, header, arrays = model_files["classifier/dense"]
+        h, a = json.loads(json.dumps(header)), {k: v.copy() for k, v in arrays.items()}
+        change(h, a)
+        write(what.replace(" ", "_"), h, a, pattern)
+    for what, (change, pattern) in SPARSE_TAMPER.items():
+        _, header, arrays = model_files["classifier/sparse/ml2"]
+        a = {k: v.copy() for k, v in arrays.items()}
+        change(a)
+        write(what.replace(" ", "_"), header, a, pattern)
+    # every array of every file: 2-D, shortened, integer, NaN, empty
+    for key in model_files:
+        _, header, arrays = model_files[key]
+        for name, arr in arrays.items():
+            variants = {"2d": arr.reshape(arr.shape + (1,)), "short": arr.ravel()[:-1],
+                        "empty": arr.ravel()[:0]}
+            if arr.dtype.kind == "f":
+                nan = arr.copy()
+                nan.flat[0] = np.nan
+                variants.update(nan=nan, int=np.ones(arr.shape, dtype=np.int64))
+            for tag, bad in variants.items():
+                a = dict(arrays, **{name: bad})
+                write(f"{key.replace('/', '_')}-{name}-{tag}", header, a, None)
+    for key in model_files:                       # truncations and bit flips
+        path = model_files[key][0]
+        data = path.read_bytes()
+        rng = np.random.default_rng(len(key))
+        for cut in rng.integers(1, len(data), 6):
+            p = tmp_path / f"{len(cases)}-cut.npz"
+            p.write_bytes(data[:cut])
+            cases.append((str(p), None))
+        for i in rng.integers(0, len(data), 20):
+            bad = bytearray(data)
+            bad[i] ^= 1 << int(rng.integers(8))
+            p = tmp_path / f"{len(cases)}-flip.npz"
+            p.write_bytes(bytes(bad))
+            cases.append((str(p), None))
+    return cases
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_every_tampered_file_in_a_process_of_its_own(model_files, tmp_path):
+    """Each tampered file is loaded (and, if it loads, used to predict) in a forked
+    process: a ValueError naming the file, or a model with finite predictions; never a
+    crash.  The expected message is checked where the change is a known one."""
+    import re
+    import subprocess
+    import sys
+    cases = _tampered_files(model_files, tmp_path)
+    np.save(tmp_path / "X.npy", _data()[0])
+    warm = ",".join(str(f[0]) for f in model_files.values())
+    # Numba's fork-safe threading layer: GNU OpenMP terminates a child forked after use
+    env = dict(__import__("os").environ, NUMBA_THREADING_LAYER="workqueue")
+    proc = subprocess.run([sys.executable, "-c", _LOADER, str(tmp_path / "X.npy"), warm]
+                          + [c[0] for c in cases], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout)
+    assert len(results) == len(cases) > 150
+    for (path, expect), (kind, detail) in zip(cases, results):
+        assert kind != "crash", f"{path}: the loading process died ({detail})"
+        if kind == "ok":
+            assert expect is None and detail, f"{path} loaded and predicted non-finite"
+            continue
+        assert kind == "ValueError", f"{path}: {kind}: {detail}"
+        assert path in detail, detail
+        if expect is not None:
+            assert re.search(expect, detail), (path, detail)

@@ -279,11 +279,13 @@ def test_estimators_with_inducing_points(data):
 def test_bad_input(data):
     X, _, yb, yt, Z = data
     k = RBF()
-    with pytest.raises(ValueError, match="more inducing points"):
+    with pytest.raises(ValueError, match="Z must hold between 1 and 50 inducing points"):
         sparse_ep(k, np.vstack([X, X[:1]]), X, yb, Probit())
-    for bad_y in (None, yb[:-1], yb[:, None]):
+    for bad_y in (None, yb[:-1], np.column_stack([yb, yb])):
         with pytest.raises(ValueError, match="y must have one entry per row of X"):
             sparse_ep(k, Z, X, bad_y, Probit())
+    assert (sparse_ep(k, Z, X, yb[:, None], Probit()).log_marginal_likelihood      # a column
+            == sparse_ep(k, Z, X, yb, Probit()).log_marginal_likelihood)
     with pytest.raises(ValueError, match=r"shape \(m, 2\)"):
         sparse_ep(k, Z[:, :1], X, yb, Probit())
     for alpha in (0.0, 1.5, -1.0):

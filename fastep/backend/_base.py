@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 
+from .._checks import check_dense_memory, host_memory_available
+
 #: The values of ``device`` that :func:`fastep.backend.resolve` accepts.
 DEVICES = ("cpu", "cuda")
 #: Rows per chunk of a streamed pass on the CPU: an m x 8192 block stays in cache.
@@ -55,6 +57,17 @@ class Backend:
 
     def __repr__(self):
         return f"<fastep backend {self.name!r}>"
+
+    def check_dense_memory(self, n, n_matrices):
+        """Raise :class:`fastep.DenseMemoryError` unless ``n_matrices`` n x n float64
+        matrices fit in this target's free memory (before allocating any of them)."""
+        check_dense_memory(n, n_matrices, self.memory_available(), self.memory_name)
+
+    def memory_available(self):
+        """Bytes still free for arrays on this target (None: unknown)."""
+        return host_memory_available()
+
+    memory_name = "this machine"
 
     # --- arrays ---------------------------------------------------------------------
     def asarray(self, a):

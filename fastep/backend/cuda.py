@@ -68,6 +68,18 @@ class CUDABackend(Backend):
         arithmetic); 2^25 / m rows keep the m x rows buffers near 256 MiB."""
         return max(8192, 2 ** 25 // max(m, 1))
 
+    @property
+    def memory_name(self):
+        return "this machine" if self.xp is np else "the GPU"
+
+    def memory_available(self):
+        """Free device memory plus what CuPy's pool holds unused (host memory under the
+        simulator)."""
+        if self.xp is np:
+            return super().memory_available()
+        free, _ = self.xp.cuda.runtime.memGetInfo()
+        return int(free) + int(self.xp.get_default_memory_pool().free_bytes())
+
     # --- arrays ---------------------------------------------------------------------
     def asarray(self, a):
         return self.xp.asarray(a, dtype=self.xp.float64)
@@ -166,8 +178,9 @@ class CUDABackend(Backend):
         # finite differences of the tilted function): one round trip per chunk, in the
         # gradient only, never inside a sweep
         host = self.to_host
-        return self.asarray(likelihood.tilted_dparams(host(y), host(mu), host(var),
-                                                      host(extra), alpha))
+        extra = host(extra)[:, :likelihood.n_extra]          # without site_inputs' padding
+        return self.asarray(likelihood.tilted_dparams(host(y), host(mu), host(var), extra,
+                                                      alpha))
 
     # --- robust max (host arrays in and out; CuPy optional) ---------------------------
     def _to_device(self, a, dtype=np.float64):

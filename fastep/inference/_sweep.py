@@ -9,6 +9,8 @@ import warnings
 
 import numpy as np
 
+from .._checks import float_array
+
 
 class ConvergenceWarning(UserWarning):
     """EP (or an optimiser) stopped at its iteration budget without meeting ``tol``."""
@@ -32,18 +34,19 @@ def check_sweep_controls(damping, tol, max_iter):
 
 
 def check_kernel_matrix(K, n_targets, xp=np):
-    """Raise ValueError unless K (an ``xp`` array) is square, finite, non-empty and has a
-    row per target."""
-    if K.ndim != 2 or K.shape[0] != K.shape[1]:
+    """K as a checked C-ordered float ``xp`` array: square, finite, non-empty, with a row
+    per target."""
+    K = float_array(K, "K", 2, xp=xp, fix="Pass a finite (n, n) covariance matrix (check "
+                    "the kernel hyperparameters and X).")
+    if K.shape[0] != K.shape[1]:
         raise ValueError(f"K must be a square (n, n) covariance matrix; got shape {K.shape}.")
     n = K.shape[0]
     if n == 0:
         raise ValueError("K is empty; EP needs at least one observation.")
-    if not bool(xp.all(xp.isfinite(K))):
-        raise ValueError("K contains NaN or infinity; check the kernel hyperparameters and X.")
     if n_targets != n:
         raise ValueError(f"y has {n_targets} entries but K is {n} x {n}; they must describe "
                          "the same observations.")
+    return K
 
 
 def initial_sites(site_tau, site_nu, n, clip=False):
@@ -52,12 +55,13 @@ def initial_sites(site_tau, site_nu, n, clip=False):
     sites)."""
     if site_tau is None and site_nu is None:
         return np.zeros(n), np.zeros(n)
-    tau = np.array(site_tau, dtype=float).ravel()
-    nu = np.array(site_nu, dtype=float).ravel()
-    if tau.shape != (n,) or nu.shape != (n,) or not (np.all(np.isfinite(tau))
-                                                    and np.all(np.isfinite(nu))):
-        raise ValueError(f"site_tau and site_nu must be finite arrays of shape ({n},).")
-    return (np.maximum(tau, 0.0) if clip else tau), nu
+    if site_tau is None or site_nu is None:
+        raise ValueError("site_tau and site_nu go together: pass both (a warm start) or "
+                         "neither (a cold start).")
+    fix = "Pass the site_tau and site_nu of an earlier result for the same data."
+    tau = float_array(np.ravel(site_tau), "site_tau", 1, (n,), fix=fix)
+    nu = float_array(np.ravel(site_nu), "site_nu", 1, (n,), fix=fix)
+    return (np.maximum(tau, 0.0) if clip else tau.copy()), nu.copy()
 
 
 def site_change(xp, tau0, nu0, tau1, nu1):
@@ -74,16 +78,6 @@ def fill_cavities(ok, mu_cav, var_cav, mean, var, xp=np):
         mu_cav = xp.where(ok, mu_cav, mean)
         var_cav = xp.where(ok, var_cav, var)
     return mu_cav, var_cav, n_bad
-
-
-def check_likelihood(likelihood):
-    """Raise a clear error for a likelihood without the scalar tilted function."""
-    if getattr(likelihood, "scalar_tilted", None) is None:
-        raise ValueError(f"{type(likelihood).__name__} defines no scalar_tilted function, the "
-                         "contract between a likelihood and EP (see "
-                         "fastep.likelihoods.Likelihood).  Wrap a scalar log-density in "
-                         "fastep.likelihoods.CustomLikelihood, or set scalar_tilted to a "
-                         "function compiled with fastep._jit.tilted_function.")
 
 
 class SweepControl:

@@ -36,10 +36,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._checks import DENSE_EP_MATRICES
 from .._linalg import NotPositiveDefiniteError
 from ..backend import resolve
+from ..likelihoods._base import check_likelihood
 from ._sweep import (ConvergenceWarning, EPNumericalWarning, SweepControl, check_kernel_matrix,
-                     check_likelihood, check_sweep_controls, fill_cavities, initial_sites,
+                     check_sweep_controls, fill_cavities, initial_sites,
                      site_change)
 
 SEQUENTIAL_BLOCK = 256
@@ -282,11 +284,11 @@ def _prepare(be, K, y, likelihood, method, extra):
                          f"method={method!r}. Use method='parallel', or device='cpu' for "
                          f"{method} EP.")
     check_likelihood(likelihood)
-    K = be.xp.ascontiguousarray(be.asarray(K))
     y = likelihood.encode_targets(y)
-    check_kernel_matrix(K, y.shape[0], be.xp)
+    K = check_kernel_matrix(K, y.shape[0], be.xp)
     n = K.shape[0]
-    extra = likelihood.site_extra(n) if extra is None else np.ascontiguousarray(extra, float)
+    be.check_dense_memory(n, DENSE_EP_MATRICES - 1)          # K exists already
+    extra = likelihood.check_extra(extra, n)
     return K, be.site_inputs(likelihood, y, extra)
 
 
@@ -475,6 +477,9 @@ def ep_gradient(result, kernel, X, y, likelihood, extra=None, with_likelihood=Tr
     ((2,), (0,))
     """
     be = result._posterior.be
+    if np.shape(X)[:1] != result.site_tau.shape:
+        raise ValueError(f"X must hold the {result.site_tau.size} training inputs of the EP "
+                         f"result; got shape {np.shape(X)}.")
     d_theta = kernel.gradient_contract(X, result.kernel_gradient_weights(), backend=be)
     if not (with_likelihood and likelihood.n_dims):
         return d_theta, np.zeros(0)

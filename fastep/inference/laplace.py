@@ -60,14 +60,13 @@ def laplace(K, y, likelihood, tol=1e-10, max_iter=100, extra=None):
     LaplaceResult
     """
     check_sweep_controls(1.0, tol, max_iter)
-    K = np.ascontiguousarray(K, dtype=float)
     if not likelihood.log_concave:
         raise ValueError(f"Laplace inference needs a log-concave likelihood; "
                          f"{type(likelihood).__name__} is not (use EP).")
     y = likelihood.encode_targets(y)
-    check_kernel_matrix(K, y.shape[0])
+    K = check_kernel_matrix(K, y.shape[0])
     n = K.shape[0]
-    extra = likelihood.site_extra(n) if extra is None else extra
+    extra = likelihood.check_extra(extra, n)
 
     tiny = np.full(n, 1e-300)          # "zero" cavity variance: tilted = p(y | f)
 

@@ -43,10 +43,12 @@ from types import SimpleNamespace
 import numpy as np
 from scipy.linalg import cho_solve, cholesky, solve_triangular
 
+from .._checks import all_finite, float_array
 from .._linalg import NotPositiveDefiniteError, trmm_lower_nogil
 from ..backend import resolve
+from ..likelihoods._base import check_likelihood
 from ..backend._base import CHUNK_ROWS
-from ._sweep import (SweepControl, check_likelihood, check_sweep_controls, initial_sites,
+from ._sweep import (SweepControl, check_sweep_controls, initial_sites,
                      site_change)
 from .sparse import cholesky_uu, uu_from_whitened
 
@@ -180,7 +182,7 @@ def _symmetrise_lower(P):
     return np.tril(P) + np.tril(P, -1).T
 
 
-def _validate(Z, X, y, alpha, damping, tol, max_iter, chunk_size):
+def _validate(Z, X, y, alpha, damping, tol, max_iter, chunk_size, xp=np):
     if not (isinstance(alpha, (int, float)) and 0.0 < alpha <= 1.0):
         raise ValueError(f"alpha must be in (0, 1] (1 = EP with a FITC-style posterior); "
                          f"got {alpha!r}.")
@@ -189,24 +191,45 @@ def _validate(Z, X, y, alpha, damping, tol, max_iter, chunk_size):
                                    or not isinstance(chunk_size, numbers.Integral)
                                    or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive integer; got {chunk_size!r}.")
-    Z = np.ascontiguousarray(Z, dtype=float)
-    if X.ndim != 2 or Z.ndim != 2 or Z.shape[1] != X.shape[1]:
-        raise ValueError(f"inducing points must have shape (m, {X.shape[1]}) to match X; got "
-                         f"shape {Z.shape}.")
-    if Z.shape[0] > X.shape[0]:
-        raise ValueError(f"more inducing points ({Z.shape[0]}) than data points "
-                         f"({X.shape[0]}); use at most {X.shape[0]}.")
+    if len(X.shape) != 2 or X.shape[0] == 0:
+        raise ValueError(f"X must be a non-empty 2-D array (n_samples, n_features); got "
+                         f"shape {tuple(X.shape)}.")
+    Z = float_array(Z, "Z", 2, ("m", X.shape[1]), column=X.shape[1] == 1,
+                    fix="Z holds the inducing inputs, one row per inducing point, with the "
+                        "columns of X.")
+    if not 1 <= Z.shape[0] <= X.shape[0]:
+        raise ValueError(f"Z must hold between 1 and {X.shape[0]} inducing points (the rows "
+                         f"of X); got {Z.shape[0]}.")
     shape = np.shape(y)
+    if len(shape) == 2 and shape[1] == 1:
+        shape = shape[:1]
     if len(shape) != 1 or shape[0] != X.shape[0]:
         raise ValueError(f"y must have one entry per row of X, shape ({X.shape[0]},); got "
-                         f"shape {shape}.")
+                         f"shape {np.shape(y)}.")
+    _check_rows_finite(X, xp)
     return Z
 
 
+def _check_rows_finite(X, xp, block=CHUNK_ROWS * 8):
+    """Raise unless every entry of X is finite; X (possibly a memory map or a device
+    array of module ``xp``) is read block by block, never copied whole."""
+    for start in range(0, X.shape[0], block):
+        rows = X[start:start + block]
+        if not all_finite(rows, xp):
+            bad = ~xp.isfinite(rows)
+            i = start + int(np.argwhere(bad.get() if hasattr(bad, "get") else bad)[0, 0])
+            raise ValueError(f"X must be finite; row {i} holds NaN or infinity. Remove or "
+                             f"impute those rows.")
+
+
 def _rows_of(X):
-    """X itself when it supports 2-d row slices (ndarray, np.memmap, h5py dataset, CuPy),
-    else X as a float array."""
-    return X if hasattr(X, "shape") and len(X.shape) == 2 else np.asarray(X, dtype=float)
+    """X itself when it is a 2-d array of numbers with row slices (ndarray, np.memmap,
+    h5py dataset, CuPy), else X as a checked float array."""
+    if hasattr(X, "shape") and len(X.shape) == 2 and hasattr(X, "dtype"):
+        if X.dtype.kind not in "biuf":
+            raise ValueError(f"X must hold real numbers; got dtype {X.dtype}.")
+        return X
+    return float_array(X, "X", 2)
 
 
 def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, max_iter=100,
@@ -257,7 +280,8 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     adaptive = damping is None
     damping = 1.0 if damping is None else damping
     Xv = _rows_of(X)
-    Z = _validate(Z, Xv, y, alpha, damping, tol, max_iter, chunk_size)
+    Z = _validate(Z, Xv, y, alpha, damping, tol, max_iter, chunk_size,
+                  be.xp if hasattr(Xv, "__cuda_array_interface__") else np)
     chunk_size = be.chunk_rows(Z.shape[0]) if chunk_size is None else chunk_size
     with be.threads_for(Z.shape[0]):
         return _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol,
@@ -272,7 +296,7 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
     n, m = Xv.shape[0], Z.shape[0]
     check_likelihood(likelihood)
     y = likelihood.encode_targets(y)
-    extra = likelihood.site_extra(n) if extra is None else np.ascontiguousarray(extra, float)
+    extra = likelihood.check_extra(extra, n)
     y_d, extra_d, params = be.site_inputs(likelihood, y, extra)
     L_uu = cholesky_uu(kernel(Z))
     tau, nu = (be.asarray(a) for a in initial_sites(site_tau, site_nu, n))
@@ -450,10 +474,15 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
     xp = be.xp
     q, Z, alpha = result._q, result.inducing_points, result.alpha
     Xv = _rows_of(X)
+    if Xv.shape[0] != result.site_tau.size:
+        raise ValueError(f"X must hold the {result.site_tau.size} training inputs of the EP "
+                         f"result; got shape {tuple(Xv.shape)}.")
+    _validate(Z, Xv, y, alpha, 1.0, 1.0, 1, chunk_size,
+              be.xp if hasattr(Xv, "__cuda_array_interface__") else np)
     n, m = Xv.shape[0], Z.shape[0]
     chunk_size = be.chunk_rows(m) if chunk_size is None else chunk_size
     y = likelihood.encode_targets(y)
-    extra = likelihood.site_extra(n) if extra is None else np.ascontiguousarray(extra, float)
+    extra = likelihood.check_extra(extra, n)
     y_d, extra_d, _ = be.site_inputs(likelihood, y, extra)
     tau, nu = be.asarray(result.site_tau), be.asarray(result.site_nu)
     L_uu = q.L_uu

@@ -25,20 +25,28 @@ import numbers
 
 import numpy as np
 
+from .._checks import float_array
 from ._gram import HOST
 
 
 def _as_2d(X, name="X", backend=None):
-    """``X`` as a C-ordered 2-d float array of ``backend`` (host when None); a 1-d X is one
-    feature."""
+    """``X`` as a checked, C-ordered 2-d float array of ``backend`` (host when None); a 1-d
+    X is one feature."""
     be = HOST if backend is None else backend
-    X = be.asarray(X)
-    if X.ndim == 1:
-        X = X[:, None]
-    if X.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array of shape (n_samples, n_features); "
-                         f"got an array with shape {X.shape}.")
-    return be.xp.ascontiguousarray(X)
+    return float_array(X, name, 2, column=True, xp=be.xp,
+                       fix="Pass finite inputs of shape (n_samples, n_features).")
+
+
+def _inputs(be, X, Y):
+    """Checked X and Y (None: K(X, X)) with the same number of features."""
+    X = _as_2d(X, "X", be)
+    if Y is None:
+        return X, None
+    Y = _as_2d(Y, "Y", be)
+    if Y.shape[1] != X.shape[1]:
+        raise ValueError(f"Y must have the {X.shape[1]} feature(s) of X; got shape "
+                         f"{tuple(Y.shape)}.")
+    return X, Y
 
 
 class Hyperparameter:
@@ -151,9 +159,7 @@ class Kernel:
     def __call__(self, X, Y=None, backend=None):
         """Gram matrix ``K(X, Y)`` (``K(X, X)`` when Y is None), C-ordered."""
         be = HOST if backend is None else backend
-        X = _as_2d(X, "X", be)
-        Y = None if Y is None else _as_2d(Y, "Y", be)
-        return self._gram(be, X, Y)
+        return self._gram(be, *_inputs(be, X, Y))
 
     def diag(self, X, backend=None):
         """``k(x_i, x_i)`` for every row of X."""
@@ -174,7 +180,8 @@ class Kernel:
         """``sum_i g_i d k(x_i, x_i) / dtheta_p`` for every free log-hyperparameter."""
         be = HOST if backend is None else backend
         X = _as_2d(X, "X", be)
-        full = np.asarray(self._diag_contract_all(be, X, be.asarray(g)), dtype=float)
+        g = float_array(g, "g", 1, (X.shape[0],), xp=be.xp)
+        full = np.asarray(self._diag_contract_all(be, X, g), dtype=float)
         return full[self._free_mask()]
 
     def input_gradient_contract(self, X, G, Y=None, backend=None):
@@ -222,13 +229,9 @@ class Kernel:
 
 
 def _contract_args(be, X, Y, G):
-    X = _as_2d(X, "X", be)
-    Y = None if Y is None else _as_2d(Y, "Y", be)
-    G = be.xp.ascontiguousarray(be.asarray(G))
+    X, Y = _inputs(be, X, Y)
     shape = (X.shape[0], X.shape[0] if Y is None else Y.shape[0])
-    if G.shape != shape:
-        raise ValueError(f"G must have the shape of K(X, Y), {shape}; got {G.shape}.")
-    return X, Y, G
+    return X, Y, float_array(G, "G", 2, shape, xp=be.xp, fix="G has the shape of K(X, Y).")
 
 
 def _fmt(v):

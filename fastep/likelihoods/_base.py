@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 import types as types_module
 import warnings
 
@@ -33,6 +34,7 @@ import numba
 import numpy as np
 from numba import njit, prange, types
 
+from .._checks import all_finite, float_array
 from .._jit import TILTED_SIG, TiltedFn, f8, f8_1d, pjit
 from ._scalar import builtin_log_lik
 
@@ -150,7 +152,7 @@ def _quad_source(kind, y, extra, mu, var, alpha, params):
         return -math.inf, 0.0, 0.0
     log_z = top + math.log(w_sum) - 0.5 * math.log(2.0 * math.pi * var)
     shift = m1 / w_sum
-    var_t = m2 / w_sum - shift * shift
+    var_t = max(m2 / w_sum - shift * shift, 0.0)       # a variance, so d2 >= -1/var
     return log_z, (off + shift) / var, (var_t - var) / (var * var)
 
 
@@ -201,6 +203,25 @@ def tilted_batch(tilted, y, extra, mu, var, alpha, params, log_z, d1, d2):
         d2[i] = c
 
 
+def check_likelihood(likelihood):
+    """Raise a clear error for a likelihood without the scalar tilted function."""
+    if getattr(likelihood, "scalar_tilted", None) is None:
+        raise ValueError(f"{type(likelihood).__name__} defines no scalar_tilted function, the "
+                         "contract between a likelihood and EP (see "
+                         "fastep.likelihoods.Likelihood).  Wrap a scalar log-density in "
+                         "fastep.likelihoods.CustomLikelihood, or set scalar_tilted to a "
+                         "function compiled with fastep._jit.tilted_function.")
+
+
+def _broadcast(value, n, name):
+    """``value`` (a scalar or n values) as an array of n values."""
+    try:
+        return np.broadcast_to(np.asarray(value), (n,))
+    except ValueError:
+        raise ValueError(f"{name} must be a scalar or have one entry per site ({n}); got "
+                         f"shape {np.shape(value)}.") from None
+
+
 def _warn_legacy_tilted(owner, stacklevel):
     warnings.warn(f"{owner} uses _tilted, the name of fastep < 0.2; the scalar tilted "
                   "function is now the public attribute scalar_tilted.", DeprecationWarning,
@@ -237,6 +258,12 @@ class Likelihood:
     log_concave = True
     binary = False
     scalar_tilted = None
+    #: Columns of the per-site ``extra`` array that ``scalar_tilted`` reads.
+    n_extra = 0
+    #: Whether +-inf in ``extra`` means something (no censoring limit; log 0).
+    extra_allows_inf = False
+    #: Whether NaN in ``y`` means something (an interval-censored target).
+    nan_targets = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -325,19 +352,31 @@ class Likelihood:
 
     # --- data --------------------------------------------------------------------
     def encode_targets(self, y):
-        """Validate targets and return them as the float array the kernels read."""
-        y = np.asarray(y, dtype=float).ravel()
-        if not np.all(np.isfinite(y)):
-            raise ValueError("y contains NaN or infinity; remove or impute those targets.")
+        """Validate targets (a vector, or one column) and return them as the float array
+        the compiled code reads."""
+        if np.ndim(y) == 2 and np.shape(y)[1] == 1:
+            y = np.asarray(y)[:, 0]
+        y = float_array(y, "y", 1, allow_nan=self.nan_targets,
+                        fix="Remove or impute the targets that are not finite.")
         if self.binary and not np.all(np.abs(y) == 1.0):
             bad = np.unique(y[np.abs(y) != 1.0])[:5]
             raise ValueError(f"{type(self).__name__} expects y in {{-1, +1}}; got values "
                              f"{bad.tolist()}. Map the two classes to -1 and +1.")
-        return np.ascontiguousarray(y)
+        return y
 
     def site_extra(self, n):
         """Per-site extra columns read by the tilted function (none by default)."""
-        return np.zeros((n, 0))
+        return np.zeros((n, self.n_extra))
+
+    def check_extra(self, extra, n):
+        """``extra`` for n sites, checked (None: :meth:`site_extra`): an (n, n_extra) float
+        array, finite unless :attr:`extra_allows_inf`."""
+        if extra is None:
+            return self.site_extra(n)
+        return float_array(extra, "extra", 2, (n, self.n_extra),
+                           allow_inf=self.extra_allows_inf,
+                           fix=f"{type(self).__name__} reads {self.n_extra} extra column(s) "
+                               f"per site.")
 
     # --- moments -----------------------------------------------------------------
     def tilted(self, y, mu_cav, var_cav, alpha=1.0, extra=None, params=None):
@@ -346,17 +385,28 @@ class Likelihood:
         ``Z_i = int p(y_i | f)^alpha N(f | mu_cav_i, var_cav_i) df``; ``params`` (an
         array like :attr:`params`) evaluates them at other parameter values.
         """
-        mu = np.array(np.atleast_1d(mu_cav), dtype=float).ravel()
+        mu = float_array(np.ravel(mu_cav), "mu_cav", 1)
         n = mu.shape[0]
-        var = np.array(np.broadcast_to(np.asarray(var_cav, float), (n,)))
-        y = np.array(np.broadcast_to(np.asarray(y, float), (n,)))
-        if np.any(var <= 0):
-            raise ValueError("var_cav must be positive.")
-        extra = self.site_extra(n) if extra is None else np.ascontiguousarray(extra, dtype=float)
+        var = float_array(_broadcast(var_cav, n, "var_cav"), "var_cav", 1, positive=True)
+        y = float_array(_broadcast(y, n, "y"), "y", 1, allow_nan=self.nan_targets)
+        if not (isinstance(alpha, numbers.Real) and 0.0 < alpha <= 1.0):
+            raise ValueError(f"alpha must be a number in (0, 1]; got {alpha!r}.")
+        extra = self.check_extra(extra, n)
+        params = self.params if params is None else float_array(
+            params, "params", 1, (len(self.param_names),), positive=True)
+        check_likelihood(self)
         out = np.empty((3, n))
-        tilted_batch(self.scalar_tilted, y, extra, mu, var, float(alpha),
-                     self.params if params is None else np.asarray(params, dtype=float),
+        tilted_batch(self.scalar_tilted, y, extra, mu, var, float(alpha), params,
                      out[0], out[1], out[2])
+        if not all_finite(out):
+            i = int(np.argwhere(~np.isfinite(out))[0, 1])
+            raise ValueError(
+                f"the tilted moments of {type(self).__name__} are not finite at site {i} "
+                f"(y = {y[i]!r}, mu_cav = {mu[i]!r}, var_cav = {var[i]!r}, alpha = {alpha!r}): "
+                f"log Z, d1, d2 = {out[:, i].tolist()}.  The likelihood is numerically zero "
+                f"(or not finite) wherever that cavity has mass; for a CustomLikelihood, write "
+                f"log_lik in a form that stays finite (e.g. log1p(exp(-x)) as -x + "
+                f"log1p(exp(x)) for x < 0).")
         return out[0], out[1], out[2]
 
     def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
@@ -403,12 +453,22 @@ class CustomLikelihood(Likelihood):
         Whether ``log_lik`` is concave in ``f`` (then site precisions are clipped at 0).
     binary : bool
         Whether targets are labels in {-1, +1}.
+    n_extra : int, default=0
+        Columns of the per-site ``extra`` array (passed as ``extra=`` to
+        :func:`fastep.ep`) that ``log_lik`` reads as ``extra[0] ... extra[n_extra - 1]``;
+        ``extra`` is checked to have exactly these columns.
+
+    Raises
+    ------
+    TypeError
+        ``log_lik`` cannot be compiled by Numba (the message says why).
 
     Notes
     -----
     The tilted function is a closure over your ``log_lik``, compiled once per
-    instance (Numba cannot cache closures on disk), so the first fit with it
-    pays a compile of a few seconds; built-in likelihoods are cached.
+    instance (Numba cannot cache closures on disk), so creating one costs a compile
+    of a few seconds; built-in likelihoods are cached.  ``log_lik`` runs as compiled
+    code: it must not read ``extra`` beyond ``n_extra`` columns.
 
     Examples
     --------
@@ -420,11 +480,18 @@ class CustomLikelihood(Likelihood):
     0.5
     """
 
-    def __init__(self, log_lik, params=None, log_concave=True, binary=False):
+    def __init__(self, log_lik, params=None, log_concave=True, binary=False, n_extra=0):
+        if not callable(log_lik):
+            raise TypeError(f"log_lik must be a function log_lik(y, extra, f, params) -> "
+                            f"float; got {type(log_lik).__name__}.")
+        if isinstance(n_extra, bool) or not isinstance(n_extra, numbers.Integral) \
+                or n_extra < 0:
+            raise ValueError(f"n_extra must be an integer >= 0; got {n_extra!r}.")
         params = dict(params or {})
         self.param_names = tuple(params)
         self.log_concave = bool(log_concave)
         self.binary = bool(binary)
+        self.n_extra = int(n_extra)
         super().__init__(**params)
         self.log_lik = log_lik if hasattr(log_lik, "compile") else njit(log_lik)
         user = self.log_lik
@@ -434,10 +501,23 @@ class CustomLikelihood(Likelihood):
             return user(y, extra, f, p)
 
         core = _compile_quad(bound)
-
-        @njit(TILTED_SIG, error_model="numpy")
-        def scalar_tilted(y, extra, mu, var, alpha, p):
-            return core(-1, y, extra, mu, var, alpha, p)
+        concave = self.log_concave
+        try:
+            @njit(TILTED_SIG, error_model="numpy")
+            def scalar_tilted(y, extra, mu, var, alpha, p):
+                log_z, d1, d2 = core(-1, y, extra, mu, var, alpha, p)
+                # log-concave: tilted variance <= cavity variance, so d2 <= 0 up to the
+                # quadrature's rounding, which is removed here
+                return log_z, d1, min(d2, 0.0) if concave else d2
+        except (numba.core.errors.NumbaError, numba.core.errors.UnsupportedBytecodeError) \
+                as exc:
+            noise = ("Failed in", "File ", "During", "<source", "^")
+            lines = [ln.strip() for ln in str(exc).splitlines()
+                     if ln.strip() and not ln.strip().startswith(noise)]
+            first = (lines[0] if lines else type(exc).__name__)[:300]
+            raise TypeError(f"log_lik could not be compiled by Numba: {first}  Write it as "
+                            f"log_lik(y, extra, f, params) -> float with the math module "
+                            f"only (imports at module level, no Python objects).") from None
 
         self.scalar_tilted = scalar_tilted
 
@@ -456,7 +536,7 @@ class CustomLikelihood(Likelihood):
         # pickled as the user's Python function and the parameters; compiled anew on load
         return (_rebuild_custom, (getattr(self.log_lik, "py_func", self.log_lik),
                                   dict(self._values), dict(self._bounds), self.log_concave,
-                                  self.binary))
+                                  self.binary, self.n_extra))
 
     def to_dict(self):
         raise ValueError("a CustomLikelihood is Python code and cannot be saved without "
@@ -464,7 +544,8 @@ class CustomLikelihood(Likelihood):
                          "joblib keep a model with a custom likelihood).")
 
 
-def _rebuild_custom(log_lik, values, bounds, log_concave, binary):
-    lik = CustomLikelihood(log_lik, params=values, log_concave=log_concave, binary=binary)
+def _rebuild_custom(log_lik, values, bounds, log_concave, binary, n_extra=0):
+    lik = CustomLikelihood(log_lik, params=values, log_concave=log_concave, binary=binary,
+                           n_extra=n_extra)
     lik._bounds = dict(bounds)
     return lik

@@ -77,6 +77,8 @@ class MultiAnnotator(Likelihood):
     log_concave = False
     binary = True
     scalar_tilted = staticmethod(annotators_tilted)
+    n_extra = 2                  # (log a_i, log b_i)
+    extra_allows_inf = True      # log 0: an exact annotator contradicts one class
 
     def __init__(self, labels, sensitivity, specificity):
         super().__init__()
@@ -97,6 +99,7 @@ class MultiAnnotator(Likelihood):
                 raise ValueError(f"{name} must be {r} probabilities in [0, 1]; got {v!r}.")
         self.sensitivity, self.specificity = sens, spec
         self._extra = log_ab(self.labels, sens, spec)
+        _check_log_ab(self._extra, "the labels' log-likelihoods")
 
     def with_reliabilities(self, sensitivity, specificity):
         """A copy with other sensitivities and specificities (the labels are shared; this
@@ -115,6 +118,13 @@ class MultiAnnotator(Likelihood):
                              f"got {n}.")
         return self._extra
 
+    def check_extra(self, extra, n):
+        """Per-site ``(log a_i, log b_i)``, checked: log-probabilities (<= 0), not both
+        -inf (labels impossible under either class)."""
+        extra = super().check_extra(extra, n)
+        _check_log_ab(extra, "extra")
+        return extra
+
     def to_dict(self):
         """The type only: the labels and reliabilities are arrays, which
         MultiAnnotatorGPClassifier stores beside its other data when it is saved."""
@@ -125,6 +135,21 @@ def _xlogy(x, y):
     """x * log(y) with 0 * log(0) = 0."""
     with np.errstate(divide="ignore"):
         return np.where(x == 0, 0.0, x * np.log(np.where(x == 0, 1.0, y)))
+
+
+def _check_log_ab(log_ab_, name):
+    """Raise unless every row is a pair of log-probabilities, not both -inf."""
+    if np.any(log_ab_ > 0):
+        i = int(np.argwhere(log_ab_ > 0)[0, 0])
+        raise ValueError(f"{name} must hold log-probabilities (<= 0); row {i} is "
+                         f"{log_ab_[i].tolist()}.")
+    both = np.all(np.isneginf(log_ab_), axis=1)
+    if np.any(both):
+        i = int(np.flatnonzero(both)[0])
+        raise ValueError(f"the labels of instance {i} are impossible under both classes: "
+                         "annotators with sensitivity or specificity exactly 1 contradict "
+                         "each other there. Use reliabilities below 1, or drop that "
+                         "instance's conflicting labels.")
 
 
 def log_ab(labels, sensitivity, specificity):

@@ -17,7 +17,8 @@ def probit_tilted(y, extra, mu, var, alpha, params):
     d log Z/d mu = y r/sqrt(1+v), d2 = -r (z + r)/(1+v), r = phi(z)/Phi(z).
     Other alpha: panel quadrature on alpha * log Phi(y f)."""
     if alpha != 1.0:
-        return quad_tilted(PROBIT, y, extra, mu, var, alpha, params)
+        log_z, d1, d2 = quad_tilted(PROBIT, y, extra, mu, var, alpha, params)
+        return log_z, d1, min(d2, 0.0)            # log-concave: d2 <= 0 (rounding removed)
     c = math.sqrt(1.0 + var)
     z = y * mu / c
     r = mills(z)
@@ -27,7 +28,8 @@ def probit_tilted(y, extra, mu, var, alpha, params):
 @tilted_function
 def logistic_tilted(y, extra, mu, var, alpha, params):
     """No closed form: panel quadrature on alpha * log sigma(y f)."""
-    return quad_tilted(LOGISTIC, y, extra, mu, var, alpha, params)
+    log_z, d1, d2 = quad_tilted(LOGISTIC, y, extra, mu, var, alpha, params)
+    return log_z, d1, min(d2, 0.0)                # log-concave: d2 <= 0 (rounding removed)
 
 
 class Probit(Likelihood):

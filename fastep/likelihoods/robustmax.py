@@ -31,6 +31,7 @@ import numbers
 import numpy as np
 from numba import prange
 
+from .._checks import float_array, index_array
 from .._jit import jit, pjit
 from .._numerics import SQRT_HALF as _SQRT_HALF
 from .._numerics import gauss_hermite
@@ -126,17 +127,10 @@ def prob_largest_grad(mean, var, labels, nodes, weights, s, ds_dmean, ds_dvar):
 
 def check_moments(mean, var, n_classes):
     """Validate latent moments of shape (n, n_classes); C-ordered float copies."""
-    mean = np.ascontiguousarray(mean, dtype=float)
-    var = np.ascontiguousarray(var, dtype=float)
-    if mean.ndim != 2 or mean.shape[1] != n_classes:
-        raise ValueError(f"mean must have shape (n_samples, {n_classes}); got {mean.shape}.")
-    if var.shape != mean.shape:
-        raise ValueError(f"var must have the shape of mean {mean.shape}; got {var.shape}.")
-    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(var))):
-        raise ValueError("mean and var must be finite; got NaN or infinity.")
-    if np.any(var <= 0):
-        raise ValueError(f"var must be positive (variances, not standard deviations); got "
-                         f"minimum {var.min()!r}.")
+    mean = float_array(mean, "mean", 2, (None, n_classes),
+                       fix="One column per class: the latent means at each point.")
+    var = float_array(var, "var", 2, mean.shape, positive=True,
+                      fix="Variances (not standard deviations), shaped like mean.")
     return mean, var
 
 
@@ -232,14 +226,7 @@ class RobustMax:
 
     def check_labels(self, y, n):
         """Validate class indices ``y`` for n rows; an int64 C-ordered array."""
-        y = np.asarray(y)
-        if y.shape != (n,) or y.dtype.kind not in "iu":
-            raise ValueError(f"y must be an integer array of shape ({n},) with class indices; "
-                             f"got dtype {y.dtype} and shape {y.shape}.")
-        if n and (y.min() < 0 or y.max() >= self.n_classes):
-            raise ValueError(f"y must hold class indices in [0, {self.n_classes}); got values "
-                             f"in [{y.min()}, {y.max()}].")
-        return np.ascontiguousarray(y, dtype=np.int64)
+        return index_array(y, "y", n, self.n_classes)
 
     def expected_log_lik(self, mean, var, y, return_grad=False):
         """``sum_i E_q log p(y_i | f(x_i))`` (and its gradients in mean and var if asked).

@@ -17,10 +17,75 @@ import math
 import numpy as np
 from scipy.special import log_ndtr, ndtr, ndtri
 
-from .._jit import tilted_function
+from .._checks import float_array
+from .._jit import jit, tilted_function
 from .._numerics import LOG_SQRT_2PI, log_diff_exp, log_phi, mills, mills_shift
 from ._base import Likelihood, quad_tilted
 from ._scalar import TOBIT
+
+
+_GL_T, _GL_W = np.polynomial.legendre.leggauss(16)
+
+
+@jit("UniTuple(f8, 3)(f8, f8)")
+def interval_moments(a, b):
+    """log Z, d log Z / dm and d2 log Z / dm2 of ``Z(m) = Phi(b - m) - Phi(a - m)`` at m = 0
+    (a < b), i.e. minus the mean and the variance minus 1 of N(0, 1) truncated to [a, b].
+
+    An interval on one side of 0 is reflected to the upper side (a > 0) and written with
+    upper tails, Z = Phi(-a) (1 - q), q = Phi(-b) / Phi(-a), and the inverse Mills ratios
+    m_a = lambda(-a), s_a = m_a - a (likewise for b):
+
+        d1 = (m_a - q m_b) / (1 - q),
+        d2 = -(m_a s_a + q^2 m_b s_b - q (m_a s_b + m_b s_a + (b - a)(m_a - m_b))) / (1 - q)^2,
+
+    whose leading terms carry no cancellation far in a tail (the direct form
+    ``(a phi(a) - b phi(b)) / Z - d1^2`` loses everything there).  A narrow interval,
+    ``w (|a| + w) <= 1`` with w = b - a, where Phi(b) - Phi(a) itself cancels, is
+    integrated directly: Z = phi(a) int_0^w exp(-a t - t^2/2) dt and the first two moments
+    of t by 16-point Gauss-Legendre (the integrand varies by at most e^1.5 there).
+    d2 is kept in [-1, 0]."""
+    w = b - a
+    if w * (abs(a) + w) <= 1.0:
+        m0 = m1 = m2 = 0.0
+        for k in range(_GL_T.shape[0]):
+            t = 0.5 * w * (_GL_T[k] + 1.0)
+            g = _GL_W[k] * math.exp(-a * t - 0.5 * t * t)
+            m0 += g
+            m1 += g * t
+            m2 += g * t * t
+        mean_t = m1 / m0
+        var_t = max(m2 / m0 - mean_t * mean_t, 0.0)
+        log_z = -0.5 * a * a - LOG_SQRT_2PI + math.log(0.5 * w * m0)
+        return log_z, a + mean_t, min(var_t - 1.0, 0.0)
+    sign = 1.0
+    if b < 0.0:                                   # reflect: m -> -m, [a, b] -> [-b, -a]
+        a, b, sign = -b, -a, -1.0
+    if a > 0.0:
+        log_pa = log_phi(-a)
+        if log_pa == -math.inf:                   # a beyond ~1e154: Z underflows in log
+            return -math.inf, sign * a, -1.0
+        log_q = log_phi(-b) - log_pa
+        q = math.exp(log_q)
+        one_q = -math.expm1(log_q)
+        log_z = log_pa + math.log(one_q)
+        ma, sa = mills(-a), mills_shift(-a)
+        if q > 0.0:
+            mb, sb = mills(-b), mills_shift(-b)
+            d1 = (ma - q * mb) / one_q
+            d2 = -(ma * sa + q * q * mb * sb
+                   - q * (ma * sb + mb * sa + (b - a) * (ma - mb))) / (one_q * one_q)
+        else:
+            d1, d2 = ma, -ma * sa
+        return log_z, sign * d1, min(max(d2, -1.0), 0.0)
+    # a <= 0 <= b: Z >= Phi(b) - Phi(0) + Phi(0) - Phi(a) has no cancellation
+    log_z = log_diff_exp(log_phi(b), log_phi(a))
+    pa = math.exp(-0.5 * a * a - LOG_SQRT_2PI - log_z) if a > -math.inf else 0.0
+    pb = math.exp(-0.5 * b * b - LOG_SQRT_2PI - log_z) if b < math.inf else 0.0
+    d1 = sign * (pa - pb)
+    tb = b * pb if b < math.inf else 0.0
+    ta = a * pa if a > -math.inf else 0.0
+    return log_z, d1, min(max(ta - tb - (pa - pb) * (pa - pb), -1.0), 0.0)
 
 
 @tilted_function
@@ -33,24 +98,15 @@ def tobit_tilted(y, extra, mu, var, alpha, params):
                      d2 = -(b phi(b) - a phi(a))/(c^2 Z) - d1^2.
     Other alpha: numerical quadrature of alpha * log p(y | f)."""
     if alpha != 1.0:
-        return quad_tilted(TOBIT, y, extra, mu, var, alpha, params)
+        log_z, d1, d2 = quad_tilted(TOBIT, y, extra, mu, var, alpha, params)
+        return log_z, d1, min(d2, 0.0)            # log-concave: d2 <= 0 (rounding removed)
     lower = extra[0]
     upper = extra[1]
     c2 = var + params[0]
     c = math.sqrt(c2)
     if y != y:
-        a = (lower - mu) / c
-        b = (upper - mu) / c
-        if a > 0.0:                                   # both limits above: use the upper tail
-            log_z = log_diff_exp(log_phi(-a), log_phi(-b))
-        else:
-            log_z = log_diff_exp(log_phi(b), log_phi(a))
-        pa = math.exp(-0.5 * a * a - LOG_SQRT_2PI - log_z) if a > -math.inf else 0.0
-        pb = math.exp(-0.5 * b * b - LOG_SQRT_2PI - log_z) if b < math.inf else 0.0
-        d1 = -(pb - pa) / c
-        tb = b * pb if b < math.inf else 0.0
-        ta = a * pa if a > -math.inf else 0.0
-        return log_z, d1, -(tb - ta) / c2 - d1 * d1
+        log_z, d1, d2 = interval_moments((lower - mu) / c, (upper - mu) / c)
+        return log_z, d1 / c, d2 / c2
     if y <= lower:
         z = (lower - mu) / c
         r = mills(z)
@@ -136,6 +192,9 @@ class Tobit(Likelihood):
 
     param_names = ("noise_variance",)
     scalar_tilted = staticmethod(tobit_tilted)
+    n_extra = 2                  # (lower_i, upper_i)
+    extra_allows_inf = True      # +-inf: no limit
+    nan_targets = True           # NaN: interval-censored between the limits
 
     def __init__(self, noise_variance=1.0, lower=None, upper=None,
                  noise_variance_bounds=(1e-6, 1e6)):
@@ -150,8 +209,14 @@ class Tobit(Likelihood):
 
     site_extra = limits
 
+    def check_extra(self, extra, n):
+        """Per-site limits ``(lower_i, upper_i)``, checked: lower below upper, no NaN."""
+        extra = super().check_extra(extra, n)
+        check_limits(extra[:, 0], extra[:, 1], n)
+        return extra
+
     def encode_targets(self, y):
-        y = np.asarray(y, dtype=float).reshape(-1)
+        y = super().encode_targets(y)
         ex = self.limits(y.size)
         y, _, _ = check_censored_data(y, ex[:, 0], ex[:, 1])
         return np.ascontiguousarray(y)
@@ -255,5 +320,9 @@ def censored_quantile(q, mean, var, noise_variance, lower=-np.inf, upper=np.inf)
     >>> float(censored_quantile(0.01, [0.3], [1.0], 0.0, lower=0.0)[0])
     0.0
     """
+    q = float_array(np.ravel(q), "q", 1).reshape(np.shape(q))
+    if not np.all((q > 0.0) & (q < 1.0)):
+        raise ValueError(f"q must be a probability level strictly between 0 and 1 (the "
+                         f"0.1-quantile is q=0.1); got {q.ravel()[:4].tolist()}.")
     s = np.sqrt(np.asarray(var, dtype=float) + noise_variance)
     return np.clip(np.asarray(mean, dtype=float) + s * ndtri(q), lower, upper)

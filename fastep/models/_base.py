@@ -10,6 +10,8 @@
   ``n_restarts_optimizer`` the type-II maximum likelihood (ML-II) of kernel, likelihood
   and inducing inputs; ``n_inducing``, ``inducing_points``, ``power`` and
   ``optimize_inducing`` sparse Power EP; ``device`` where it all runs.
+* **All or nothing.**  Every ``fit`` is wrapped by :func:`fit_entry`: an exception
+  (bad input, numerical trouble, Ctrl-C) leaves the estimator exactly as it was.
 * :class:`EPEstimator`: ``fit`` resolves ``device`` once, builds an immutable
   :class:`~fastep.models._latent.EPConfig`, fits each latent problem with the one ML-II
   loop (:func:`~fastep.models._mlii.maximize_evidence`) and keeps the problems and their
@@ -18,10 +20,11 @@
 from __future__ import annotations
 
 import copy
+import functools
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, _fit_context
 from sklearn.gaussian_process.kernels import Kernel as SklearnKernelBase
 from sklearn.utils._param_validation import Interval, StrOptions
 
@@ -29,6 +32,24 @@ from ..kernels import RBF, Kernel, as_kernel
 from ..inference.sparse import check_inducing
 from ._latent import EPConfig
 from ._mlii import maximize_evidence
+
+def fit_entry(fit):
+    """Decorate an estimator's ``fit``: scikit-learn's parameter validation (once), and
+    all-or-nothing state, so that an exception during the fit (a bad input, numerical
+    trouble, KeyboardInterrupt) leaves the estimator as it was before the call."""
+    validated = _fit_context(prefer_skip_nested_validation=True)(fit)
+
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        before = dict(self.__dict__)
+        try:
+            return validated(self, *args, **kwargs)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
+    return wrapper
+
 
 #: Constraints of the parameters that several estimators share (one meaning each).
 SHARED_PARAMETERS = {

@@ -14,10 +14,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._checks import DENSE_EP_MATRICES, DENSE_MLII_MATRICES
 from ..backend import Backend
 from ..inference.ep import ep, ep_gradient
 from ..inference.laplace import laplace
 from ..inference.sparse_ep import sparse_ep, sparse_ep_gradient
+
+
+#: Bytes of one block of the cross-covariance in :meth:`LatentGP.latent`.
+PREDICT_BLOCK_BYTES = 2 ** 27
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,7 @@ class LatentGP:
             return sparse_ep(self.kernel, self.Z, self.X, self.y, self.likelihood,
                              alpha=c.power, damping=c.damping, tol=tol, max_iter=max_iter,
                              site_tau=tau, site_nu=nu, device=c.backend)
+        c.backend.check_dense_memory(self.X.shape[0], DENSE_EP_MATRICES)
         K = self.kernel(self.X, backend=c.backend)
         return ep(K, self.y, self.likelihood, method=c.method, damping=c.damping, tol=tol,
                   max_iter=max_iter, site_tau=tau, site_nu=nu, check_psd=False,
@@ -151,11 +157,22 @@ class LatentGP:
 
     def evidence(self, sites=None):
         """``(log Z, its gradient in theta, the EP result)``."""
+        if not self.sparse:
+            self.config.backend.check_dense_memory(self.X.shape[0], DENSE_MLII_MATRICES)
         result = self.run(sites)
         return result.log_marginal_likelihood, self.gradient(result), result
 
     def latent(self, result, X):
-        """Latent predictive mean and variance at X (host arrays)."""
+        """Latent predictive mean and variance at X (host arrays), in blocks of rows whose
+        cross-covariance with the training (or inducing) inputs stays under 128 MiB."""
+        width = self.Z.shape[0] if self.sparse else self.X.shape[0]
+        rows = max(1, PREDICT_BLOCK_BYTES // (8 * width))
+        if X.shape[0] <= rows:
+            return self._latent_block(result, X)
+        parts = [self._latent_block(result, X[i:i + rows]) for i in range(0, X.shape[0], rows)]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def _latent_block(self, result, X):
         if self.sparse:
             return result.predict_latent(self.kernel, X)
         be = self.config.backend
@@ -169,6 +186,7 @@ class LaplaceGP(LatentGP):
     which costs 2 p extra Newton fits per evaluation."""
 
     def run(self, sites=None, tol=None, max_iter=None):
+        self.config.backend.check_dense_memory(self.X.shape[0], DENSE_EP_MATRICES)
         return laplace(self.kernel(self.X), self.y, self.likelihood,
                        max_iter=self.config.max_iter if max_iter is None else max_iter)
 
@@ -182,5 +200,5 @@ class LaplaceGP(LatentGP):
                        - self.with_theta(theta - step).run().log_marginal_likelihood) / 2e-5
         return grad
 
-    def latent(self, result, X):
+    def _latent_block(self, result, X):
         return result.predict_latent(self.kernel(self.X, X), self.kernel.diag(X))

@@ -7,7 +7,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from scipy.special import log_ndtr, ndtr
-from sklearn.base import ClassifierMixin, _fit_context
+from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval, validate_parameter_constraints
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -15,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..backend import resolve
 from ..inference import ConvergenceWarning
 from ..likelihoods.annotators import MultiAnnotator, log_ab
-from ._base import EPEstimator, as_generator, fresh_kernel, latent_output, shared
+from ._base import EPEstimator, as_generator, fit_entry, fresh_kernel, latent_output, shared
 from ._latent import LatentGP
 from ._mlii import maximize_evidence
 from ._state import latent_from_state, latent_state
@@ -220,7 +220,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
             warnings.simplefilter("ignore", ConvergenceWarning)
             return latent.run(sites, tol=tol, max_iter=max_iter)
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_entry
     def fit(self, X, Y):
         """Fit from inputs X (n, d) and labels Y (n, R): two values, NaN = not labelled
         (a vector Y is the labels of one annotator).
@@ -391,11 +391,11 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         check_is_fitted(self)
         Y01, res = self._Y01, self.result_
         R = Y01.shape[1]
-        full = log_ab(Y01, self.sensitivity_, self.specificity_)
         sens, spec = np.empty(R), np.empty(R)
         for r in range(R):
-            own = log_ab(Y01[:, [r]], self.sensitivity_[[r]], self.specificity_[[r]])
-            p = true_label_posterior(full - own, res.cavity_mean, res.cavity_var)
+            rest = np.arange(R) != r              # the others' labels, never full - own
+            others = log_ab(Y01[:, rest], self.sensitivity_[rest], self.specificity_[rest])
+            p = true_label_posterior(others, res.cavity_mean, res.cavity_var)
             s, t = m_step(Y01[:, [r]], p)
             sens[r], spec[r] = s[0], t[0]
         return sens, spec

@@ -4,7 +4,7 @@ from __future__ import annotations
 from numbers import Real
 
 import numpy as np
-from sklearn.base import RegressorMixin, _fit_context
+from sklearn.base import RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (check_consistent_length, check_is_fitted, column_or_1d,
                                       validate_data)
@@ -12,7 +12,7 @@ from sklearn.utils.validation import (check_consistent_length, check_is_fitted, 
 from ..backend import resolve
 from ..likelihoods.tobit import (Tobit, censored_predictive, censored_quantile,
                                  check_censored_data, check_limits)
-from ._base import EPEstimator, as_generator, fresh_kernel, latent_output, shared
+from ._base import EPEstimator, as_generator, fit_entry, fresh_kernel, latent_output, shared
 from ..kernels import kernel_from_dict
 from ._latent import LaplaceGP, LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
@@ -100,7 +100,7 @@ class CensoredGPRegressor(RegressorMixin, EPEstimator):
         self.random_state = random_state
         self.device = device
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_entry
     def fit(self, X, y, lower=None, upper=None):
         """Fit the kernel, the noise variance and the posterior of f.
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-from sklearn.base import ClassifierMixin, _fit_context
+from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..backend import resolve
 from ..likelihoods import Likelihood, Logistic, Probit
-from ._base import EPEstimator, as_generator, fresh_kernel, latent_output, shared
+from ._base import EPEstimator, as_generator, fit_entry, fresh_kernel, latent_output, shared
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
 
@@ -137,7 +137,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
             return copy.deepcopy(self.likelihood)
         return _LIKELIHOODS[self.likelihood]()
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_entry
     def fit(self, X, y):
         """Fit the EP approximation (and, with an optimizer, the hyperparameters).
 

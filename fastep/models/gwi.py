@@ -7,7 +7,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from scipy.linalg import solve_triangular
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -18,7 +18,7 @@ from ..inference import gwi
 from ..kernels import RBF
 from ..likelihoods.robustmax import RobustMax
 from ..kernels import kernel_from_dict
-from ._base import as_generator, fresh_kernel, latent_output, shared
+from ._base import as_generator, fit_entry, fresh_kernel, latent_output, shared
 from ._state import likelihood_of
 
 _LOG = logging.getLogger("fastep")
@@ -177,7 +177,7 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.device = device
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_entry
     def fit(self, X, y):
         """Fit the variational measures (and the temperature on the validation split)."""
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)

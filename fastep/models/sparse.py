@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from numbers import Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._linalg import blas_threads_for
 from ..inference import sparse
 from ..kernels import kernel_from_dict
-from ._base import as_generator, fresh_kernel, latent_output, shared
+from ._base import as_generator, fit_entry, fresh_kernel, latent_output, shared
 from ._latent import inducing_bounds
 from ._mlii import maximize_evidence
 
@@ -145,7 +145,7 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         self.n_restarts_optimizer = n_restarts_optimizer
         self.random_state = random_state
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_entry
     def fit(self, X, y):
         """Fit the kernel, noise variance and inducing inputs to (X, y).
 

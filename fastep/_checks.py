@@ -1,0 +1,207 @@
+"""The one check every array passes at the public boundary, before compiled code reads it.
+
+Compiled loops index their arrays without bounds checks, so each array they see must have
+the shape, dtype and contiguity they were written for, and (unless NaN or infinity mean
+something there) finite values.  :func:`float_array` is that check; a failure is a
+``ValueError`` that names the argument, what was expected, what was got and how to fix it.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+__all__ = ["float_array", "all_finite", "index_array", "DenseMemoryError",
+           "check_dense_memory", "host_memory_available"]
+
+
+def _describe(value):
+    if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__"):
+        return f"an array of dtype {value.dtype} and shape {tuple(value.shape)}"
+    return f"{type(value).__name__} {value!r:.60}"
+
+
+def all_finite(a, xp=np):
+    """Whether every entry of ``a`` is finite, without an n-sized temporary in the
+    common case (the sum of finite numbers is finite unless it overflows)."""
+    if a.size == 0:
+        return True
+    with np.errstate(over="ignore", invalid="ignore"):
+        if bool(xp.isfinite(xp.sum(a))):
+            return True
+    return bool(xp.all(xp.isfinite(a)))
+
+
+def _first(mask):
+    """The index of the first True entry of a (NumPy or CuPy) mask."""
+    mask = mask.get() if hasattr(mask, "get") else np.asarray(mask)
+    idx = np.argwhere(mask)[0]
+    return int(idx[0]) if idx.size == 1 else tuple(int(i) for i in idx)
+
+
+def float_array(value, name, ndim, shape=None, *, allow_nan=False, allow_inf=False,
+                positive=False, column=False, fix="", xp=np):
+    """``value`` as a C-ordered, writable float64 array of ``xp`` (NumPy or CuPy).
+
+    Parameters
+    ----------
+    value : array_like
+        Real numbers (bool, int and float dtypes; Python objects holding numbers).
+    name : str
+        The argument's name, for the error message.
+    ndim : int
+        Required number of dimensions.
+    shape : tuple, optional
+        Required shape; ``None`` or text entries (a name for the message, e.g. "m") are
+        free.
+    allow_nan, allow_inf : bool
+        Whether NaN / +-infinity are meaningful values here (else they are an error).
+    positive : bool
+        Whether every value must be > 0.
+    column : bool
+        Whether a 1-d array is accepted as one column (an (n, 1) array) when ``ndim=2``.
+    fix : str
+        How to fix a bad value, appended to the message.
+
+    Examples
+    --------
+    >>> float_array([1, 2], "y", 1)
+    array([1., 2.])
+    >>> float_array([1.0, float("nan")], "y", 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: y must be finite; got NaN at index 1.
+    >>> float_array([[1.0]], "Z", 2, ("m", 3))
+    Traceback (most recent call last):
+    ...
+    ValueError: Z must be an array of shape (m, 3); got shape (1, 1).
+    """
+    tail = f" {fix}" if fix else ""
+    if value is None or isinstance(value, (str, bytes)):
+        raise ValueError(f"{name} must be an array of real numbers; got "
+                         f"{_describe(value)}.{tail}")
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    if kind is not None and kind not in "biuf" and kind != "O":
+        raise ValueError(f"{name} must hold real numbers (bool, int or float); got "
+                         f"{_describe(value)}.{tail}")
+    try:
+        a = xp.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be an array of real numbers; got {_describe(value)} "
+                         f"({exc}).{tail}") from None
+    if column and ndim == 2 and a.ndim == 1:
+        a = a[:, None]
+    if a.ndim != ndim or (shape is not None and any(
+            isinstance(s, int) and s != g for s, g in zip(shape, a.shape))):
+        want = ("shape (" + ", ".join("n" if s is None else str(s) for s in shape) + ")"
+                if shape is not None else f"{ndim} dimension(s)")
+        raise ValueError(f"{name} must be an array of {want}; got shape {tuple(a.shape)}."
+                         f"{tail}")
+    if not (allow_nan and allow_inf) and not all_finite(a, xp):
+        nan, inf = xp.isnan(a), xp.isinf(a)
+        if not allow_nan and bool(xp.any(nan)):
+            raise ValueError(f"{name} must be finite; got NaN at index {_first(nan)}.{tail}")
+        if not allow_inf and bool(xp.any(inf)):
+            raise ValueError(f"{name} must be finite; got infinity at index "
+                             f"{_first(inf)}.{tail}")
+    if positive and a.size and not bool(xp.all(a > 0)):
+        bad = ~(a > 0)
+        raise ValueError(f"{name} must be positive; got {float(a[bad].min())!r} at index "
+                         f"{_first(bad)}.{tail}")
+    if xp is np and not a.flags.writeable:
+        return np.array(a, order="C")
+    return xp.ascontiguousarray(a)
+
+
+def index_array(value, name, n, n_classes, fix=""):
+    """Class indices: an int64 array of shape (n,) with values in [0, n_classes)."""
+    tail = f" {fix}" if fix else ""
+    a = np.asarray(value)
+    if a.shape != (n,) or a.dtype.kind not in "iu":
+        raise ValueError(f"{name} must be an integer array of shape ({n},) holding class "
+                         f"indices; got {_describe(value)}.{tail}")
+    if n and (a.min() < 0 or a.max() >= n_classes):
+        raise ValueError(f"{name} must hold class indices in [0, {n_classes}); got values in "
+                         f"[{a.min()}, {a.max()}].{tail}")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+class DenseMemoryError(MemoryError):
+    """Dense inference would need more memory than the machine has; raised before any
+    large allocation.  The message says how much, and to use inducing points.
+
+    Examples
+    --------
+    >>> import numpy as np, fastep
+    >>> X = np.zeros((200_000, 2)); y = np.arange(200_000) % 2
+    >>> try:
+    ...     fastep.EPGaussianProcessClassifier().fit(X, y)
+    ... except fastep.DenseMemoryError as exc:
+    ...     print(str(exc)[:48])
+    dense inference on n = 200000 points needs about
+    """
+
+
+#: n x n float64 matrices alive at the peak of dense EP (K, B's factor, the solve),
+#: and of an ML-II step (the gradient's weights and the kernel derivative beside them);
+#: measured as peak RSS over the import baseline at n = 4000.
+DENSE_EP_MATRICES = 3
+DENSE_MLII_MATRICES = 7
+
+
+def host_memory_available():
+    """Bytes this process may still allocate on the host: ``MemAvailable`` of
+    /proc/meminfo, less where a cgroup (container) limit is lower; None if unknown."""
+    avail = []
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    avail.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit, used in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                        ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                         "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            with open(limit) as fh:
+                text = fh.read().strip()
+            if text.isdigit() and int(text) < 2 ** 60:
+                with open(used) as fh:
+                    avail.append(int(text) - int(fh.read().strip()))
+                break
+        except (OSError, ValueError):
+            continue
+    if not avail:
+        try:
+            avail.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):
+            return None
+    return max(min(avail), 0)
+
+
+def _gib(b):
+    return f"{b / 2 ** 30:.1f} GiB"
+
+
+def check_dense_memory(n, n_matrices, available, where="this machine"):
+    """Raise :class:`DenseMemoryError` when ``n_matrices`` n x n float64 matrices do not
+    fit in ``available`` bytes (None: unknown, no check).
+
+    Examples
+    --------
+    >>> check_dense_memory(1000, 3, 2 ** 30)          # 24 MB of 1 GiB: fine
+    >>> check_dense_memory(60_000, 3, 2 ** 30)      # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    fastep._checks.DenseMemoryError: dense inference on n = 60000 points needs about 80.5 GiB ...
+    """
+    need = n_matrices * 8 * n * n
+    if available is None or need <= available:
+        return
+    raise DenseMemoryError(
+        f"dense inference on n = {n} points needs about {_gib(need)} ({n_matrices} matrices "
+        f"of n x n float64), but {where} has {_gib(available)} available. Use sparse "
+        f"inference with inducing points: n_inducing=500 (or --n-inducing 500 on the command "
+        f"line); its memory grows as n x n_inducing.")

@@ -1,0 +1,450 @@
+"""Reliability: a clear exception or a finite answer, never a crash or a silent NaN.
+
+Each failure found by generated inputs on fastep 0.1 has a regression test here (named
+after what it guards), beside the guarantees that need a process of their own: the
+memory guard (peak RSS of a fresh interpreter), all-or-nothing fits under Ctrl-C,
+prediction from several threads, and saving under SIGKILL.  Truth: closed forms, the
+1-D answer for a column target, and explicit counts.  The generated-input properties
+themselves are in tests/test_fuzz.py.
+"""
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.special import ndtr
+
+import fastep
+from fastep import (CensoredGPRegressor, EPGaussianProcessClassifier, GWIClassifier,
+                    MultiAnnotatorGPClassifier, SparseGPRegressor, load_model, save_model)
+from fastep.datasets import simulate_annotators
+from fastep.kernels import RBF
+from fastep.likelihoods import CustomLikelihood, MultiAnnotator, Probit, Tobit
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(code, timeout=300, **env):
+    """Run ``code`` in a fresh interpreter; (return code, stdout, stderr)."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), **env))
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _data(n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2))
+    f = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1]
+    return X, f, rng
+
+
+# ----------------------------------------------------------------------------------------
+# crashes of the process (0.1 aborted in glibc or segfaulted)
+# ----------------------------------------------------------------------------------------
+def test_column_target_with_linear_kernel_and_custom_likelihood_runs():
+    """0.1: ``fastep.ep`` with y of shape (n, 1), a Linear kernel and a CustomLikelihood
+    aborted with "corrupted size vs. prev_size".  Now a column is the vector it holds."""
+    code, out, err = _run("""
+        import math, numpy as np, fastep
+        from fastep.kernels import Linear
+        from fastep.likelihoods import CustomLikelihood
+        def log_lik(y, extra, f, params):
+            z = y * f
+            return -math.log1p(math.exp(-z)) if z > 0 else z - math.log1p(math.exp(z))
+        X = np.random.default_rng(0).normal(size=(30, 2)); y = np.sign(X[:, 0] + 0.1)
+        lik = CustomLikelihood(log_lik, binary=True)
+        K = Linear()(X) + 1e-6 * np.eye(30)
+        a = fastep.ep(K, y[:, None], lik).log_marginal_likelihood
+        b = fastep.ep(K, y, lik).log_marginal_likelihood
+        print("same" if a == b and math.isfinite(a) else f"differ {a} {b}")
+    """)
+    assert code == 0 and out.strip() == "same", err[-2000:]
+
+
+# ----------------------------------------------------------------------------------------
+# read-only inputs (a pandas 3 Series, np.load(mmap_mode="r"))
+# ----------------------------------------------------------------------------------------
+def _read_only(a, tmp_path, name):
+    np.save(tmp_path / f"{name}.npy", a)
+    out = np.load(tmp_path / f"{name}.npy", mmap_mode="r")
+    assert not out.flags.writeable
+    return out
+
+
+def test_read_only_inputs_everywhere(tmp_path):
+    """0.1: a read-only y made ``CensoredGPRegressor``, ``fastep.ep`` and ``sparse_ep``
+    fail with Numba's "No matching definition ... readonly array"."""
+    X, f, rng = _data()
+    t = np.maximum(f + 0.1 * rng.normal(size=f.size), -0.3)
+    yb = np.where(f > 0, 1.0, -1.0)
+    Xr, tr, ybr = (_read_only(a, tmp_path, k) for a, k in ((X, "X"), (t, "t"), (yb, "y")))
+    K = RBF()(X)
+    assert (fastep.ep(_read_only(K, tmp_path, "K"), ybr, Probit()).log_marginal_likelihood
+            == fastep.ep(K, yb, Probit()).log_marginal_likelihood)
+    assert (fastep.sparse_ep(RBF(), Xr[:8], Xr, ybr, Probit()).log_marginal_likelihood
+            == fastep.sparse_ep(RBF(), X[:8], X, yb, Probit()).log_marginal_likelihood)
+    a = CensoredGPRegressor(noise_variance=0.05, lower=-0.3, optimizer=None).fit(Xr, tr)
+    b = CensoredGPRegressor(noise_variance=0.05, lower=-0.3, optimizer=None).fit(X, t)
+    np.testing.assert_array_equal(a.predict(Xr), b.predict(X))
+    lik = Tobit(0.1, lower=-0.3)
+    ex = _read_only(lik.limits(t.size), tmp_path, "extra")
+    assert np.all(np.isfinite(lik.tilted(tr, tr, _read_only(np.ones(t.size), tmp_path, "v"),
+                                         extra=ex)[2]))
+
+
+# ----------------------------------------------------------------------------------------
+# silent NaN / inf
+# ----------------------------------------------------------------------------------------
+def test_tobit_interval_moments_far_in_a_tail_are_finite_and_in_range():
+    """0.1: ``Tobit.tilted`` gave NaN (or wildly wrong) second derivatives for an
+    interval-censored site whose cavity sits far from the interval.  Truth: the moments
+    of N(0, 1) truncated to [a, b] far in a tail: mean about a + 1/a, variance about
+    1/a^2 (both from the Mills ratio), so d2 * c^2 = var - 1 is close to -1."""
+    lik = Tobit(1e-4)
+    mu = np.array([-163.9, -1000.0, 1000.0, 0.0])
+    var = np.array([1e-5, 1e-10, 1e-2, 1e-10])
+    extra = np.array([[0.0, 1.0], [0.0, 1.0], [-2.0, -1.0], [0.5, 0.50001]])
+    log_z, d1, d2 = lik.tilted(np.full(4, np.nan), mu, var, extra=extra)
+    assert np.all(np.isfinite(log_z)) and np.all(np.isfinite(d1)) and np.all(np.isfinite(d2))
+    c2 = var + 1e-4
+    assert np.all(d2 <= 0) and np.all(d2 >= -1.0 / c2)
+    a = (extra[0, 0] - mu[0]) / math.sqrt(c2[0])              # ~1.6e4 standard deviations
+    assert d1[0] * math.sqrt(c2[0]) == pytest.approx(a + 1.0 / a, rel=1e-12)
+    assert d2[0] * c2[0] == pytest.approx(-1.0 + 1.0 / a ** 2, abs=1e-12)
+
+
+def test_quadrature_keeps_log_concave_second_derivatives_non_positive():
+    """0.1: at alpha < 1 (panel quadrature) a left-censored Tobit site under a cavity far
+    below its limit had d2 > 0 (rounding), which a log-concave likelihood cannot have."""
+    lik = Tobit(0.2)
+    for var in (1e-10, 1e-6, 1e-2):
+        for alpha in (0.5, 1e-3):
+            _, _, d2 = lik.tilted([0.0], [-1000.0], [var], alpha, extra=[[0.0, 1.0]])
+            assert -1.0 / var <= d2[0] <= 0.0
+
+
+def test_loo_reliabilities_with_one_annotator_are_finite():
+    """0.1 reported NaN here.  With one annotator, leaving its own labels out leaves the
+    GP alone: p_i = Phi(mu_i / sqrt(1 + v_i)) from the cavities, and the M-step of
+    that p is the truth."""
+    X, f, _ = _data()
+    Y = simulate_annotators((f > 0).astype(int), [0.9], [0.8], random_state=0)
+    est = MultiAnnotatorGPClassifier(optimizer=None).fit(X, Y)
+    sens, spec = est.loo_reliabilities()
+    res = est.result_
+    p = ndtr(res.cavity_mean / np.sqrt(1.0 + res.cavity_var))
+    y = Y[:, 0]
+    assert sens[0] == pytest.approx(np.clip((y * p).sum() / p.sum(), 1e-6, 1 - 1e-6))
+    assert spec[0] == pytest.approx(np.clip(((1 - y) * (1 - p)).sum() / (1 - p).sum(),
+                                            1e-6, 1 - 1e-6))
+    assert np.all(np.isfinite(est.true_label_proba_))
+
+
+def test_quantile_levels_outside_zero_one_are_refused():
+    """0.1 returned NaN or inf for q at or outside (0, 1)."""
+    X, f, _ = _data()
+    est = CensoredGPRegressor(noise_variance=0.05, lower=-0.3, optimizer=None).fit(
+        X, np.maximum(f, -0.3))
+    for q in (0.0, 1.0, -0.1, 1.5, np.nan, [0.5, 1.0]):
+        with pytest.raises(ValueError, match="q must be"):
+            est.predict_quantile(X[:3], q)
+    assert np.all(np.isfinite(est.predict_quantile(X[:3], 0.999)))
+
+
+def test_non_finite_inducing_inputs_or_data_are_refused():
+    """0.1: ``sparse_ep`` with a NaN in Z returned NaN means."""
+    X, f, _ = _data()
+    y = np.where(f > 0, 1.0, -1.0)
+    Z = X[:6].copy()
+    Z[2, 1] = np.nan
+    with pytest.raises(ValueError, match=r"Z must be finite; got NaN at index \(2, 1\)"):
+        fastep.sparse_ep(RBF(), Z, X, y, Probit())
+    Xb = X.copy()
+    Xb[7, 0] = np.inf
+    with pytest.raises(ValueError, match="X must be finite; row 7"):
+        fastep.sparse_ep(RBF(), X[:6], Xb, y, Probit())
+    with pytest.raises(ValueError, match="Z must hold between 1 and 40"):
+        fastep.sparse_ep(RBF(), np.zeros((0, 2)), X, y, Probit())
+
+
+def test_a_likelihood_that_is_numerically_zero_is_an_error_not_minus_infinity():
+    def log_lik(y, extra, f, params):            # overflows for y f < -710
+        return -math.log1p(math.exp(-y * f))
+    lik = CustomLikelihood(log_lik, binary=True)
+    with pytest.raises(ValueError, match="not finite at site 0"):
+        lik.tilted([1.0], [-1000.0], [1e-10])
+
+
+# ----------------------------------------------------------------------------------------
+# the wrong exception, or none at all
+# ----------------------------------------------------------------------------------------
+def test_max_iter_inf_is_a_value_error_not_overflow():
+    X, f, _ = _data()
+    with pytest.raises(ValueError, match="max_iter must be an integer"):
+        fastep.ep(RBF()(X), np.sign(f), Probit(), max_iter=np.inf)
+
+
+def test_sparse_regressor_evidence_with_a_theta_of_the_wrong_length():
+    X, f, _ = _data()
+    est = SparseGPRegressor(n_inducing=5, random_state=0).fit(X, f)
+    with pytest.raises(ValueError, match="theta must have 3 entries"):
+        est.log_marginal_likelihood(np.zeros(1))
+
+
+def test_swapped_censoring_limits_at_prediction_are_refused():
+    """0.1 returned P(lower) + P(upper) > 1."""
+    X, f, _ = _data()
+    est = CensoredGPRegressor(noise_variance=0.05, optimizer=None).fit(
+        X, np.maximum(f, -0.3), lower=-0.3)
+    with pytest.raises(ValueError, match="lower must be below upper"):
+        est.predict_censored_proba(X[:2], lower=0.5, upper=-0.5)
+
+
+@pytest.mark.parametrize("extra, pattern", [
+    (np.full((40, 2), np.nan), "extra must be finite; got NaN"),
+    (np.zeros((3, 2)), r"extra must be an array of shape \(40, 2\)"),
+    (np.zeros((40, 3)), r"Tobit reads 2 extra column"),
+    (np.column_stack([np.zeros(40), -np.ones(40)]), "lower must be below upper"),
+])
+def test_per_site_extras_are_checked(extra, pattern):
+    """0.1 accepted non-finite or mis-shaped extras and read past their ends."""
+    X, f, _ = _data()
+    with pytest.raises(ValueError, match=pattern):
+        fastep.ep(RBF()(X), np.maximum(f, -0.3), Tobit(0.1, lower=-0.3), extra=extra)
+
+
+def test_annotator_extras_and_impossible_labels():
+    X, _, _ = _data(4)
+    lik = MultiAnnotator(np.array([[1.0], [0.0], [1.0], [np.nan]]), [0.9], [0.8])
+    for extra, pattern in ((np.ones((4, 2)), "log-probabilities"),
+                           (np.full((4, 2), -np.inf), "impossible under both classes")):
+        with pytest.raises(ValueError, match=pattern):
+            fastep.ep(RBF()(X), np.ones(4), lik, extra=extra)
+    with pytest.raises(ValueError, match="impossible under both classes"):
+        MultiAnnotator(np.array([[1.0, 0.0]]), [1.0, 1.0], [1.0, 1.0])
+
+
+def test_a_custom_likelihood_numba_cannot_compile_is_a_type_error():
+    def log_lik(y, extra, f, params):
+        return {}[f]
+    with pytest.raises(TypeError, match="log_lik could not be compiled by Numba"):
+        CustomLikelihood(log_lik)
+
+
+# ----------------------------------------------------------------------------------------
+# memory guard
+# ----------------------------------------------------------------------------------------
+def test_dense_fit_past_the_machine_fails_fast_without_allocating(tmp_path):
+    """0.1: ``EPGaussianProcessClassifier().fit`` on 60,000 rows (and ``fastep fit``)
+    died after seconds with a raw "Unable to allocate 26.8 GiB".  Now: a
+    DenseMemoryError naming n_inducing within a second, peak RSS far below 1 GB."""
+    code, out, err = _run("""
+        import resource, time, numpy as np, fastep
+        X = np.random.default_rng(0).normal(size=(60000, 5)); y = X[:, 0] > 0
+        est = fastep.EPGaussianProcessClassifier()
+        t = time.perf_counter()
+        try:
+            est.fit(X, y)
+        except fastep.DenseMemoryError as exc:
+            print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "n_inducing=" in str(exc))
+    """)
+    assert code == 0, err[-2000:]
+    seconds, rss_kb, named = out.split()
+    assert float(seconds) < 1.0 and int(rss_kb) < 1_000_000 and named == "True"
+
+    rows = np.random.default_rng(1).normal(size=(60000, 4))
+    rows[:, -1] = rows[:, 0] > 0
+    np.savetxt(tmp_path / "big.csv", rows, delimiter=",", fmt="%.6f")
+    code, out, err = _run(f"""
+        import resource, sys, time
+        from fastep.cli import main
+        t = time.perf_counter()
+        rc = main(["fit", {str(tmp_path / "big.csv")!r}, "-o", {str(tmp_path / "m.npz")!r}])
+        print(rc, time.perf_counter() - t,
+              resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    """)
+    assert code == 0, err[-2000:]
+    rc, seconds, rss_kb = out.split()
+    assert rc == "2" and "--n-inducing" in err and "Traceback" not in err
+    assert float(seconds) < 3.0 and int(rss_kb) < 1_000_000      # reading the CSV included
+    assert not (tmp_path / "m.npz").exists()
+
+
+# ----------------------------------------------------------------------------------------
+# all-or-nothing fits, and prediction from several threads
+# ----------------------------------------------------------------------------------------
+def _estimators():
+    X, f, rng = _data(50)
+    y2 = (f > 0).astype(int)
+    y3 = np.digitize(f, [-0.5, 0.5])
+    Y = simulate_annotators(y2, [0.9, 0.7, 0.8], [0.8, 0.7, 0.9], random_state=0)
+    return {
+        "classifier": (lambda **kw: EPGaussianProcessClassifier(**kw), X, y2),
+        "classifier-sparse": (lambda **kw: EPGaussianProcessClassifier(
+            n_inducing=10, random_state=0, **kw), X, y2),
+        "censored": (lambda **kw: CensoredGPRegressor(noise_variance=0.05, lower=-0.3, **kw),
+                     X, np.maximum(f, -0.3)),
+        "annotators": (lambda **kw: MultiAnnotatorGPClassifier(**kw), X, Y),
+        "sparse-regression": (lambda **kw: SparseGPRegressor(n_inducing=10, random_state=0,
+                                                             **kw), X, f),
+        "gwi": (lambda **kw: GWIClassifier(n_inducing=15, max_iter=40, random_state=0),
+                X, y3),
+    }
+
+
+def _predictions(est, X):
+    out = [est.predict(X)]
+    for name in ("predict_proba", "predict_latent"):
+        if hasattr(est, name):
+            r = getattr(est, name)(X)
+            out.extend(r if isinstance(r, tuple) else [r])
+    return out
+
+
+class _Interrupt:
+    """A scikit-learn-style optimiser that is interrupted (as by Ctrl-C) at its third
+    evaluation."""
+
+    def __call__(self, obj, theta, bounds):
+        for k in range(3):
+            obj(theta + 0.1 * k)
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("name", ["classifier", "classifier-sparse", "censored", "annotators",
+                                  "sparse-regression"])
+def test_an_interrupted_fit_leaves_the_estimator_as_it_was(name):
+    make, X, y = _estimators()[name]
+    est = make(optimizer=None).fit(X, y)
+    before = _predictions(est, X)
+    state = set(vars(est))
+    est.set_params(optimizer=_Interrupt())
+    with pytest.raises(KeyboardInterrupt):
+        est.fit(X[:30], y[:30])
+    assert set(vars(est)) == state and est.optimizer is not None
+    for a, b in zip(_predictions(est, X), before):
+        np.testing.assert_array_equal(a, b)
+    fresh = make(optimizer=_Interrupt())
+    with pytest.raises(KeyboardInterrupt):
+        fresh.fit(X, y)
+    assert not any(k.endswith("_") and not k.startswith("_") for k in vars(fresh))
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
+def test_ctrl_c_during_a_fit_leaves_a_fitted_estimator_intact():
+    """A real SIGINT (what Ctrl-C sends) arriving while ML-II runs."""
+    X, f, _ = _data(300)
+    y = (f > 0).astype(int)
+    est = EPGaussianProcessClassifier(optimizer=None).fit(X, y)
+    before = est.predict_proba(X)
+    calls = []
+
+    def slow(obj, theta, bounds):                 # keeps Python busy between evaluations
+        while True:
+            calls.append(obj(theta))
+            if len(calls) == 2:
+                threading.Timer(0.05, signal.pthread_kill,
+                                (threading.main_thread().ident, signal.SIGINT)).start()
+
+    est.set_params(optimizer=slow)
+    with pytest.raises(KeyboardInterrupt):
+        est.fit(X[::-1], y[::-1])
+    np.testing.assert_array_equal(est.predict_proba(X), before)
+
+
+@pytest.mark.parametrize("name", list(_estimators()))
+def test_predictions_from_four_threads_equal_serial_ones(name):
+    make, X, y = _estimators()[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = make(optimizer=None).fit(X, y) if name != "gwi" else make().fit(X, y)
+    rng = np.random.default_rng(1)
+    inputs = [rng.normal(size=(200 + 37 * k, 2)) for k in range(8)]
+    serial = [_predictions(est, Xt) for Xt in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        parallel = list(pool.map(lambda Xt: _predictions(est, Xt), inputs))
+    for s, p in zip(serial, parallel):
+        for a, b in zip(s, p):
+            np.testing.assert_array_equal(a, b)
+
+
+# ----------------------------------------------------------------------------------------
+# nothing lost on a crash
+# ----------------------------------------------------------------------------------------
+def test_sigkill_while_saving_never_leaves_a_broken_model(tmp_path):
+    """A process saving models over one path in a loop, killed at random moments: the
+    file always loads as the old or the new model."""
+    X, f, _ = _data(60)
+    path = tmp_path / "model.npz"
+    old = EPGaussianProcessClassifier(optimizer=None).fit(X, f > 0)
+    save_model(old, path)
+    saver = textwrap.dedent(f"""
+        import numpy as np, fastep
+        rng = np.random.default_rng(0)
+        X = rng.normal(size=(20000, 2)); y = X[:, 0] > 0
+        est = fastep.EPGaussianProcessClassifier(n_inducing=30, optimizer=None,
+                                                 random_state=0).fit(X, y)
+        print("ready", flush=True)
+        while True:
+            fastep.save_model(est, {str(path)!r})
+    """)
+    new_p = None
+    rng = np.random.default_rng(0)
+    kills = 0
+    for _ in range(12):
+        proc = subprocess.Popen([sys.executable, "-c", saver], stdout=subprocess.PIPE,
+                                cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        assert proc.stdout.readline().strip() == b"ready"
+        time.sleep(float(rng.uniform(0.0, 0.3)))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += proc.returncode == -signal.SIGKILL
+        est = load_model(path)                        # never a half-written file
+        p = est.predict_proba(X)
+        if est.n_inducing is None:
+            np.testing.assert_array_equal(p, old.predict_proba(X))
+        else:
+            new_p = p if new_p is None else new_p
+            np.testing.assert_array_equal(p, new_p)
+    assert kills == 12 and new_p is not None
+
+
+def test_cli_writes_exactly_the_output_path(tmp_path):
+    """0.1: ``-o model.bin`` silently wrote model.bin.npz."""
+    from fastep.cli import main
+    X, f, _ = _data()
+    np.savetxt(tmp_path / "d.csv", np.column_stack([X, f > 0]), delimiter=",")
+    assert main(["fit", str(tmp_path / "d.csv"), "-o", str(tmp_path / "model.bin"),
+                 "--no-optimize"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.csv", "model.bin"]
+    assert isinstance(load_model(tmp_path / "model.bin"), EPGaussianProcessClassifier)
+
+
+def test_threads_are_safe_under_numba_fallback_threading_layer():
+    """Numba's "workqueue" layer (used where neither TBB nor OpenMP is installed) aborts
+    the process on concurrent parallel launches; fastep serialises them there."""
+    code, out, err = _run("""
+        import numpy as np, fastep
+        from concurrent.futures import ThreadPoolExecutor
+        rng = np.random.default_rng(0)
+        X = rng.normal(size=(300, 2)); y = X[:, 0] > 0
+        est = fastep.EPGaussianProcessClassifier(optimizer=None).fit(X, y)
+        tests = [rng.normal(size=(3000, 2)) for _ in range(8)]
+        serial = [est.predict_proba(t) for t in tests]
+        with ThreadPoolExecutor(4) as pool:
+            par = list(pool.map(est.predict_proba, tests))
+        import numba
+        print(numba.threading_layer(), all(np.array_equal(a, b) for a, b in zip(serial, par)))
+    """, NUMBA_THREADING_LAYER="workqueue")
+    assert code == 0 and out.split() == ["workqueue", "True"], err[-2000:]
