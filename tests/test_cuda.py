@@ -27,7 +27,7 @@ import cuda_checks as cc
 from fastep.backend import cpu as kern
 from fastep.inference import ep_gradient, sparse_ep, sparse_ep_gradient
 from fastep.kernels import _gram
-from fastep.likelihoods import tilted_batch
+from fastep.likelihoods._base import tilted_batch
 
 HERE = Path(__file__).parent
 RTOL = 1e-12

@@ -3,7 +3,7 @@ import numbers
 
 import numpy as np
 
-from ._base import CustomLikelihood, Likelihood, quad_tilted, tilted_batch
+from ._base import CustomLikelihood, Likelihood
 from .annotators import MultiAnnotator
 from .binary import Logistic, Probit
 from .gaussian import Gaussian
@@ -72,5 +72,5 @@ def _limit_keys(cls):
 
 
 __all__ = ["MultiAnnotator", "RobustMax", "Tobit", "censored_predictive", "censored_quantile",
-           "Likelihood", "CustomLikelihood", "Gaussian", "Probit", "Logistic", "quad_tilted",
-           "tilted_batch", "likelihood_from_dict"]
+           "Likelihood", "CustomLikelihood", "Gaussian", "Probit", "Logistic",
+           "likelihood_from_dict"]

@@ -54,7 +54,7 @@ class Logistic(Likelihood):
     """Logistic likelihood ``p(y | f) = 1 / (1 + exp(-y f))``, y in {-1, +1}.
 
     No closed form exists: the tilted moments come from the panel quadrature of
-    :func:`fastep.likelihoods.quad_tilted` (10-point Gauss-Legendre panels laid outwards
+    :func:`fastep.likelihoods._base.quad_tilted` (10-point Gauss-Legendre panels laid outwards
     from the tilted mode).
 
     Examples
