@@ -255,7 +255,8 @@ def load_model(path):
         state = header.get("state")
         if not isinstance(state, dict):
             raise ValueError("the header's 'state' must be a dict")
-        est._load_state(StateReader(state, arrays))
+        with np.errstate(all="ignore"):            # out-of-range values: checked below
+            est._load_state(StateReader(state, arrays))
     except (ValueError, TypeError, KeyError, IndexError, RecursionError,
             np.linalg.LinAlgError) as exc:
         raise ValueError(f"{path}: not a valid {name} model file: {str(exc)[:300]}") from None

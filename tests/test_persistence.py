@@ -253,6 +253,8 @@ TAMPER = {
     "missing array": (lambda h, a: a.pop("y_0"), "'y_0' is missing"),
     "labels not +-1": (lambda h, a: a["y_0"].__setitem__(0, 0.5), r"expects y in \{-1, \+1\}"),
     "one class": (lambda h, a: a.update(classes=np.array(["no"])), "two distinct"),
+    "NaN class": (lambda h, a: a.update(classes=np.array([0.0, np.nan])),
+                  "'classes' holds NaN"),
 }
 
 
@@ -484,7 +486,8 @@ def _tampered_files(model_files, tmp_path):
             if arr.dtype.kind == "f":
                 nan = arr.copy()
                 nan.flat[0] = np.nan
-                variants.update(nan=nan, int=np.ones(arr.shape, dtype=np.int64))
+                variants.update(nan=nan, int=np.ones(arr.shape, dtype=np.int64),
+                                huge=arr * 1e300)      # finite, absurd: predictions stay finite
             for tag, bad in variants.items():
                 a = dict(arrays, **{name: bad})
                 write(f"{key.replace('/', '_')}-{name}-{tag}", header, a, None)

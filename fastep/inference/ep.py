@@ -45,6 +45,9 @@ from ._sweep import (ConvergenceWarning, EPNumericalWarning, SweepControl, check
                      site_change)
 
 SEQUENTIAL_BLOCK = 256
+#: Smallest posterior variance EP accepts: log Z_EP needs 1/var and log(var_cav / var),
+#: which overflow or lose all digits for subnormal variances.
+MIN_POSTERIOR_VARIANCE = 1e-290
 METHODS = ("parallel", "sequential")
 
 __all__ = ["ep", "EPResult", "ep_gradient", "posterior_from_sites", "check_covariance",
@@ -114,11 +117,12 @@ class _Posterior:
             if self.Q is not None:
                 cov += self.Q @ self.Q.T
             self.cov = cov
-        if not bool(xp.all(self.var > 0.0)):
+        if not bool(xp.all(self.var > MIN_POSTERIOR_VARIANCE)):
             raise NotPositiveDefiniteError(
-                "EP produced non-positive posterior variances; K is numerically singular "
-                "or indefinite. Add jitter to the kernel diagonal (a WhiteKernel(1e-6)) or "
-                "take smaller EP steps (e.g. damping=0.5).")
+                "EP produced non-positive (or underflowing, below 1e-290) posterior "
+                "variances; K is numerically singular or indefinite, or its scale "
+                "underflows. Add jitter to the kernel diagonal (a WhiteKernel(1e-6)), "
+                "rescale the kernel's variance, or take smaller EP steps (e.g. damping=0.5).")
 
     def _split_form(self, neg, var):
         be, xp = self.be, self.be.xp

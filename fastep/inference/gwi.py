@@ -71,12 +71,35 @@ _LOG = logging.getLogger("fastep")
 # --------------------------------------------------------------------------------------
 # The W2 estimator
 # --------------------------------------------------------------------------------------
+def symmetric_eigh(A, what):
+    """``eigh(A)`` of a symmetric matrix, robust to bad scaling: the matrix is divided by
+    its largest entry first, and when LAPACK's default driver (MRRR) fails the
+    divide-and-conquer one is tried; a matrix neither can decompose is a
+    :class:`NotPositiveDefiniteError` naming ``what``."""
+    scale = float(np.max(np.abs(A), initial=0.0))
+    if not np.isfinite(scale):
+        raise NotPositiveDefiniteError(f"{what} holds non-finite entries; the kernel "
+                                       f"overflows at these inputs (rescale X or bound the "
+                                       f"kernel's parameters).")
+    scale = scale if scale > 0 else 1.0
+    for driver in ("evr", "evd"):
+        try:
+            lam, V = eigh(A / scale, check_finite=False, driver=driver)
+            return lam * scale, V
+        except np.linalg.LinAlgError:
+            continue
+    raise NotPositiveDefiniteError(f"The eigendecomposition of {what} failed (LAPACK did "
+                                   f"not converge); the kernel is numerically degenerate at "
+                                   f"these inputs (rescale X or bound the kernel's "
+                                   f"parameters).")
+
+
 def sym_sqrt(K):
     """Symmetric square root of a symmetric positive semi-definite matrix (via eigh).
 
     Tiny negative eigenvalues from rounding are set to zero.
     """
-    lam, V = eigh(K, check_finite=False)
+    lam, V = symmetric_eigh(K, "the kernel matrix of the W2 subsample")
     lam = np.maximum(lam, 0.0)
     return (V * np.sqrt(lam)) @ V.T
 
@@ -90,7 +113,7 @@ def _cross_term(K_sqrt, R_ss):
     """
     A = K_sqrt @ R_ss @ K_sqrt
     A = 0.5 * (A + A.T)
-    lam, V = eigh(A, check_finite=False)
+    lam, V = symmetric_eigh(A, "the W2 cross-term matrix")
     keep = lam > _EIG_FLOOR * max(lam[-1], 0.0)
     root = np.sqrt(lam[keep])
     W = K_sqrt @ V[:, keep]
@@ -170,7 +193,10 @@ def gwi_factors(kernel, X, Z, C):
     ``C`` from :func:`inducing_cholesky`."""
     V = solve_triangular(C, kernel(Z, X), lower=True, check_finite=False).T
     kxx = np.asarray(kernel.diag(X), dtype=float)
-    resid = np.maximum(kxx - np.einsum("ij,ij->i", V, V), 1e-12 * np.maximum(kxx, 1e-300))
+    # floor relative to the largest prior variance: a kernel that vanishes at a point
+    # (Linear at the origin) must not leave a variance that underflows there
+    resid = np.maximum(kxx - np.einsum("ij,ij->i", V, V),
+                       1e-12 * max(float(np.max(kxx, initial=0.0)), 1e-280))
     return GWIFactors(V=np.ascontiguousarray(V), kxx=kxx, resid=resid)
 
 

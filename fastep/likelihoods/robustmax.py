@@ -125,12 +125,20 @@ def prob_largest_grad(mean, var, labels, nodes, weights, s, ds_dmean, ds_dvar):
                                      ds_dvar)
 
 
+#: Smallest variance the Gauss-Hermite products see: dS/dvar grows like 1/var, and
+#: below this it would overflow to inf (and inf - inf to NaN) in float64.
+MIN_VARIANCE = 1e-290
+
+
 def check_moments(mean, var, n_classes):
-    """Validate latent moments of shape (n, n_classes); C-ordered float copies."""
+    """Validate latent moments of shape (n, n_classes): C-ordered float arrays, the
+    variances a new array with those below :data:`MIN_VARIANCE` raised to it (a point
+    mass, to working precision)."""
     mean = float_array(mean, "mean", 2, (None, n_classes),
                        fix="One column per class: the latent means at each point.")
     var = float_array(var, "var", 2, mean.shape, positive=True,
                       fix="Variances (not standard deviations), shaped like mean.")
+    var = var.clip(MIN_VARIANCE, None)
     return mean, var
 
 

@@ -88,6 +88,17 @@ def interval_moments(a, b):
     return log_z, d1, min(max(ta - tb - (pa - pb) * (pa - pb), -1.0), 0.0)
 
 
+@jit("f8[:](f8[:], f8[:])")
+def interval_second_moment(a, b):
+    """E[z^2] - 1 of N(0, 1) truncated to [a_i, b_i], elementwise (from
+    :func:`interval_moments`: d2 + d1^2, no cancellation far in a tail)."""
+    out = np.empty(a.shape[0])
+    for i in range(a.shape[0]):
+        _, d1, d2 = interval_moments(a[i], b[i])
+        out[i] = d2 + d1 * d1
+    return out
+
+
 @tilted_function
 def tobit_tilted(y, extra, mu, var, alpha, params):
     """alpha = 1, with c = sqrt(v + sigma^2):
@@ -253,12 +264,12 @@ class Tobit(Likelihood):
             out = np.where(left | right, -lam * z / (2 * c2), 0.0)
             r = y - mu
             out = np.where(exact, 0.5 * (r * r / (c2 * c2) - 1.0 / c2), out)
-            if np.any(inter):
-                a, b = (lo - mu) / c, (up - mu) / c
-                logz = np.where(a > 0, np.log(ndtr(-a) - ndtr(-b)), np.log(ndtr(b) - ndtr(a)))
-                ta = np.where(np.isfinite(a), a * np.exp(-0.5 * a * a - logz), 0.0)
-                tb = np.where(np.isfinite(b), b * np.exp(-0.5 * b * b - logz), 0.0)
-                out = np.where(inter, -(tb - ta) / np.sqrt(2 * np.pi) / (2 * c2), out)
+        if np.any(inter):
+            # d log Z / d c^2 = (E[z^2] - 1) / (2 c^2) over N(0, 1) truncated to [a, b],
+            # with E[z^2] - 1 = d2 + d1^2 from the tail-safe interval moments
+            c2i = c2[inter]
+            out[inter] = interval_second_moment(
+                (lo[inter] - mu[inter]) / c[inter], (up[inter] - mu[inter]) / c[inter]) / (2 * c2i)
         return (out * self.noise_variance).reshape(-1, 1)[:, : self.n_dims]
 
 
@@ -302,11 +313,17 @@ def censored_predictive(mean, var, noise_variance, lower=-np.inf, upper=np.inf):
         aphia = np.where(np.isfinite(a), a * phia, 0.0)
         bphib = np.where(np.isfinite(b), b * phib, 0.0)
         e1 = lo_term + up_term + m * inside + s * (phia - phib)
-        # second moment about the mean m for stability: E[(y - m)^2]
-        dl = np.where(np.isfinite(lo), (lo - m) ** 2 * pa, 0.0)
-        du = np.where(np.isfinite(up), (up - m) ** 2 * pb, 0.0)
-    e2c = dl + du + s2 * inside + s2 * (aphia - bphib)
-    var_y = np.maximum(e2c - (e1 - m) ** 2, 0.0)
+        # the variance about e1 as a mixture (point masses at the limits, the truncated
+        # normal between), each part only where its weight is not zero: the moments about
+        # m, E[(y - m)^2] - (e1 - m)^2, cancel (and overflow) when a limit carries all mass
+        # far from m
+        some = inside > 0.0
+        shift = np.where(some, (phia - phib) / np.where(some, inside, 1.0), 0.0)
+        var_in = s2 * np.clip(1.0 + np.where(some, (aphia - bphib) / np.where(some, inside, 1.0),
+                                             0.0) - shift * shift, 0.0, 1.0)
+        var_y = (np.where(pa > 0.0, pa * (lo - e1) ** 2, 0.0)
+                 + np.where(pb > 0.0, pb * (up - e1) ** 2, 0.0)
+                 + np.where(some, inside * (var_in + (m + s * shift - e1) ** 2), 0.0))
     return {"p_lower": pa, "p_upper": pb, "mean": e1, "var": var_y}
 
 

@@ -65,6 +65,18 @@ class StateReader:
                 raise ValueError(f"the array {name!r} holds infinity")
         return a                       # as stored (its memory order is part of exactness)
 
+    def classes(self, count=None):
+        """The class labels: distinct, sorted, finite when numbers, at least two (exactly
+        ``count`` if given)."""
+        classes = self.array("classes", (None,) if count is None else (count,),
+                             any_dtype=True)
+        if classes.dtype.kind == "f" and not np.all(np.isfinite(classes)):
+            raise ValueError("the array 'classes' holds NaN or infinity")
+        if classes.size < 2 or not np.array_equal(np.unique(classes), classes):
+            raise ValueError("the array 'classes' must hold at least two distinct sorted "
+                             "labels")
+        return classes
+
 
 def latent_state(prefix, latent, result, arrays):
     """Header values of one fitted latent GP; its arrays go into ``arrays``."""
@@ -103,6 +115,11 @@ def latent_from_state(reader, meta, prefix, X, y, likelihood, config):
     else:
         latent = LatentGP(X, y, kernel, likelihood, config)
         result = posterior_from_sites(kernel(X), y, likelihood, tau, nu)
+    if not (np.isfinite(result.log_marginal_likelihood) and np.all(np.isfinite(result.mean))
+            and np.all(np.isfinite(result.var))):
+        raise ValueError(f"the stored posterior (arrays {prefix + 'tau'!r}, "
+                         f"{prefix + 'nu'!r}{', L_P, b' if latent.sparse else ''}) is not "
+                         "finite at the training inputs: its values are out of range")
     result.n_iter = reader.value("n_iter", int, meta)
     result.converged = reader.value("converged", bool, meta)
     return latent, result

@@ -307,9 +307,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         X = reader.array("X", (None, None))
         n = X.shape[0]
         Y01 = reader.array("labels", (n, None), allow_nan=True)
-        classes = reader.array("classes", (2,), any_dtype=True)
-        if classes[0] == classes[1]:
-            raise ValueError("the array 'classes' must hold two distinct labels")
+        classes = reader.classes(2)
         R = Y01.shape[1]
         likelihood = MultiAnnotator(Y01, reader.array("sensitivity", (R,)),
                                     reader.array("specificity", (R,)))

@@ -198,10 +198,8 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
     def _load_state(self, reader):
         """Inverse of :meth:`_state` on an estimator built from the saved parameters."""
         X = reader.array("X", (None, None))
-        classes = reader.array("classes", (None,), any_dtype=True)
+        classes = reader.classes()
         problems = reader.value("problems", list)
-        if classes.size < 2 or not np.array_equal(np.unique(classes), classes):
-            raise ValueError("the array 'classes' must hold at least two distinct sorted labels")
         if len(problems) != (1 if classes.size == 2 else classes.size):
             raise ValueError(f"{classes.size} classes need "
                              f"{1 if classes.size == 2 else classes.size} binary problems; the "

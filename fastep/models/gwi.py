@@ -305,10 +305,8 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
 
     def _load_state(self, reader):
         """Inverse of :meth:`_state`; ``C`` is recomputed from the kernel and inducing inputs."""
-        classes = reader.array("classes", (None,), any_dtype=True)
+        classes = reader.classes()
         J = classes.size
-        if J < 2 or not np.array_equal(np.unique(classes), classes):
-            raise ValueError("the array 'classes' must hold at least two distinct sorted labels")
         likelihood = likelihood_of(reader, reader.meta)
         if not isinstance(likelihood, RobustMax) or likelihood.n_classes != J:
             raise ValueError(f"the likelihood must be RobustMax for {J} classes; got "
@@ -319,6 +317,10 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         if M < 1:
             raise ValueError("the array 'inducing_points' holds no inducing input")
         a, L = reader.array("a", (J, M)), reader.array("L", (J, M, M))
+        with np.errstate(over="ignore"):
+            if not np.isfinite(np.einsum("jmk,jmk->", L, L)):
+                raise ValueError("the array 'L' is too large: the variances it implies "
+                                 "overflow")
         W = b = None
         if self.linear_mean:
             W, b = reader.array("W", (J, d)), reader.array("b", (J,))
@@ -347,6 +349,9 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
             mean[rows], var[rows] = m, v
         if tempered:
             var *= self.temperature_
+        if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(var))):
+            raise ValueError("The latent moments overflow at these inputs: the variational "
+                             "parameters (or X) are too large. Rescale X and refit.")
         return mean, var
 
     def predict_latent(self, X, return_std=False):
