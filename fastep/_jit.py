@@ -18,6 +18,7 @@ Numba can cache (a plain dispatcher argument would defeat the on-disk cache).
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 import types as types_module
@@ -31,8 +32,79 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numba  # noqa: E402
 from numba import types  # noqa: E402
 
-jit = functools.partial(numba.njit, cache=True, error_model="numpy")
-_parallel_njit = functools.partial(numba.njit, cache=True, error_model="numpy", parallel=True)
+_OPTIONS = {"cache": True, "error_model": "numpy"}
+
+
+_ANNOUNCED = threading.Event()
+
+
+def _announce_compiling(target):
+    """Say once per process (logging, INFO) that kernels are being compiled, when the
+    first one missing from the on-disk cache is met: the silence that follows on a
+    fresh install is compilation, not a hang."""
+    if _ANNOUNCED.is_set():
+        return
+    try:
+        index = target._cache._cache_file._index_path
+    except AttributeError:                    # Numba's cache layout changed: stay quiet
+        return
+    if not os.path.exists(index):
+        _ANNOUNCED.set()
+        logging.getLogger("fastep.compile").info(
+            "compiling fastep's kernels for this machine (first use only; they are cached "
+            "on disk for later runs)")
+
+
+def compile_declared(dispatcher):
+    """Compile (or load from the on-disk cache) the signatures a dispatcher was declared
+    with, if not done yet; from then on it accepts only those (as an eager
+    ``numba.njit(signature)`` does)."""
+    target = getattr(dispatcher, "_dispatcher", dispatcher)
+    signatures = vars(target).pop("_fastep_signatures", None)
+    if signatures is None:
+        return
+    vars(target).pop("_compile_for_args", None)          # back to Numba's own
+    _announce_compiling(target)
+    for sig in signatures:
+        target.compile(sig)
+    target.disable_compile()
+
+
+def _lazy(dispatcher, signatures):
+    """``dispatcher`` (built without signatures) that compiles ``signatures`` at its first
+    call from Python, not at import.  Compiled callers type it by their own argument
+    types, as any lazy dispatcher (cached on disk like the rest)."""
+    if not signatures:
+        return dispatcher
+    dispatcher._fastep_signatures = signatures
+
+    def first_call(*args, **kws):          # Numba calls this when no version matches and
+        compile_declared(dispatcher)        # then calls what it returns with the arguments
+        return dispatcher
+
+    dispatcher._compile_for_args = first_call
+    return dispatcher
+
+
+def _njit(options, args):
+    """``numba.njit`` with fastep's options, as ``@jit`` (compiled by argument types at
+    the first call) or ``@jit(signature or [signatures])`` (those, at the first call)."""
+    if len(args) == 1 and isinstance(args[0], types_module.FunctionType):
+        return numba.njit(**options)(args[0])
+    sigs = list(args[0]) if args and isinstance(args[0], list) else list(args[:1])
+    return lambda fn: _lazy(numba.njit(**options)(fn), sigs)
+
+
+def jit(*args, **options):
+    """Serial compiled function (``cache=True``, IEEE division, no fastmath), used as
+    ``@jit`` or ``@jit(signature)``.  Nothing compiles at import: a declared signature
+    compiles (or loads from the cache) at the first call."""
+    return _njit({**_OPTIONS, **options}, args)
+
+
+def _parallel_njit(*args, **options):
+    return _njit({**_OPTIONS, "parallel": True, **options}, args)
+
 
 _WORKQUEUE_LOCK = threading.Lock()
 _workqueue = None          # whether Numba's threading layer is "workqueue" (None: unknown)

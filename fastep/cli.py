@@ -53,7 +53,6 @@ def cmd_demo(args):
     from fastep.kernels import RBF
 
     t0 = time.perf_counter()
-    compile_s = fastep.precompile()
     X, y, _ = load_breast_cancer()
     Xtr, Xte, ytr, yte = split_standardized(X, y, random_state=args.seed)
     t1 = time.perf_counter()
@@ -73,7 +72,7 @@ def cmd_demo(args):
     print(f"  log Z_EP (train)       : {clf.log_marginal_likelihood_value_:.4f}")
     print(f"  EP sweeps (final run)  : {clf.n_iter_} (converged: {clf.converged_})")
     print(f"  fit time (ML-II + EP)  : {fit_s:.2f} s")
-    print(f"  compile / cache load   : {compile_s:.2f} s")
+    _print_compile_note()
     print(f"  total                  : {time.perf_counter() - t0:.2f} s")
     return 0
 
@@ -85,7 +84,6 @@ def demo_annotators(args):
     from fastep.kernels import RBF
     from fastep.models.annotators import majority_vote
 
-    compile_s = fastep.precompile()
     X, y, _ = load_breast_cancer()
     Xtr, Xte, ytr, yte = split_standardized(X, y, random_state=args.seed)
     sens = [0.9, 0.9, 0.8, 0.4, 0.3, 0.4, 0.6, 0.5]
@@ -110,7 +108,7 @@ def demo_annotators(args):
         acc = m.score(Xte, yte)
         print(f"  {name:14s} test accuracy {acc:.4f}   fit {t:.2f} s")
     print(f"  EP sweeps (MA, total)  : {ma.n_iter_}, converged: {ma.converged_}")
-    print(f"  compile / cache load   : {compile_s:.2f} s")
+    _print_compile_note()
     return 0
 
 
@@ -119,7 +117,6 @@ def demo_censored(args):
     import fastep
     from fastep.kernels import RBF
 
-    compile_s = fastep.precompile()
     rng = np.random.default_rng(args.seed)
 
     def f(x):
@@ -146,7 +143,7 @@ def demo_censored(args):
     print("  P(y = -0.45) at x = " + ", ".join(f"{x:.2f}: {p:.2f}"
                                                for x, p in zip(grid[::80, 0], p_low)))
     print(f"  Tobit fit (ML-II + EP) : {t_fit:.2f} s, log Z_EP {tob.log_marginal_likelihood_value_:.3f}")
-    print(f"  compile / cache load   : {compile_s:.2f} s")
+    _print_compile_note()
     return 0
 
 
@@ -162,7 +159,6 @@ def demo_multiclass(args):
         raise ValueError("fastep demo multiclass needs scikit-learn for its offline data: "
                          "pip install 'fastep[experiments]'") from None
 
-    compile_s = fastep.precompile()
     X, y = {"digits": datasets.load_digits, "iris": datasets.load_iris}[args.dataset](
         return_X_y=True)
     Xtr, Xte, ytr, yte = split_standardized(X, y, random_state=args.seed)
@@ -183,7 +179,7 @@ def demo_multiclass(args):
     print(f"  temperature            : {clf.temperature_:.3g}")
     print(f"  L-BFGS-B iterations    : {clf.n_iter_}")
     print(f"  fit time               : {fit_s:.2f} s")
-    print(f"  compile / cache load   : {compile_s:.2f} s")
+    _print_compile_note()
     return 0
 
 
@@ -262,6 +258,26 @@ def cmd_bench(args):
     return 0
 
 
+def _print_compile_note():
+    from fastep._jit import _ANNOUNCED
+    if _ANNOUNCED.is_set():
+        print("  (this first run compiled fastep's kernels; later runs load them from the "
+              "cache)")
+
+
+def _show_compile_notice():
+    """Print fastep's one-time "compiling" notice (a fresh install compiles its kernels
+    on first use) on stderr, whatever the logging configuration."""
+    import logging
+    log = logging.getLogger("fastep.compile")
+    if not any(getattr(h, "_fastep_notice", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("fastep: %(message)s ..."))
+        handler._fastep_notice = True
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="fastep", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -293,6 +309,7 @@ def main(argv=None):
     p.add_argument("-n", type=int, default=2000)
     p.set_defaults(func=cmd_bench)
     args = parser.parse_args(argv)
+    _show_compile_notice()
     try:
         return args.func(args)
     except (ValueError, TypeError, OSError, MemoryError) as exc:

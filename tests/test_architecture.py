@@ -155,3 +155,37 @@ def test_serial_and_parallel_loops_have_their_own_disk_cache_entries():
         assert serial._cache._cache_file._index_name != parallel._cache._cache_file._index_name
         assert parallel.targetoptions.get("parallel") and not serial.targetoptions.get(
             "parallel")
+
+
+def test_import_compiles_nothing_and_first_use_says_it_compiles(tmp_path):
+    """``import fastep`` compiles no kernel (a fresh install imported in ~25 s when every
+    declared signature compiled eagerly); the first call that compiles one says so once
+    through logging ("fastep.compile").  Truth: Numba's own compile calls, counted in a
+    fresh interpreter with an empty cache."""
+    import os
+    import subprocess
+    import sys
+    root = pathlib.Path(__file__).resolve().parents[1]
+    code = """
+import logging, sys
+from numba.core import dispatcher
+calls = []
+original = dispatcher.Dispatcher.compile
+dispatcher.Dispatcher.compile = lambda self, sig: (calls.append(1), original(self, sig))[1]
+records = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append(record.getMessage())
+logging.getLogger("fastep.compile").addHandler(Keep())
+logging.getLogger("fastep.compile").setLevel(logging.INFO)
+import fastep
+at_import = len(calls)
+fastep.likelihoods.Probit().tilted([1.0, -1.0], [0.0, 1.0], [1.0, 2.0])
+fastep.likelihoods.Logistic().tilted([1.0], [0.0], [1.0])
+print(at_import, len(calls) > 0, sum("compiling" in r for r in records))
+"""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["0", "True", "1"], out.stdout
