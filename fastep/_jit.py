@@ -36,6 +36,7 @@ _OPTIONS = {"cache": True, "error_model": "numpy"}
 
 
 _ANNOUNCED = threading.Event()
+_COMPILING = threading.RLock()
 
 
 def _announce_compiling(target):
@@ -60,14 +61,16 @@ def compile_declared(dispatcher):
     with, if not done yet; from then on it accepts only those (as an eager
     ``numba.njit(signature)`` does)."""
     target = getattr(dispatcher, "_dispatcher", dispatcher)
-    signatures = vars(target).pop("_fastep_signatures", None)
-    if signatures is None:
-        return
-    vars(target).pop("_compile_for_args", None)          # back to Numba's own
-    _announce_compiling(target)
-    for sig in signatures:
-        target.compile(sig)
-    target.disable_compile()
+    with _COMPILING:          # threads meeting the hook at once wait for the first one
+        signatures = vars(target).get("_fastep_signatures")
+        if signatures is None:
+            return
+        _announce_compiling(target)
+        for sig in signatures:
+            target.compile(sig)
+        target.disable_compile()
+        del target._fastep_signatures
+        vars(target).pop("_compile_for_args", None)      # back to Numba's own
 
 
 def _lazy(dispatcher, signatures):

@@ -17,8 +17,6 @@ import json
 import numbers
 import os
 import secrets
-import zipfile
-import zlib
 
 import numpy as np
 
@@ -213,8 +211,9 @@ def load_model(path):
         odd = sorted(k for k, v in arrays.items() if not isinstance(v, np.ndarray))
         if odd:
             raise ValueError(f"its member(s) {odd[:3]} are not NumPy arrays")
-    except (ValueError, OSError, EOFError, KeyError, RuntimeError, NotImplementedError,
-            zipfile.BadZipFile, zlib.error) as exc:
+    except Exception as exc:     # whatever NumPy and zipfile raise on a damaged archive
+        # (ValueError, OSError, EOFError, BadZipFile, zlib.error, tokenize's TokenError
+        # and SyntaxError from a damaged array header, ...)
         raise ValueError(f"{path} is not a readable fastep model file "
                          f"({type(exc).__name__}: {exc})") from None
     header = arrays.pop("header", None)

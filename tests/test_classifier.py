@@ -125,3 +125,45 @@ def test_cli_fit_predict_and_demo(tmp_path, data):
     r = subprocess.run(run + ["fit", str(tmp_path / "missing.csv"), "-o", str(model)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "error" in r.stderr
+
+
+def test_ml2_budget_and_bounds_warn_and_name_the_knob(data):
+    """ML-II that runs out of its budget, or ends with a parameter at a bound, says so
+    (0.1 ran L-BFGS-B up to 15,000 iterations and ended at bounds silently)."""
+    X, y = data
+    with pytest.warns(fastep.ConvergenceWarning, match="max_iter_optimizer=1"):
+        EPGaussianProcessClassifier(max_iter_optimizer=1).fit(X, y)
+    # the evidence wants a larger variance than the bounds allow (its optimum is ~50)
+    tight = RBF(variance=1.0, variance_bounds=(1e-2, 1.5))
+    with pytest.warns(fastep.ConvergenceWarning, match="variance at its upper bound 1.5"):
+        est = EPGaussianProcessClassifier(tight).fit(X, y)
+    assert est.kernel_.variance == pytest.approx(1.5)
+
+
+def test_ml2_stops_on_the_relative_change_of_the_evidence(data):
+    """The default stopping rule ends ML-II within a few dozen evaluations, at an
+    evidence a 10x budget with a 100x tighter tolerance improves by less than 1e-3
+    (relative); counted through the ML-II log records."""
+    import logging
+    X, y = data
+    steps = []
+
+    class Count(logging.Handler):
+        def emit(self, record):
+            steps.append(record.getMessage().startswith("ML-II step"))
+
+    log = logging.getLogger("fastep")
+    handler, level = Count(), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        default = EPGaussianProcessClassifier().fit(X, y)
+        n_default = sum(steps)
+        tight = EPGaussianProcessClassifier(max_iter_optimizer=2000,
+                                            tol_optimizer=1e-8).fit(X, y)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    assert n_default <= 40
+    gap = tight.log_marginal_likelihood_value_ - default.log_marginal_likelihood_value_
+    assert -1e-9 <= gap <= 1e-3 * abs(tight.log_marginal_likelihood_value_)

@@ -60,6 +60,8 @@ SHARED_PARAMETERS = {
     "max_iter": [Interval(Integral, 1, None, closed="left")],
     "optimizer": [StrOptions({"L-BFGS-B"}), callable, None],
     "n_restarts_optimizer": [Interval(Integral, 0, None, closed="left")],
+    "max_iter_optimizer": [Interval(Integral, 1, None, closed="left")],
+    "tol_optimizer": [Interval(Real, 0, None, closed="neither")],
     "n_inducing": [Interval(Integral, 1, None, closed="left"), None],
     "inducing_points": ["array-like", None],
     "power": [Interval(Real, 0, 1, closed="right")],
@@ -131,5 +133,6 @@ class EPEstimator(BaseEstimator):
         """ML-II (when ``optimizer`` is set) and the final EP run: ``(latent, result)``."""
         if self.optimizer is not None and latent.theta.size:
             latent, sites = maximize_evidence(latent, self.optimizer, self.n_restarts_optimizer,
-                                              rng, sites, type(self).__name__)
+                                              rng, sites, type(self).__name__,
+                                              self.max_iter_optimizer, self.tol_optimizer)
         return latent, latent.run(sites)

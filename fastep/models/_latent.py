@@ -19,6 +19,7 @@ from ..backend import Backend
 from ..inference.ep import ep, ep_gradient
 from ..inference.laplace import laplace
 from ..inference.sparse_ep import sparse_ep, sparse_ep_gradient
+from ._mlii import theta_names
 
 
 #: Bytes of one block of the cross-covariance in :meth:`LatentGP.latent`.
@@ -98,6 +99,13 @@ class LatentGP:
         if self._moves_z:
             parts.append(inducing_bounds(self.X, self.Z.shape[0]))
         return np.vstack(parts)
+
+    @property
+    def theta_names(self):
+        """Names of the kernel and likelihood entries of ``theta``."""
+        lik = self.likelihood
+        return theta_names(self.kernel, [f"likelihood {n}" for n in lik._free()]
+                           if hasattr(lik, "_free") else [])
 
     @property
     def n_hyper(self):

@@ -23,9 +23,33 @@ _LOG = logging.getLogger("fastep")
 _FAILED = 1e25          # -log Z of a trial point where EP or a factorisation failed
 
 
+#: Default budget and tolerance of the L-BFGS-B run (``max_iter_optimizer``,
+#: ``tol_optimizer`` of the estimators).
+MAX_ITER = 200
+TOL = 1e-6
+
+
+def theta_names(kernel, likelihood_names=()):
+    """Names of the kernel's free log-parameters (``lengthscale[1]`` for ARD) followed by
+    ``likelihood_names``: for messages about ``theta``."""
+    leaves = getattr(kernel, "_leaf_params", None)
+    if leaves is None:                                   # a wrapped scikit-learn kernel
+        names = [f"kernel theta[{i}]" for i in range(kernel.n_dims)]
+    else:
+        names = [p.name if p.value.size == 1 else f"{p.name}[{j}]"
+                 for p in leaves() if not p.fixed for j in range(p.value.size)]
+    return names + list(likelihood_names)
+
+
 def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sites=None,
-                      owner="the estimator"):
+                      owner="the estimator", max_iter=MAX_ITER, tol=TOL):
     """Maximise ``problem.evidence`` over ``problem.theta``.
+
+    L-BFGS-B minimises ``-log Z / s`` with ``s = 1 + |log Z|`` at the start, so that its
+    two stopping rules are relative: the evidence changed by less than ``tol`` (relative)
+    in a step, or the largest projected gradient entry fell below ``tol`` times 10 (in
+    units of ``s``).  A run that used up ``max_iter`` iterations, or ends with a kernel or
+    likelihood parameter at one of its bounds, gives a ``ConvergenceWarning``.
 
     Parameters
     ----------
@@ -41,6 +65,10 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         EP sites to start the first evaluation from.
     owner : str
         Who asks (for messages).
+    max_iter : int
+        Most L-BFGS-B iterations per run (``max_iter_optimizer``).
+    tol : float
+        Relative tolerance of the stopping rules above (``tol_optimizer``).
 
     Returns
     -------
@@ -54,6 +82,9 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
 
     def neg(theta, eval_gradient=True):
         theta = np.asarray(theta, dtype=float)
+        last = warm.get("last")
+        if last is not None and np.array_equal(last[0], theta):     # asked again
+            return (last[1], last[2]) if eval_gradient else last[1]
         try:
             # trial points far from the optimum may not converge; only the final fit warns
             with warnings.catch_warnings():
@@ -71,6 +102,7 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         warm["step"] += 1
         _LOG.info("ML-II step %d: log evidence %.4f%s", warm["step"], value,
                   f" after {result.n_iter} EP sweeps" if hasattr(result, "n_iter") else "")
+        warm["last"] = (theta.copy(), -value, -grad)
         return (-value, -grad) if eval_gradient else -value
 
     bounds = np.asarray(problem.bounds, dtype=float)
@@ -82,8 +114,18 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
             theta, fmin = optimizer(neg, start, bounds)
             theta, fmin = np.asarray(theta, dtype=float), float(fmin)
         else:
-            res = minimize(neg, start, jac=True, method="L-BFGS-B", bounds=bounds)
-            theta, fmin = res.x, float(res.fun)
+            scale = 1.0 + abs(neg(start, eval_gradient=False))
+            res = minimize(lambda t: tuple(v / scale for v in neg(t)), start, jac=True,
+                           method="L-BFGS-B", bounds=bounds,
+                           options={"maxiter": int(max_iter), "maxfun": 4 * int(max_iter),
+                                    "ftol": float(tol), "gtol": 10.0 * float(tol)})
+            theta, fmin = res.x, float(res.fun) * scale
+            if res.status == 1:                  # the iteration or evaluation budget
+                warnings.warn(
+                    f"{owner}: ML-II stopped after {res.nit} L-BFGS-B iterations "
+                    f"({res.nfev} evidence evaluations) before the evidence converged "
+                    f"(max_iter_optimizer={max_iter}, tol_optimizer={tol:g}); increase "
+                    f"max_iter_optimizer or tol_optimizer.", ConvergenceWarning, stacklevel=5)
         if warm["theta"] is not None and np.array_equal(warm["theta"], theta):
             return theta, fmin, warm["sites"]
         # the optimiser returned an earlier point (a grid, a line search that backed off)
@@ -97,4 +139,21 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         cand = run(problem.draw(rng))
         if cand[1] < best[1]:
             best = cand
+    _warn_at_bounds(problem, best[0], bounds, owner)
     return problem.with_theta(best[0]), best[2]
+
+
+def _warn_at_bounds(problem, theta, bounds, owner):
+    """A ``ConvergenceWarning`` naming the kernel or likelihood parameters that ended at
+    one of their bounds (the evidence wants them further out)."""
+    names = list(getattr(problem, "theta_names", ()))
+    hits = []
+    for i, name in enumerate(names):
+        lo, hi = bounds[i]
+        for side, edge in (("lower", lo), ("upper", hi)):
+            if np.isfinite(edge) and abs(theta[i] - edge) <= 1e-6 * max(1.0, abs(edge)):
+                hits.append(f"{name} at its {side} bound {np.exp(edge):.3g}")
+    if hits:
+        warnings.warn(f"{owner}: ML-II ended with {', '.join(hits)}; the evidence increases "
+                      f"beyond it. Widen the parameter's bounds (e.g. RBF(variance_bounds="
+                      f"...)) or rescale X / y.", ConvergenceWarning, stacklevel=4)

@@ -144,8 +144,9 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     warm_start : bool, default=False
         Start from the previous fit's reliabilities and its EP sites for the rows of X
         it shares (active learning: append new rows and labels, then refit).
-    method, optimizer, n_restarts_optimizer, tol, max_iter, n_inducing, inducing_points,
-    power, optimize_inducing, random_state, device :
+    optimizer, n_restarts_optimizer, max_iter_optimizer, tol_optimizer :
+        ML-II, as in :class:`~fastep.EPGaussianProcessClassifier`.
+    method, tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
         As in :class:`~fastep.EPGaussianProcessClassifier` (the README's table of shared
         parameters).
 
@@ -173,7 +174,8 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     """
 
     _parameter_constraints = shared(
-        "kernel", "method", "optimizer", "n_restarts_optimizer", "damping", "tol", "max_iter",
+        "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
+        "tol_optimizer", "damping", "tol", "max_iter",
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
         "device", em_every=[Interval(Integral, 1, None, closed="left")],
         em_tol=[Interval(Real, 0, None, closed="neither")],
@@ -182,15 +184,18 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         update_reliabilities=["boolean"], warm_start=["boolean"])
 
     def __init__(self, kernel=None, *, method="parallel", optimizer="L-BFGS-B",
-                 n_restarts_optimizer=0, em_every=3, em_tol=1e-4, max_em_iter=200,
+                 n_restarts_optimizer=0, max_iter_optimizer=200,
+                 tol_optimizer=1e-6, em_every=3, em_tol=1e-4, max_em_iter=200,
                  sensitivity=None, specificity=None, update_reliabilities=True, damping=0.7,
                  tol=1e-6, max_iter=200, warm_start=False, n_inducing=None,
-                 inducing_points=None, power=1.0, optimize_inducing=True, random_state=None,
+                 inducing_points=None, power=1.0, optimize_inducing=False, random_state=None,
                  device="cpu"):
         self.kernel = kernel
         self.method = method
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
+        self.max_iter_optimizer = max_iter_optimizer
+        self.tol_optimizer = tol_optimizer
         self.em_every = em_every
         self.em_tol = em_tol
         self.max_em_iter = max_em_iter
@@ -263,7 +268,8 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
                 break
             theta0 = latent.theta
             latent, sites = maximize_evidence(latent, self.optimizer, self.n_restarts_optimizer,
-                                              rng, sites, type(self).__name__)
+                                              rng, sites, type(self).__name__,
+                                              self.max_iter_optimizer, self.tol_optimizer)
             if np.max(np.abs(latent.theta - theta0), initial=0.0) < 1e-3:
                 break
         res = self._run(latent, sites)

@@ -45,8 +45,9 @@ class CensoredGPRegressor(RegressorMixin, EPEstimator):
         Scalar limits (per-observation limits go to ``fit``).
     inference : {"ep", "laplace"}, default="ep"
         The approximation; Laplace runs dense, on the CPU, with numerical ML-II gradients.
-    method, optimizer, n_restarts_optimizer, damping, tol, max_iter, n_inducing,
-    inducing_points, power, optimize_inducing, random_state, device :
+    optimizer, n_restarts_optimizer, max_iter_optimizer, tol_optimizer :
+        ML-II, as in :class:`~fastep.EPGaussianProcessClassifier`.
+    method, damping, tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
         As in :class:`~fastep.EPGaussianProcessClassifier` (the table of shared parameters
         in the README); sparse EP and ``device="cuda"`` need ``inference="ep"``.
 
@@ -72,15 +73,17 @@ class CensoredGPRegressor(RegressorMixin, EPEstimator):
     """
 
     _parameter_constraints = shared(
-        "kernel", "method", "optimizer", "n_restarts_optimizer", "damping", "tol", "max_iter",
+        "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
+        "tol_optimizer", "damping", "tol", "max_iter",
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
         "device", noise_variance=[Interval(Real, 0, None, closed="neither")],
         lower=[Real, None], upper=[Real, None], inference=[StrOptions({"ep", "laplace"})])
 
     def __init__(self, kernel=None, *, noise_variance=1.0, lower=None, upper=None,
                  inference="ep", method="parallel", optimizer="L-BFGS-B",
-                 n_restarts_optimizer=0, damping=None, tol=1e-6, max_iter=200,
-                 n_inducing=None, inducing_points=None, power=1.0, optimize_inducing=True,
+                 n_restarts_optimizer=0, max_iter_optimizer=200,
+                 tol_optimizer=1e-6, damping=None, tol=1e-6, max_iter=200,
+                 n_inducing=None, inducing_points=None, power=1.0, optimize_inducing=False,
                  random_state=None, device="cpu"):
         self.kernel = kernel
         self.noise_variance = noise_variance
@@ -90,6 +93,8 @@ class CensoredGPRegressor(RegressorMixin, EPEstimator):
         self.method = method
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
+        self.max_iter_optimizer = max_iter_optimizer
+        self.tol_optimizer = tol_optimizer
         self.damping = damping
         self.tol = tol
         self.max_iter = max_iter

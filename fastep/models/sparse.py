@@ -13,6 +13,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._linalg import blas_threads_for
 from ..inference import sparse
 from ..kernels import kernel_from_dict
+from ._mlii import theta_names
 from ._base import as_generator, fit_entry, fresh_kernel, latent_output, shared
 from ._latent import inducing_bounds
 from ._mlii import maximize_evidence
@@ -37,6 +38,10 @@ class CollapsedSparseGP:
     def theta(self):
         parts = [self.kernel.theta, [np.log(self.noise_variance)]]
         return np.concatenate(parts + ([self.Z.ravel()] if self.optimize_inducing else []))
+
+    @property
+    def theta_names(self):
+        return theta_names(self.kernel, ["noise_variance"])
 
     @property
     def bounds(self):
@@ -105,6 +110,11 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         ML-II of the kernel, noise variance and inducing inputs; None keeps them fixed.
     n_restarts_optimizer : int, default=0
         Restarts draw the kernel and noise parameters from their bounds; the
+    max_iter_optimizer : int, default=200
+        Most L-BFGS-B iterations of ML-II (a ``ConvergenceWarning`` if they run out).
+    tol_optimizer : float, default=1e-6
+        ML-II stops when a step changes the log evidence by less than this (relative)
+        or the projected gradient is below ten times it (relative to the evidence).
         inducing inputs restart from their initial positions.
     random_state : int, RandomState, Generator or None, default=None
         Seeds the k-means++ choice of inducing points and the restarts.
@@ -127,14 +137,16 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
     """
 
     _parameter_constraints = shared(
-        "kernel", "optimizer", "n_restarts_optimizer", "n_inducing", "inducing_points",
+        "kernel", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
+        "tol_optimizer", "n_inducing", "inducing_points",
         "optimize_inducing", "random_state",
         power=[Interval(Real, 0, 1, closed="both")],
         noise_variance=[Interval(Real, 0, None, closed="neither")])
 
     def __init__(self, kernel=None, *, power=0.0, noise_variance=1.0, n_inducing=None,
                  inducing_points=None, optimize_inducing=True, optimizer="L-BFGS-B",
-                 n_restarts_optimizer=0, random_state=None):
+                 n_restarts_optimizer=0, max_iter_optimizer=200,
+                 tol_optimizer=1e-6, random_state=None):
         self.kernel = kernel
         self.power = power
         self.noise_variance = noise_variance
@@ -143,6 +155,8 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         self.optimize_inducing = optimize_inducing
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
+        self.max_iter_optimizer = max_iter_optimizer
+        self.tol_optimizer = tol_optimizer
         self.random_state = random_state
 
     @fit_entry
@@ -166,7 +180,9 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
             if self.optimizer is not None:
                 problem, _ = maximize_evidence(problem, self.optimizer,
                                                self.n_restarts_optimizer, rng,
-                                               owner=type(self).__name__)
+                                               owner=type(self).__name__,
+                                               max_iter=self.max_iter_optimizer,
+                                               tol=self.tol_optimizer)
             self._set_fitted(problem, problem.state())
         return self
 
