@@ -6,6 +6,7 @@ Public names: the estimators (loaded on first use, see below), the inference fun
 """
 from . import kernels, likelihoods
 from ._checks import DenseMemoryError
+from ._linalg import NotPositiveDefiniteError
 from ._precompile import precompile
 from .inference import (ConvergenceWarning, EPNumericalWarning, EPResult, SparseEPResult, ep,
                         sparse_ep)
@@ -33,4 +34,5 @@ def __dir__():
 __all__ = ["ep", "sparse_ep", "CensoredGPRegressor", "EPGaussianProcessClassifier",
            "MultiAnnotatorGPClassifier", "SparseGPRegressor", "GWIClassifier", "save_model",
            "load_model", "precompile", "EPResult", "SparseEPResult", "ConvergenceWarning",
-           "EPNumericalWarning", "DenseMemoryError", "kernels", "likelihoods", "__version__"]
+           "EPNumericalWarning", "DenseMemoryError", "NotPositiveDefiniteError", "kernels",
+           "likelihoods", "__version__"]
