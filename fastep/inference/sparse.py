@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import blas, cho_solve, cholesky, solve_triangular
 
+from .._linalg import NotPositiveDefiniteError
+
 JITTER = 1e-8
 
 
@@ -53,7 +55,13 @@ def cholesky_uu(K_uu):
     """Cholesky of K_uu with ``JITTER * mean(diag)`` added (inducing inputs may nearly coincide)."""
     m = K_uu.shape[0]
     scale = max(float(np.mean(np.diag(K_uu))), 1e-300)
-    return cholesky(K_uu + JITTER * scale * np.eye(m), lower=True, check_finite=False)
+    try:
+        return cholesky(K_uu + JITTER * scale * np.eye(m), lower=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        raise NotPositiveDefiniteError(
+            f"K_uu (the kernel at the inducing inputs) is not positive definite even with "
+            f"jitter {JITTER * scale:.3g}; check the kernel's parameters, or use fewer or "
+            f"more spread inducing points (n_inducing).") from None
 
 
 def _right_solve_t(L, A, trans, overwrite=False):
@@ -114,7 +122,14 @@ def collapsed_objective(K_uu, K_uf, kff_diag, y, noise_variance, alpha, eval_gra
     d = np.maximum(kff_diag - np.einsum("ij,ij->j", V, V), 0.0)
     lam = alpha * d + noise_variance
     Vl = V / lam
-    L_B = cholesky(np.eye(m) + Vl @ V.T, lower=True, check_finite=False)
+    try:
+        L_B = cholesky(np.eye(m) + Vl @ V.T, lower=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        raise NotPositiveDefiniteError(
+            f"The collapsed sparse objective is numerically singular at these parameters: "
+            f"noise_variance={noise_variance:.3g} is tiny against the kernel's variance (up to "
+            f"{float(np.max(kff_diag, initial=0.0)):.3g}). Raise noise_variance (or its lower "
+            f"bound) or rescale y.") from None
     beta = solve_triangular(L_B, Vl @ y, lower=True, check_finite=False)
     quad = float(y @ (y / lam) - beta @ beta)
     logdet = float(np.sum(np.log(lam)) + 2.0 * np.sum(np.log(np.diag(L_B))))

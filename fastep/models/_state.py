@@ -72,6 +72,9 @@ class StateReader:
                              any_dtype=True)
         if classes.dtype.kind == "f" and not np.all(np.isfinite(classes)):
             raise ValueError("the array 'classes' holds NaN or infinity")
+        if classes.dtype.kind == "f" and not np.all(classes == np.round(classes)):
+            raise ValueError("the array 'classes' holds non-integer numbers (a fit takes "
+                             "integer, boolean or text labels)")
         if classes.size < 2 or not np.array_equal(np.unique(classes), classes):
             raise ValueError("the array 'classes' must hold at least two distinct sorted "
                              "labels")
