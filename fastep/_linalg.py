@@ -46,7 +46,19 @@ BLOCK_SIZE = 2048
 
 
 class NotPositiveDefiniteError(np.linalg.LinAlgError):
-    """Raised when a matrix that must be positive definite is not."""
+    """Raised when a matrix that must be positive definite is not (numerically), with a
+    message naming the knob to turn (jitter, noise variance, damping, inducing points).
+    A ``numpy.linalg.LinAlgError``, hence a ``ValueError``.
+
+    Examples
+    --------
+    >>> import numpy as np, fastep
+    >>> try:
+    ...     fastep.ep(np.zeros((2, 2)), [1.0, -1.0], fastep.likelihoods.Probit())
+    ... except fastep.NotPositiveDefiniteError as exc:
+    ...     print(isinstance(exc, ValueError))
+    True
+    """
 
 
 #: Below this size the whole EP loop runs with single-threaded BLAS (see above).

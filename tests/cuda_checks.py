@@ -324,7 +324,7 @@ def estimators():
         ("sparse", EPGaussianProcessClassifier(RBF(1.5, 0.8), optimizer=None, tol=1e-10,
                                                inducing_points=X[::4]), y),
         ("mlii", EPGaussianProcessClassifier(RBF(1.5, 0.8), inducing_points=X[::4],
-                                             max_iter=200), y),
+                                             optimize_inducing=True, max_iter=200), y),
         ("censored", CensoredGPRegressor(RBF(1.0, 0.8), noise_variance=0.05, lower=-0.3,
                                          max_iter=300), t),
         ("annotators", MultiAnnotatorGPClassifier(RBF(1.5, 0.8), optimizer=None, tol=1e-10,
@@ -341,7 +341,7 @@ def probe_theta(est):
     parts = [est.kernel.theta]
     if hasattr(est, "noise_variance"):
         parts.append([np.log(est.noise_variance)])
-    if est.inducing_points is not None:
+    if est.inducing_points is not None and est.optimize_inducing:
         parts.append(np.asarray(est.inducing_points).ravel())
     return np.concatenate(parts) + 0.05
 

@@ -258,11 +258,14 @@ def test_estimators_with_inducing_points(data):
         dense.log_marginal_likelihood_value_, abs=1e-6)
     np.testing.assert_allclose(sparse.predict(X[:5], return_std=True),
                                dense.predict(X[:5], return_std=True), atol=1e-6)
-    # ML-II moves kernel and inducing inputs and never ends below its start
+    # ML-II moves kernel and inducing inputs (when asked) and never ends below its start
     clf0 = EPGaussianProcessClassifier(n_inducing=8, random_state=0, optimizer=None).fit(X, yb)
-    clf = EPGaussianProcessClassifier(n_inducing=8, random_state=0).fit(X, yb)
+    clf = EPGaussianProcessClassifier(n_inducing=8, random_state=0,
+                                      optimize_inducing=True).fit(X, yb)
     assert clf.inducing_points_.shape == (8, 2)
     assert not np.allclose(clf.inducing_points_, clf0.inducing_points_)
+    fixed = EPGaussianProcessClassifier(n_inducing=8, random_state=0).fit(X, yb)
+    np.testing.assert_array_equal(fixed.inducing_points_, clf0.inducing_points_)  # default
     assert clf.log_marginal_likelihood_value_ >= clf0.log_marginal_likelihood_value_ - 1e-8
     assert clf.score(X, yb) > 0.85
     z = (f > 0).astype(int)

@@ -66,6 +66,11 @@ class _Posterior:
         s = xp.sqrt(tau_pos)
         self.s, self.Q, self.cov = s, None, None
         if not (bool(xp.any(tau != 0.0)) or bool(xp.any(nu != 0.0))):   # the prior itself
+            if not bool(xp.all(kdiag > MIN_POSTERIOR_VARIANCE)):
+                raise NotPositiveDefiniteError(
+                    "K has a zero (or underflowing, below 1e-290) prior variance on its "
+                    "diagonal: EP needs every latent value uncertain. Add jitter to the "
+                    "kernel diagonal (a WhiteKernel(1e-6)) or rescale the kernel's variance.")
             self.L = self.vt = None
             self.var = kdiag.copy()
             self.mean = xp.zeros(n)

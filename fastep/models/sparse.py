@@ -187,6 +187,10 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         return self
 
     def _set_fitted(self, problem, state):
+        if not np.isfinite(state.value):
+            raise ValueError(f"The collapsed objective is not finite at these data (|y| up to "
+                             f"{float(np.max(np.abs(problem.y), initial=0.0)):.3g}, noise "
+                             f"variance {problem.noise_variance:.3g}): rescale y.")
         self._problem = problem
         self.state_ = state
         self.kernel_, self.noise_variance_ = problem.kernel, problem.noise_variance
