@@ -24,6 +24,10 @@ from ._jit import jit
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 SQRT_HALF = math.sqrt(0.5)
+#: Smallest variance fastep computes with: below it 1/var overflows (and derivatives in
+#: var, log(var_a / var_b) lose every digit); EP refuses such variances, robust-max
+#: moments are raised to it.
+MIN_VARIANCE = 1e-290
 _TAIL = -5.0          # below this z the continued fraction is used
 _CF_TERMS = 120       # enough for 1e-16 at x = 5; converges faster further out
 

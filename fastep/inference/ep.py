@@ -38,6 +38,7 @@ import numpy as np
 
 from .._checks import DENSE_EP_MATRICES
 from .._linalg import NotPositiveDefiniteError
+from .._numerics import MIN_VARIANCE
 from ..backend import resolve
 from ..likelihoods._base import check_likelihood
 from ._sweep import (ConvergenceWarning, EPNumericalWarning, SweepControl, check_kernel_matrix,
@@ -45,9 +46,6 @@ from ._sweep import (ConvergenceWarning, EPNumericalWarning, SweepControl, check
                      site_change)
 
 SEQUENTIAL_BLOCK = 256
-#: Smallest posterior variance EP accepts: log Z_EP needs 1/var and log(var_cav / var),
-#: which overflow or lose all digits for subnormal variances.
-MIN_POSTERIOR_VARIANCE = 1e-290
 METHODS = ("parallel", "sequential")
 
 __all__ = ["ep", "EPResult", "ep_gradient", "posterior_from_sites", "check_covariance",
@@ -66,7 +64,7 @@ class _Posterior:
         s = xp.sqrt(tau_pos)
         self.s, self.Q, self.cov = s, None, None
         if not (bool(xp.any(tau != 0.0)) or bool(xp.any(nu != 0.0))):   # the prior itself
-            if not bool(xp.all(kdiag > MIN_POSTERIOR_VARIANCE)):
+            if not bool(xp.all(kdiag > MIN_VARIANCE)):
                 raise NotPositiveDefiniteError(
                     "K has a zero (or underflowing, below 1e-290) prior variance on its "
                     "diagonal: EP needs every latent value uncertain. Add jitter to the "
@@ -122,7 +120,7 @@ class _Posterior:
             if self.Q is not None:
                 cov += self.Q @ self.Q.T
             self.cov = cov
-        if not bool(xp.all(self.var > MIN_POSTERIOR_VARIANCE)):
+        if not bool(xp.all(self.var > MIN_VARIANCE)):
             raise NotPositiveDefiniteError(
                 "EP produced non-positive (or underflowing, below 1e-290) posterior "
                 "variances; K is numerically singular or indefinite, or its scale "

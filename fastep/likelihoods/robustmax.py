@@ -34,7 +34,7 @@ from numba import prange
 from .._checks import float_array, index_array
 from .._jit import jit, pjit
 from .._numerics import SQRT_HALF as _SQRT_HALF
-from .._numerics import gauss_hermite
+from .._numerics import MIN_VARIANCE, gauss_hermite
 
 _TINY = 1e-18             # node terms below this are dropped (S is a probability)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -125,15 +125,10 @@ def prob_largest_grad(mean, var, labels, nodes, weights, s, ds_dmean, ds_dvar):
                                      ds_dvar)
 
 
-#: Smallest variance the Gauss-Hermite products see: dS/dvar grows like 1/var, and
-#: below this it would overflow to inf (and inf - inf to NaN) in float64.
-MIN_VARIANCE = 1e-290
-
-
 def check_moments(mean, var, n_classes):
     """Validate latent moments of shape (n, n_classes): C-ordered float arrays, the
-    variances a new array with those below :data:`MIN_VARIANCE` raised to it (a point
-    mass, to working precision)."""
+    variances a new array with those below ``MIN_VARIANCE`` (:mod:`fastep._numerics`)
+    raised to it (a point mass, to working precision)."""
     mean = float_array(mean, "mean", 2, (None, n_classes),
                        fix="One column per class: the latent means at each point.")
     var = float_array(var, "var", 2, mean.shape, positive=True,

@@ -114,7 +114,8 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
             theta, fmin = optimizer(neg, start, bounds)
             theta, fmin = np.asarray(theta, dtype=float), float(fmin)
         else:
-            scale = 1.0 + abs(neg(start, eval_gradient=False))
+            start_value = abs(neg(start, eval_gradient=False))     # served again below
+            scale = 1.0 + (start_value if start_value < _FAILED else 0.0)
             res = minimize(lambda t: tuple(v / scale for v in neg(t)), start, jac=True,
                            method="L-BFGS-B", bounds=bounds,
                            options={"maxiter": int(max_iter), "maxfun": 4 * int(max_iter),
