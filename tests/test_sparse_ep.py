@@ -141,6 +141,82 @@ def test_threads_share_a_sweep_without_changing_the_answer():
         np.testing.assert_allclose(res.mean, ref.mean, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_sequential_and_parallel_schedules_share_the_fixed_point(alpha):
+    """The chunk-sequential schedule (q refreshed after every block) converges to the fixed
+    point of parallel EP: same sites, log Z and marginals, also with negative site
+    precisions (MultiAnnotator); and its marginals are those of its final q."""
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-3, 3, (700, 2))
+    z = (np.sin(2 * X[:, 0]) + X[:, 1] > 0).astype(int)
+    labels = simulate_annotators(z, [0.95, 0.9], [0.9, 0.4], random_state=2).astype(float)
+    k, Z = RBF(4.0, 0.7), X[::35]
+    cases = [(Probit(), np.where(z == 1, 1.0, -1.0), None),
+             (MultiAnnotator(labels, [0.95, 0.9], [0.9, 0.4]), np.ones(700), 0.5)]
+    for lik, y, damping in cases:
+        fits = {s: sparse_ep(k, Z, X, y, lik, alpha=alpha, chunk_size=40, damping=damping,
+                             schedule=s, **TIGHT) for s in ("parallel", "sequential")}
+        par, seq = fits["parallel"], fits["sequential"]
+        assert par.converged and seq.converged
+        assert seq.log_marginal_likelihood == pytest.approx(par.log_marginal_likelihood,
+                                                            rel=1e-10)
+        np.testing.assert_allclose(seq.site_tau, par.site_tau, rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(seq.site_nu, par.site_nu, rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(seq.mean, par.mean, atol=1e-8)
+        np.testing.assert_allclose(seq.var, par.var, atol=1e-8)
+        np.testing.assert_allclose(seq.predict_latent(k, X)[0], seq.mean, atol=1e-10)
+        assert len(seq.history) == seq.n_iter + 1
+        assert seq.history[-1] == seq.log_marginal_likelihood
+
+
+def test_sequential_schedule_takes_fewer_passes():
+    """Refreshing q after every block reaches tol in fewer passes than parallel EP once the
+    data span many blocks (here 40 blocks of 2 x 100 rows, 8000 points, 40 inducing)."""
+    rng = np.random.default_rng(6)
+    X = rng.uniform(-2, 2, (8000, 3))
+    y = np.where(np.sin(2 * X[:, 0]) + X[:, 1] * X[:, 2] + 0.5 * rng.normal(size=8000) > 0,
+                 1.0, -1.0)
+    k, Z = RBF(1.0, 1.0), X[:40]
+    par, seq = (sparse_ep(k, Z, X, y, Probit(), chunk_size=100, schedule=s)
+                for s in ("parallel", "sequential"))
+    assert par.converged and seq.converged
+    assert seq.n_iter <= par.n_iter - 3
+    assert seq.log_marginal_likelihood == pytest.approx(par.log_marginal_likelihood,
+                                                        rel=1e-6)
+
+
+def test_estimators_choose_the_schedule(data):
+    """method="auto": parallel dense EP, chunk-sequential sparse EP; the sparse schedules
+    give the same fit."""
+    X, _, yb, _, Z = data
+    fits = {m: EPGaussianProcessClassifier(RBF(1.5, 1.1), inducing_points=Z, method=m,
+                                           optimizer=None, tol=1e-10, max_iter=500).fit(X, yb)
+            for m in ("auto", "parallel", "sequential")}
+    assert fits["auto"]._latents[0].config.method == "sequential"
+    for m in ("parallel", "sequential"):
+        assert fits[m]._latents[0].config.method == m
+        assert fits[m].log_marginal_likelihood_value_ == pytest.approx(
+            fits["auto"].log_marginal_likelihood_value_, rel=1e-9)
+    dense = EPGaussianProcessClassifier(RBF(1.5, 1.1), optimizer=None).fit(X, yb)
+    assert dense._latents[0].config.method == "parallel"
+
+
+def test_sequential_blocks_cover_every_row_once():
+    from fastep.inference.sparse_ep import FIRST_BLOCK, GROWTH, _blocks
+    for n, chunk, growing in [(1, 5, True), (10007, 64, True), (10007, 64, False),
+                              (300, 1000, True)]:
+        taken, sizes = 0, []
+        for block in _blocks(n, chunk, growing):
+            assert all(c1 - c0 <= chunk for c0, c1 in block)
+            assert block[0][0] == taken and all(a[1] == b[0] for a, b in zip(block, block[1:]))
+            taken = block[-1][1]
+            sizes.append((block[0][0], taken - block[0][0]))
+        assert taken == n
+        for start, size in sizes[:-1]:
+            assert size == (min(2 * chunk, max(FIRST_BLOCK, int(GROWTH * start))) if growing
+                            else 2 * chunk)
+
+
 def test_warnings_name_the_knob_and_point_at_the_caller(data):
     """Dense and sparse EP share SweepControl: a ConvergenceWarning naming max_iter and
     damping, reported at the line that called the driver (not inside fastep)."""
@@ -300,8 +376,8 @@ def test_bad_input(data):
         EPGaussianProcessClassifier(n_inducing=51).fit(X, yb)
     with pytest.raises(ValueError, match="inducing_points must have shape"):
         CensoredGPRegressor(inducing_points=Z[:, :1], lower=-0.2).fit(X, yt)
-    with pytest.raises(ValueError, match="method='parallel'"):
-        EPGaussianProcessClassifier(n_inducing=5, method="sequential").fit(X, yb)
+    with pytest.raises(ValueError, match="'method' parameter"):
+        EPGaussianProcessClassifier(n_inducing=5, method="chunked").fit(X, yb)
     with pytest.raises(ValueError, match="inference='ep'"):
         CensoredGPRegressor(n_inducing=5, inference="laplace", lower=-0.2).fit(X, yt)
 

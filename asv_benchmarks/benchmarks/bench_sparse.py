@@ -22,53 +22,59 @@ def make_data(n, m, seed=0):
     return X, y, X[rng.choice(n, m, replace=False)]
 
 
-def run(X, y, Z, max_iter=100, tol=1e-4):
+def run(X, y, Z, max_iter=100, tol=1e-4, schedule="sequential"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fastep.ConvergenceWarning)
-        return sparse_ep(RBF(1.0, 1.0), Z, X, y, Probit(), max_iter=max_iter, tol=tol)
+        return sparse_ep(RBF(1.0, 1.0), Z, X, y, Probit(), max_iter=max_iter, tol=tol,
+                         schedule=schedule)
 
 
 class SparseEPSweeps:
-    """Three sweeps of sparse probit EP (cold start; the first also computes d_i)."""
+    """Three sweeps of sparse probit EP (cold start; the first also computes d_i), each
+    schedule."""
 
-    params = ([10_000, 100_000, 1_000_000], [64, 256])
-    param_names = ["n", "m"]
+    params = ([10_000, 100_000, 1_000_000], [64, 256], ["sequential", "parallel"])
+    param_names = ["n", "m", "schedule"]
     number = 1
     repeat = (1, 3, 60.0)
     timeout = 900
 
-    def setup(self, n, m):
+    def setup(self, n, m, schedule):
         self.X, self.y, self.Z = make_data(n, m)
-        run(self.X[:500], self.y[:500], self.Z[:20], max_iter=2)
+        run(self.X[:500], self.y[:500], self.Z[:20], max_iter=2, schedule=schedule)
 
-    def time_three_sweeps(self, n, m):
-        run(self.X, self.y, self.Z, max_iter=3, tol=1e-300)
+    def time_three_sweeps(self, n, m, schedule):
+        run(self.X, self.y, self.Z, max_iter=3, tol=1e-300, schedule=schedule)
 
-    def peakmem_three_sweeps(self, n, m):
-        run(self.X, self.y, self.Z, max_iter=3, tol=1e-300)
+    def peakmem_three_sweeps(self, n, m, schedule):
+        run(self.X, self.y, self.Z, max_iter=3, tol=1e-300, schedule=schedule)
 
 
 class SparseEPConverged:
-    """A converged sparse probit EP fit (tol 1e-4) and its log Z gradient."""
+    """A converged sparse probit EP fit (tol 1e-4) and its log Z gradient, each schedule;
+    ``track_passes``: passes over the data (sweeps + the evaluation pass)."""
 
-    params = ([10_000, 100_000], [64, 256])
-    param_names = ["n", "m"]
+    params = ([10_000, 100_000], [64, 256], ["sequential", "parallel"])
+    param_names = ["n", "m", "schedule"]
     number = 1
     repeat = (1, 3, 60.0)
     timeout = 900
 
-    def setup(self, n, m):
+    def setup(self, n, m, schedule):
         self.X, self.y, self.Z = make_data(n, m)
-        self.res = run(self.X, self.y, self.Z)
+        self.res = run(self.X, self.y, self.Z, schedule=schedule)
 
-    def time_fit(self, n, m):
-        run(self.X, self.y, self.Z)
+    def time_fit(self, n, m, schedule):
+        run(self.X, self.y, self.Z, schedule=schedule)
 
-    def time_gradient(self, n, m):
+    def time_gradient(self, n, m, schedule):
         sparse_ep_gradient(self.res, RBF(1.0, 1.0), self.X, self.y, Probit())
 
-    def track_sweeps(self, n, m):
+    def track_sweeps(self, n, m, schedule):
         return self.res.n_iter
+
+    def track_passes(self, n, m, schedule):
+        return self.res.n_iter + 1
 
 
 class CollapsedBound:

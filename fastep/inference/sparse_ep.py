@@ -6,8 +6,12 @@ Each site acts on the projection ``h_i = E[f_i | u] = V_i^T v`` with
 (Qi, Abdel-Gawad & Minka 2010; Bui, Yan & Turner 2017, power alpha in (0, 1]).
 The posterior is ``q(v) = N(m, P^-1)``, ``P = I + V T V^T``, ``m = P^-1 V nu``.
 
-A sweep is parallel EP: every site is updated from the same q (compiled
-``prange`` loop, O(m) per site once the marginals are known), then q is rebuilt.
+A parallel sweep updates every site from the same q (compiled ``prange`` loop, O(m) per
+site once the marginals are known), then rebuilds q.  The chunk-sequential schedule (the
+default) refreshes q after every block of two chunks instead, from the change of that
+block's sites, ``P += V_b dT V_b^T`` as an update of q's Cholesky factor, so each pass
+learns from the blocks before it (online / stochastic EP; Li, Hernandez-Lobato & Turner
+2015): same fixed point, about half the passes.
 The data are read in chunks of rows; per chunk the work is BLAS-3::
 
     G = R^-1 K(Z, X_c),  R = L_uu L_P              (compiled Gram, then one dtrmm in place)
@@ -41,7 +45,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import numpy as np
-from scipy.linalg import cho_solve, cholesky, solve_triangular
+from scipy.linalg import blas, cho_solve, cholesky, solve_triangular
 
 from .._checks import all_finite, float_array
 from .._linalg import NotPositiveDefiniteError, trmm_lower_nogil
@@ -135,7 +139,7 @@ class _InducingPosterior:
         q._set(L_uu, L_P, b)
         return q
 
-    def _set(self, L_uu, L_P, b):
+    def _set(self, L_uu, L_P, b, R_inv=None):
         m = L_uu.shape[0]
         self.L_uu, self.L_P, self.b = L_uu, L_P, b
         self.beta = solve_triangular(L_P, b, lower=True, check_finite=False)
@@ -143,10 +147,29 @@ class _InducingPosterior:
         self.w = solve_triangular(L_uu, self.m, lower=True, trans="T", check_finite=False)
         # R^-1 = L_P^-1 L_uu^-1 (lower triangular): dtrmm by R^-1 runs about twice as fast
         # as dtrsm by R in OpenBLAS for these shapes (both m^2 c flops)
-        self.R_inv = np.asfortranarray(solve_triangular(
-            L_P, solve_triangular(L_uu, np.eye(m), lower=True, check_finite=False),
-            lower=True, check_finite=False))
+        if R_inv is None:
+            R_inv = solve_triangular(
+                L_P, solve_triangular(L_uu, np.eye(m), lower=True, check_finite=False),
+                lower=True, check_finite=False)
+        self.R_inv = np.asfortranarray(R_inv)
         self.half_logdet = float(np.sum(np.log(np.diag(L_P))))
+
+    def updated(self, dP_G, db_G):
+        """q after adding sites whose sums ``dP_G = G dT G^T``, ``db_G = G d nu`` were taken
+        in this q's coordinates (``G = R^-1 K_uf``): ``P + L_P dP_G L_P^T =
+        L_P (I + dP_G) L_P^T``, so the new factor is ``L_P chol(I + dP_G)`` (m^3, well
+        conditioned whenever the new q is proper) and ``b + L_P db_G``."""
+        m = self.L_P.shape[0]
+        try:
+            M = cholesky(np.eye(m) + _symmetrise_lower(dP_G), lower=True, check_finite=False)
+        except np.linalg.LinAlgError:
+            raise NotPositiveDefiniteError(
+                "sparse EP: the inducing-point posterior precision is not positive definite "
+                "(negative site precisions); use smaller EP steps, e.g. damping=0.5.") from None
+        q = _InducingPosterior.__new__(_InducingPosterior)
+        q._set(self.L_uu, blas.dtrmm(1.0, self.L_P, M, lower=1), self.b + self.L_P @ db_G,
+               R_inv=solve_triangular(M, self.R_inv, lower=True, check_finite=False))
+        return q
 
     @classmethod
     def prior(cls, L_uu):
@@ -234,7 +257,7 @@ def _rows_of(X):
 
 def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, max_iter=100,
               site_tau=None, site_nu=None, extra=None, chunk_size=None, callback=None,
-              device="cpu", gram_cache=GRAM_CACHE):
+              device="cpu", gram_cache=GRAM_CACHE, schedule="sequential"):
     """Power EP with inducing points Z (see the module docstring).
 
     Parameters
@@ -261,6 +284,15 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
         recomputing it is about a third of a sweep).  On the CPU it is used when X is an
         in-memory ndarray (not a memmap) and ``8 n m`` fits; 0 streams everything.
 
+    schedule : {"sequential", "parallel"}, default="sequential"
+        "parallel": every site is updated from the same q, then q is rebuilt (one refresh
+        of q per pass).  "sequential": q is refreshed after every block of two chunks, so
+        each pass uses what the earlier blocks learnt (online / stochastic EP style;
+        about half the passes at large n); the fixed point, the convergence rule and the
+        damping are the same, and the answer does not depend on the number of threads.
+        Either way the result ends with an evaluation pass at the final sites
+        (``n_iter + 1`` passes over the data in all).
+
     Returns
     -------
     SparseEPResult
@@ -282,14 +314,18 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     Xv = _rows_of(X)
     Z = _validate(Z, Xv, y, alpha, damping, tol, max_iter, chunk_size,
                   be.xp if hasattr(Xv, "__cuda_array_interface__") else np)
+    if schedule not in ("sequential", "parallel"):
+        raise ValueError(f"schedule must be 'sequential' or 'parallel'; got {schedule!r}.")
     chunk_size = be.chunk_rows(Z.shape[0]) if chunk_size is None else chunk_size
     with be.threads_for(Z.shape[0]):
         return _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol,
-                          max_iter, site_tau, site_nu, extra, chunk_size, callback, gram_cache)
+                          max_iter, site_tau, site_nu, extra, chunk_size, callback, gram_cache,
+                          schedule=schedule)
 
 
 def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_iter,
-               site_tau, site_nu, extra, chunk_size, callback, gram_cache=0, q=None):
+               site_tau, site_nu, extra, chunk_size, callback, gram_cache=0, q=None,
+               schedule="parallel"):
     """The driver (arguments checked).  With ``q`` given (a saved model's posterior) and
     ``max_iter=0`` it only evaluates: marginals, cavities and log Z at the given sites."""
     xp = be.xp
@@ -331,15 +367,26 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
                 tau, nu, q = xp.zeros(n), xp.zeros(n), prior
     else:
         q = _InducingPosterior.prior(L_uu)
+    at_prior = not bool(xp.any(tau != 0.0) or xp.any(nu != 0.0))
 
+    ctx.L_uu_inv = be.asarray(_InducingPosterior.prior(L_uu).R_inv)
     ctl = SweepControl("sparse EP", damping, adaptive, tol, max_iter, callback)
+    sequential = schedule == "sequential" and max_iter > 0
+    if sequential:
+        q = _sequential_passes(ctx, ctl, parts, q, tau, nu, new_tau, new_nu, n, chunk_size,
+                               prior=at_prior)
     while True:
         ctx.damping = ctl.damping
-        qd = SimpleNamespace(R_inv=be.asarray(q.R_inv), beta=be.asarray(q.beta))
-        args = (ctx, qd, tau, nu, new_tau, new_nu, ctl.sweeps == 0)
-        skipped = sum(be.run_all([functools.partial(part.sweep, *args) for part in parts]))
+        args = (ctx, _on_backend(be, q, prior=ctl.sweeps == 0 and not warm), tau, nu,
+                new_tau, new_nu, ctl.sweeps == 0 and not sequential)
+        skipped = sum(r[0] for r in be.run_all(
+            [functools.partial(part.sweep, *args, sums=not sequential) for part in parts]))
         ok = xp.isfinite(ctx.site_ev)
         log_ev = q.log_z_global() + float(xp.sum(ctx.site_ev[ok]))
+        if sequential:                          # the evaluation pass after the last one
+            ctl.log_ev = log_ev
+            ctl.history.append(log_ev)
+            break
         if ctl.done(log_ev):
             break
         P_G = be.to_host(parts[0].P_G + sum(part.P_G for part in parts[1:]))
@@ -358,6 +405,61 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
                           cavity_mean=host(mu_cav), cavity_var=host(var_cav + resid),
                           alpha=float(alpha), inducing_points=Z, history=ctl.history, _q=q,
                           _backend=be)
+
+
+def _on_backend(be, q, prior=False):
+    """What a sweep reads of q, as backend arrays (``prior``: q is the prior)."""
+    return SimpleNamespace(R_inv=be.asarray(q.R_inv), beta=be.asarray(q.beta), prior=prior)
+
+
+# the first pass from the prior takes in blocks of max(FIRST_BLOCK, GROWTH x the rows already
+# taken in) rows (chosen by measuring passes to tol at n = 2e5 and 1e6)
+FIRST_BLOCK, GROWTH = 16, 0.25
+
+
+def _blocks(n, chunk_size, growing):
+    """Blocks of rows of the chunk-sequential schedule, each a list of row ranges of at most
+    ``chunk_size`` rows (shared among the workers).  A block is two chunks, whatever the
+    number of workers (the answer does not depend on it); in the first pass from the prior
+    (``growing``) a block holds at most GROWTH times the rows already taken in, so q has
+    learnt from earlier blocks before a block can overwhelm it (a block of parallel updates
+    from a cavity that knows little of the data overshoots)."""
+    full, c0 = 2 * chunk_size, 0
+    while c0 < n:
+        size = min(full, max(FIRST_BLOCK, int(GROWTH * c0))) if growing else full
+        c1 = min(n, c0 + size)
+        step = -(-(c1 - c0) // 2)
+        yield [(a, min(c1, a + step)) for a in range(c0, c1, step)]
+        c0 = c1
+
+
+def _sequential_passes(ctx, ctl, parts, q, tau, nu, new_tau, new_nu, n, chunk_size, prior):
+    """Chunk-sequential EP: the rows are visited in blocks of two chunks; every
+    block's sites are updated (damped) from the current q, which is refreshed from their
+    change before the next block (rank-``block`` update, :meth:`_InducingPosterior.updated`).
+    Each pass is scored like a parallel sweep (largest site change, log Z with every site
+    term from the cavity it was updated with); returns q after the last pass.  The fixed
+    point is that of parallel EP; the caller ends with an evaluation pass at it."""
+    be, xp = ctx.be, ctx.be.xp
+    while True:
+        ctx.damping = ctl.damping
+        first, change = ctl.sweeps == 0, 0.0
+        for block in _blocks(n, chunk_size, growing=first and prior):
+            qd = _on_backend(be, q, prior=prior)
+            used = parts[:len(block)]
+            done = be.run_all([functools.partial(part.sweep, ctx, qd, tau, nu, new_tau, new_nu,
+                                                 first, block[k::len(used)])
+                               for k, part in enumerate(used)])
+            change = max([change] + [r[1] for r in done])
+            P_G = be.to_host(used[0].P_G + sum(part.P_G for part in used[1:]))
+            b_G = be.to_host(used[0].b_G + sum(part.b_G for part in used[1:]))
+            q, prior = q.updated(P_G, b_G), False
+        ok = xp.isfinite(ctx.site_ev)
+        ctl.advance(change)
+        if ctl.done(q.log_z_global() + float(xp.sum(ctx.site_ev[ok]))):
+            # derived factors recomputed from (L_P, b) as a loaded model does, so a saved
+            # model evaluates bit for bit the same
+            return _InducingPosterior.from_factor(q.L_uu, q.L_P, q.b)
 
 
 class _SweepPart:
@@ -381,12 +483,16 @@ class _SweepPart:
         self.buffer = xp.empty((m, min(n, chunk_size)), order="F")
         self.P_G, self.b_G = xp.zeros((m, m), order="F"), xp.zeros(m)
 
-    def sweep(self, ctx, q, tau, nu, new_tau, new_nu, first):
+    def sweep(self, ctx, q, tau, nu, new_tau, new_nu, first, chunks=None, sums=True):
+        """Parallel EP over this part's chunks from ``q``.  With ``chunks`` given (a block of
+        the chunk-sequential schedule) the new sites are adopted at once and only their
+        change enters the sums; ``sums=False`` (an evaluation pass) skips the sums.  Returns
+        ``(sites skipped, largest site change)``."""
         be, xp = ctx.be, ctx.be.xp
         self.P_G[...] = 0.0
         self.b_G[...] = 0.0
-        skipped = 0
-        for c0, c1 in self.chunks:
+        skipped, change = 0, 0.0
+        for c0, c1 in self.chunks if chunks is None else chunks:
             sl, At = slice(c0, c1), self.buffer[:, : c1 - c0]
             if ctx.cache is not None and not first:
                 xp.copyto(At, ctx.cache[sl].T)
@@ -398,17 +504,27 @@ class _SweepPart:
                 xp.copyto(At, K.T)
                 if ctx.cache is not None:
                     ctx.cache[sl] = K
+            if first and ctx.cold and not q.prior:
+                # d_i = K_ii - |V_i|^2 with V = L_uu^-1 K_uf (q has moved off the prior)
+                V = be.trmm_lower(ctx.L_uu_inv, xp.array(At, order="F"))
+                ctx.resid[sl] = xp.maximum(kdiag - xp.einsum("ij,ij->j", V, V), 0.0)
             G = be.trmm_lower(q.R_inv, At)
             ctx.mean[sl], ctx.var[sl] = be.projection_marginals(G, q.beta)
-            if first and ctx.cold:
+            if first and ctx.cold and q.prior:
                 ctx.resid[sl] = xp.maximum(kdiag - ctx.var[sl], 0.0)
             skipped += be.power_sites(
                 ctx.tilted, ctx.y[sl], ctx.extra[sl], ctx.params, ctx.mean[sl], ctx.var[sl],
                 ctx.resid[sl], tau[sl], nu[sl], ctx.alpha, ctx.damping, ctx.clip, new_tau[sl],
                 new_nu[sl], ctx.site_ev[sl], ctx.mu_cav[sl], ctx.var_cav[sl],
                 serial=self.serial)
-            be.accumulate(self.P_G, self.b_G, G, new_tau[sl], new_nu[sl])
-        return skipped
+            if chunks is None:
+                if sums:
+                    be.accumulate(self.P_G, self.b_G, G, new_tau[sl], new_nu[sl])
+                continue
+            change = max(change, site_change(xp, tau[sl], nu[sl], new_tau[sl], new_nu[sl]))
+            be.accumulate(self.P_G, self.b_G, G, new_tau[sl] - tau[sl], new_nu[sl] - nu[sl])
+            tau[sl], nu[sl] = new_tau[sl], new_nu[sl]
+        return skipped, change
 
 
 def sparse_posterior_from_state(kernel, Z, X, y, likelihood, alpha, site_tau, site_nu, L_P, b,

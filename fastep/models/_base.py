@@ -54,7 +54,7 @@ def fit_entry(fit):
 #: Constraints of the parameters that several estimators share (one meaning each).
 SHARED_PARAMETERS = {
     "kernel": [None, Kernel, SklearnKernelBase],
-    "method": [StrOptions({"parallel", "sequential"})],
+    "method": [StrOptions({"auto", "parallel", "sequential"})],
     "damping": [Interval(Real, 0, 1, closed="right"), None],
     "tol": [Interval(Real, 0, None, closed="neither")],
     "max_iter": [Interval(Integral, 1, None, closed="left")],
@@ -103,7 +103,8 @@ class EPEstimator(BaseEstimator):
 
     def _ep_config(self, backend):
         """The immutable EP configuration of this fit; checks the parameters that only
-        make sense together (sparse EP with its power and the parallel schedule)."""
+        make sense together (sparse EP with its power; the schedule, "auto" resolved: parallel
+        dense EP, chunk-sequential sparse EP)."""
         cls = type(self).__name__
         sparse = self.n_inducing is not None or self.inducing_points is not None
         if not sparse and self.power != 1.0:
@@ -111,14 +112,14 @@ class EPEstimator(BaseEstimator):
                              f"and needs inducing points; dense EP has power 1. Got "
                              f"power={self.power!r} without n_inducing or inducing_points: set "
                              f"one of them, or power=1.0.")
-        if sparse and self.method != "parallel":
-            raise ValueError(f"{cls} with inducing points runs parallel (sparse) EP only; set "
-                             f"method='parallel' (got {self.method!r}).")
-        if self.method not in backend.ep_methods:
+        method = self.method
+        if method == "auto":
+            method = "sequential" if sparse else "parallel"
+        if not sparse and method not in backend.ep_methods:
             raise ValueError(f"{cls} with device={backend.name!r} runs "
-                             f"{' or '.join(backend.ep_methods)} EP only; set "
+                             f"{' or '.join(backend.ep_methods)} dense EP only; set "
                              f"method='parallel' (got {self.method!r}), or device='cpu'.")
-        return EPConfig(backend=backend, method=self.method, damping=self.damping, tol=self.tol,
+        return EPConfig(backend=backend, method=method, damping=self.damping, tol=self.tol,
                         max_iter=self.max_iter, power=float(self.power),
                         optimize_inducing=bool(self.optimize_inducing))
 

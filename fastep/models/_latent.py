@@ -35,6 +35,7 @@ class EPConfig:
     backend : Backend
         Where EP runs (``device`` resolved once, in ``fit``).
     method : {"parallel", "sequential"}
+        The schedule of dense EP, or of sparse EP (``sparse_ep``'s ``schedule``).
     damping : float or None
         None: adaptive (see :func:`fastep.ep`).
     tol : float
@@ -145,7 +146,7 @@ class LatentGP:
         if self.sparse:
             return sparse_ep(self.kernel, self.Z, self.X, self.y, self.likelihood,
                              alpha=c.power, damping=c.damping, tol=tol, max_iter=max_iter,
-                             site_tau=tau, site_nu=nu, device=c.backend)
+                             site_tau=tau, site_nu=nu, device=c.backend, schedule=c.method)
         c.backend.check_dense_memory(self.X.shape[0], DENSE_EP_MATRICES)
         K = self.kernel(self.X, backend=c.backend)
         return ep(K, self.y, self.likelihood, method=c.method, damping=c.damping, tol=tol,

@@ -183,7 +183,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         sensitivity=["array-like", None], specificity=["array-like", None],
         update_reliabilities=["boolean"], warm_start=["boolean"])
 
-    def __init__(self, kernel=None, *, method="parallel", optimizer="L-BFGS-B",
+    def __init__(self, kernel=None, *, method="auto", optimizer="L-BFGS-B",
                  n_restarts_optimizer=0, max_iter_optimizer=200,
                  tol_optimizer=1e-6, em_every=3, em_tol=1e-4, max_em_iter=200,
                  sensitivity=None, specificity=None, update_reliabilities=True, damping=0.7,

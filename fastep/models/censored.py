@@ -80,7 +80,7 @@ class CensoredGPRegressor(RegressorMixin, EPEstimator):
         lower=[Real, None], upper=[Real, None], inference=[StrOptions({"ep", "laplace"})])
 
     def __init__(self, kernel=None, *, noise_variance=1.0, lower=None, upper=None,
-                 inference="ep", method="parallel", optimizer="L-BFGS-B",
+                 inference="ep", method="auto", optimizer="L-BFGS-B",
                  n_restarts_optimizer=0, max_iter_optimizer=200,
                  tol_optimizer=1e-6, damping=None, tol=1e-6, max_iter=200,
                  n_inducing=None, inducing_points=None, power=1.0, optimize_inducing=False,

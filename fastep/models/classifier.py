@@ -34,8 +34,10 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         Copied, never modified: the fitted kernel is ``kernel_``.
     likelihood : {"probit", "logistic"} or Likelihood, default="probit"
         A binary likelihood (labels are mapped to -1 / +1).
-    method : {"parallel", "sequential"}, default="parallel"
-        EP schedule (see :func:`fastep.ep`); "sequential" runs on the CPU, dense only.
+    method : {"auto", "parallel", "sequential"}, default="auto"
+        EP schedule.  Dense EP (:func:`fastep.ep`): "auto" is "parallel"; "sequential"
+        runs on the CPU.  Sparse EP (:func:`fastep.sparse_ep`'s ``schedule``): "auto" is
+        "sequential", q(u) refreshed after every block of rows (about half the passes).
     optimizer : "L-BFGS-B", callable or None, default="L-BFGS-B"
         ML-II of the kernel (and likelihood, and inducing input) parameters; a callable
         follows scikit-learn's convention; None keeps them fixed.
@@ -118,7 +120,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
         "device", likelihood=[StrOptions(set(_LIKELIHOODS)), Likelihood])
 
-    def __init__(self, kernel=None, *, likelihood="probit", method="parallel",
+    def __init__(self, kernel=None, *, likelihood="probit", method="auto",
                  optimizer="L-BFGS-B", n_restarts_optimizer=0, max_iter_optimizer=200,
                  tol_optimizer=1e-6, damping=None, tol=1e-6,
                  max_iter=100, n_inducing=None, inducing_points=None, power=1.0,
