@@ -120,28 +120,28 @@ def run_gpflow(n, m, grid, epochs):
         def nlpd():
             return float(-tf.reduce_mean(model.predict_log_density((Xt, Yt))))
 
-        step(*next(data))                                   # trace and compile
-        model.q_mu.assign(np.zeros((m, 1)))
-        model.q_sqrt.assign(np.eye(m)[None])
         steps_per_epoch = -(-n // batch)
         every = max(1, steps_per_epoch // 10)
         clock, trace, done = 0.0, [], 0
-        for epoch in range(epochs + 1):
-            if epoch == epochs:
-                step_size.assign(gamma / 10)                # the converged value
-            for _ in range(0, steps_per_epoch, every):
-                t0 = time.perf_counter()
-                for _ in range(every):
-                    step(*next(data))
-                clock += time.perf_counter() - t0
-                done += every
-                trace.append(dict(epochs=done / steps_per_epoch, seconds=clock, nlpd=nlpd()))
-                if not np.isfinite(trace[-1]["nlpd"]):
-                    break
-            if not np.isfinite(trace[-1]["nlpd"]):
-                break
+        try:                               # a step that diverges (NaN) ends the run: failed
+            step(*next(data))                               # trace and compile
+            model.q_mu.assign(np.zeros((m, 1)))
+            model.q_sqrt.assign(np.eye(m)[None])
+            for epoch in range(epochs + 1):
+                if epoch == epochs:
+                    step_size.assign(gamma / 10)            # the converged value
+                for _ in range(0, steps_per_epoch, every):
+                    t0 = time.perf_counter()
+                    for _ in range(every):
+                        step(*next(data))
+                    clock += time.perf_counter() - t0
+                    done += every
+                    trace.append(dict(epochs=done / steps_per_epoch, seconds=clock,
+                                      nlpd=nlpd()))
+        except tf.errors.InvalidArgumentError:
+            trace.append(dict(epochs=done / steps_per_epoch, seconds=clock, nlpd=np.nan))
         final = trace[-1]["nlpd"]
-        hit = next((t for t in trace if abs(t["nlpd"] - final) <= TARGET), None)
+        hit = next((t for t in trace if abs(t["nlpd"] - final) <= TARGET), None)  # NaN: none
         runs.append(dict(batch=batch, gamma=gamma, nlpd=final,
                          seconds=hit["seconds"] if hit and np.isfinite(final) else np.inf,
                          epochs=hit["epochs"] if hit else np.inf, trace=trace[:: 5]))
@@ -207,6 +207,7 @@ def main():
         print(f"         fastep converged fit {f['converged_seconds']:.2f} s in "
               f"{f['converged_passes']} passes; GPflow runs: "
               + ", ".join(f"{r['batch']}:{r['gamma']:g} {r['seconds']:.1f} s"
+                          + ("" if np.isfinite(r["nlpd"]) else " (diverged)")
                           for r in g["runs"]))
 
 
