@@ -145,7 +145,7 @@ def test_threads_share_a_sweep_without_changing_the_answer():
 def test_sequential_and_parallel_schedules_share_the_fixed_point(alpha):
     """The chunk-sequential schedule (q refreshed after every block) converges to the fixed
     point of parallel EP: same sites, log Z and marginals, also with negative site
-    precisions (MultiAnnotator); and its marginals are those of its final q."""
+    precisions (MultiAnnotator, alpha = 1); and its marginals are those of its final q."""
     rng = np.random.default_rng(5)
     X = rng.uniform(-3, 3, (700, 2))
     z = (np.sin(2 * X[:, 0]) + X[:, 1] > 0).astype(int)
@@ -153,7 +153,8 @@ def test_sequential_and_parallel_schedules_share_the_fixed_point(alpha):
     k, Z = RBF(4.0, 0.7), X[::35]
     cases = [(Probit(), np.where(z == 1, 1.0, -1.0), None),
              (MultiAnnotator(labels, [0.95, 0.9], [0.9, 0.4]), np.ones(700), 0.5)]
-    for lik, y, damping in cases:
+    # MultiAnnotator's power tilted function is quadrature, slow at tol 1e-12: alpha 1 only
+    for lik, y, damping in cases[:1 if alpha != 1.0 else 2]:
         fits = {s: sparse_ep(k, Z, X, y, lik, alpha=alpha, chunk_size=40, damping=damping,
                              schedule=s, **TIGHT) for s in ("parallel", "sequential")}
         par, seq = fits["parallel"], fits["sequential"]
