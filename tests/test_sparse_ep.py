@@ -203,19 +203,23 @@ def test_estimators_choose_the_schedule(data):
 
 
 def test_sequential_blocks_cover_every_row_once():
-    from fastep.inference.sparse_ep import FIRST_BLOCK, GROWTH, _blocks
+    from fastep.inference.sparse_ep import FIRST_BLOCK, GROWTH, _blocks, _share
     for n, chunk, growing in [(1, 5, True), (10007, 64, True), (10007, 64, False),
                               (300, 1000, True)]:
-        taken, sizes = 0, []
-        for block in _blocks(n, chunk, growing):
-            assert all(c1 - c0 <= chunk for c0, c1 in block)
-            assert block[0][0] == taken and all(a[1] == b[0] for a, b in zip(block, block[1:]))
-            taken = block[-1][1]
-            sizes.append((block[0][0], taken - block[0][0]))
+        taken = 0
+        for c0, c1 in _blocks(n, chunk, growing):
+            assert c0 == taken
+            if c1 < n:
+                assert c1 - c0 == (min(2 * chunk, max(FIRST_BLOCK, int(GROWTH * c0)))
+                                   if growing else 2 * chunk)
+            for parts in (1, 2, 3, 5):
+                shares = _share(c0, c1, parts, chunk)
+                ranges = sorted(r for share in shares for r in share)
+                assert len(shares) <= parts and all(b - a <= chunk for a, b in ranges)
+                assert ranges[0][0] == c0 and ranges[-1][1] == c1
+                assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+            taken = c1
         assert taken == n
-        for start, size in sizes[:-1]:
-            assert size == (min(2 * chunk, max(FIRST_BLOCK, int(GROWTH * start))) if growing
-                            else 2 * chunk)
 
 
 def test_warnings_name_the_knob_and_point_at_the_caller(data):

@@ -373,8 +373,15 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
     ctl = SweepControl("sparse EP", damping, adaptive, tol, max_iter, callback)
     sequential = schedule == "sequential" and max_iter > 0
     if sequential:
-        q = _sequential_passes(ctx, ctl, parts, q, tau, nu, new_tau, new_nu, n, chunk_size,
-                               prior=at_prior)
+        try:
+            q = _sequential_passes(ctx, ctl, parts, q, tau, nu, new_tau, new_nu, n,
+                                   chunk_size, prior=at_prior)
+        except NotPositiveDefiniteError:
+            # negative site precisions made a partly updated q improper: parallel EP from
+            # a cold start instead (d_i is recomputed in its first sweep)
+            tau[...], nu[...] = 0.0, 0.0
+            q, sequential, warm, ctx.cold = _InducingPosterior.prior(L_uu), False, False, True
+            ctl = SweepControl("sparse EP", damping, adaptive, tol, max_iter, callback)
     while True:
         ctx.damping = ctl.damping
         args = (ctx, _on_backend(be, q, prior=ctl.sweeps == 0 and not warm), tau, nu,
@@ -384,7 +391,6 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
         ok = xp.isfinite(ctx.site_ev)
         log_ev = q.log_z_global() + float(xp.sum(ctx.site_ev[ok]))
         if sequential:                          # the evaluation pass after the last one
-            ctl.log_ev = log_ev
             ctl.history.append(log_ev)
             break
         if ctl.done(log_ev):
@@ -418,19 +424,25 @@ FIRST_BLOCK, GROWTH = 16, 0.25
 
 
 def _blocks(n, chunk_size, growing):
-    """Blocks of rows of the chunk-sequential schedule, each a list of row ranges of at most
-    ``chunk_size`` rows (shared among the workers).  A block is two chunks, whatever the
-    number of workers (the answer does not depend on it); in the first pass from the prior
-    (``growing``) a block holds at most GROWTH times the rows already taken in, so q has
-    learnt from earlier blocks before a block can overwhelm it (a block of parallel updates
-    from a cavity that knows little of the data overshoots)."""
+    """Row ranges ``(c0, c1)`` of the blocks of the chunk-sequential schedule: two chunks
+    each, whatever the number of workers (the answer does not depend on it); in the first
+    pass from the prior (``growing``) a block holds at most GROWTH times the rows already
+    taken in, so q has learnt from earlier blocks before a block can overwhelm it (a block
+    of parallel updates from a cavity that knows little of the data overshoots)."""
     full, c0 = 2 * chunk_size, 0
     while c0 < n:
         size = min(full, max(FIRST_BLOCK, int(GROWTH * c0))) if growing else full
-        c1 = min(n, c0 + size)
-        step = -(-(c1 - c0) // 2)
-        yield [(a, min(c1, a + step)) for a in range(c0, c1, step)]
-        c0 = c1
+        yield c0, min(n, c0 + size)
+        c0 += size
+
+
+def _share(c0, c1, n_parts, chunk_size):
+    """Rows c0:c1 as ``n_parts`` lists of contiguous ranges of at most ``chunk_size`` rows
+    (part k takes ranges k, k + n_parts, ...)."""
+    pieces = max(n_parts, -(-(c1 - c0) // chunk_size))
+    step = -(-(c1 - c0) // pieces)
+    ranges = [(a, min(c1, a + step)) for a in range(c0, c1, step)]
+    return [ranges[k::n_parts] for k in range(min(n_parts, len(ranges)))]
 
 
 def _sequential_passes(ctx, ctl, parts, q, tau, nu, new_tau, new_nu, n, chunk_size, prior):
@@ -444,12 +456,13 @@ def _sequential_passes(ctx, ctl, parts, q, tau, nu, new_tau, new_nu, n, chunk_si
     while True:
         ctx.damping = ctl.damping
         first, change = ctl.sweeps == 0, 0.0
-        for block in _blocks(n, chunk_size, growing=first and prior):
+        for c0, c1 in _blocks(n, chunk_size, growing=first and prior):
             qd = _on_backend(be, q, prior=prior)
-            used = parts[:len(block)]
+            shares = _share(c0, c1, len(parts), chunk_size)
+            used = parts[:len(shares)]
             done = be.run_all([functools.partial(part.sweep, ctx, qd, tau, nu, new_tau, new_nu,
-                                                 first, block[k::len(used)])
-                               for k, part in enumerate(used)])
+                                                 first, share)
+                               for part, share in zip(used, shares)])
             change = max([change] + [r[1] for r in done])
             P_G = be.to_host(used[0].P_G + sum(part.P_G for part in used[1:]))
             b_G = be.to_host(used[0].b_G + sum(part.b_G for part in used[1:]))
