@@ -111,6 +111,23 @@ class SparseEPResult:
         return self._q.predict(kernel, self.inducing_points, X)
 
 
+def _precision_factor(P):
+    """Lower Cholesky factor of a precision of q(v) (or of its update), or the error that
+    names the knob."""
+    try:
+        return cholesky(P, lower=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        raise NotPositiveDefiniteError(
+            "sparse EP: the inducing-point posterior precision is not positive definite "
+            "(negative site precisions); use smaller EP steps, e.g. damping=0.5.") from None
+
+
+def _sum_parts(be, parts):
+    """The workers' sums ``P_G``, ``b_G`` added in a fixed order, on the host."""
+    return (be.to_host(parts[0].P_G + sum(part.P_G for part in parts[1:])),
+            be.to_host(parts[0].b_G + sum(part.b_G for part in parts[1:])))
+
+
 class _InducingPosterior:
     """q(v) = N(P^-1 b, P^-1) on the host, rebuilt from chunk sums taken in the previous
     q's coordinates.
@@ -124,13 +141,7 @@ class _InducingPosterior:
     def __init__(self, L_uu, L_prev, P_G, b_G):
         m = L_uu.shape[0]
         P = np.eye(m) + L_prev @ P_G @ L_prev.T
-        try:
-            L_P = cholesky(0.5 * (P + P.T), lower=True, check_finite=False)
-        except np.linalg.LinAlgError:
-            raise NotPositiveDefiniteError(
-                "sparse EP: the inducing-point posterior precision is not positive definite "
-                "(negative site precisions); use smaller EP steps, e.g. damping=0.5.") from None
-        self._set(L_uu, L_P, L_prev @ b_G)
+        self._set(L_uu, _precision_factor(0.5 * (P + P.T)), L_prev @ b_G)
 
     @classmethod
     def from_factor(cls, L_uu, L_P, b):
@@ -159,13 +170,7 @@ class _InducingPosterior:
         in this q's coordinates (``G = R^-1 K_uf``): ``P + L_P dP_G L_P^T =
         L_P (I + dP_G) L_P^T``, so the new factor is ``L_P chol(I + dP_G)`` (m^3, well
         conditioned whenever the new q is proper) and ``b + L_P db_G``."""
-        m = self.L_P.shape[0]
-        try:
-            M = cholesky(np.eye(m) + _symmetrise_lower(dP_G), lower=True, check_finite=False)
-        except np.linalg.LinAlgError:
-            raise NotPositiveDefiniteError(
-                "sparse EP: the inducing-point posterior precision is not positive definite "
-                "(negative site precisions); use smaller EP steps, e.g. damping=0.5.") from None
+        M = _precision_factor(np.eye(self.L_P.shape[0]) + _symmetrise_lower(dP_G))
         q = _InducingPosterior.__new__(_InducingPosterior)
         q._set(self.L_uu, blas.dtrmm(1.0, self.L_P, M, lower=1), self.b + self.L_P @ db_G,
                R_inv=solve_triangular(M, self.R_inv, lower=True, check_finite=False))
@@ -348,13 +353,14 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
         var=xp.empty(n), site_ev=xp.empty(n), mu_cav=xp.empty(n), var_cav=xp.empty(n))
     n_workers = be.n_workers(n, m, chunk_size)
     parts = [_SweepPart(be, k, n_workers, n, m, chunk_size) for k in range(n_workers)]
+    prior = _InducingPosterior.prior(L_uu)
+    ctx.L_uu_inv = be.asarray(prior.R_inv)                   # L_uu^-1: the prior's G is V
+    q = prior if q is None and not warm else q
     if warm:
-        prior = _InducingPosterior.prior(L_uu)
         P_G, b_G = xp.zeros((m, m), order="F"), xp.zeros(m)
-        R_inv = be.asarray(prior.R_inv)                       # L_uu^-1: the prior's G is V
         for c0, c1 in _chunks(n, chunk_size):
             Xc = ctx.rows(c0, c1)
-            V = be.trmm_lower(R_inv, _gram_t(be, kernel, ctx.Z, Xc))
+            V = be.trmm_lower(ctx.L_uu_inv, _gram_t(be, kernel, ctx.Z, Xc))
             ctx.resid[c0:c1] = xp.maximum(kernel.diag(Xc, backend=be)
                                           - xp.einsum("ij,ij->j", V, V), 0.0)
             if q is None:
@@ -365,11 +371,7 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
                                        be.to_host(b_G))
             except NotPositiveDefiniteError:      # warm start unusable: start cold
                 tau, nu, q = xp.zeros(n), xp.zeros(n), prior
-    else:
-        q = _InducingPosterior.prior(L_uu)
-    at_prior = not bool(xp.any(tau != 0.0) or xp.any(nu != 0.0))
-
-    ctx.L_uu_inv = be.asarray(_InducingPosterior.prior(L_uu).R_inv)
+    at_prior = q is prior
     ctl = SweepControl("sparse EP", damping, adaptive, tol, max_iter, callback)
     sequential = schedule == "sequential" and max_iter > 0
     if sequential:
@@ -380,11 +382,11 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
             # negative site precisions made a partly updated q improper: parallel EP from
             # a cold start instead (d_i is recomputed in its first sweep)
             tau[...], nu[...] = 0.0, 0.0
-            q, sequential, warm, ctx.cold = _InducingPosterior.prior(L_uu), False, False, True
+            q, at_prior, sequential, ctx.cold = prior, True, False, True
             ctl = SweepControl("sparse EP", damping, adaptive, tol, max_iter, callback)
     while True:
         ctx.damping = ctl.damping
-        args = (ctx, _on_backend(be, q, prior=ctl.sweeps == 0 and not warm), tau, nu,
+        args = (ctx, _on_backend(be, q, prior=ctl.sweeps == 0 and at_prior), tau, nu,
                 new_tau, new_nu, ctl.sweeps == 0 and not sequential)
         skipped = sum(r[0] for r in be.run_all(
             [functools.partial(part.sweep, *args, sums=not sequential) for part in parts]))
@@ -395,8 +397,7 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
             break
         if ctl.done(log_ev):
             break
-        P_G = be.to_host(parts[0].P_G + sum(part.P_G for part in parts[1:]))
-        b_G = be.to_host(parts[0].b_G + sum(part.b_G for part in parts[1:]))
+        P_G, b_G = _sum_parts(be, parts)
         ctl.advance(site_change(xp, tau, nu, new_tau, new_nu))
         tau, new_tau = new_tau, tau
         nu, new_nu = new_nu, nu
@@ -464,8 +465,7 @@ def _sequential_passes(ctx, ctl, parts, q, tau, nu, new_tau, new_nu, n, chunk_si
                                                  first, share)
                                for part, share in zip(used, shares)])
             change = max([change] + [r[1] for r in done])
-            P_G = be.to_host(used[0].P_G + sum(part.P_G for part in used[1:]))
-            b_G = be.to_host(used[0].b_G + sum(part.b_G for part in used[1:]))
+            P_G, b_G = _sum_parts(be, used)
             q, prior = q.updated(P_G, b_G), False
         ok = xp.isfinite(ctx.site_ev)
         ctl.advance(change)
