@@ -14,7 +14,7 @@ from .persistence import load_model, save_model
 
 __version__ = "0.2.0"
 
-_ESTIMATORS = ("CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier",
+_ESTIMATORS = ("EPGaussianProcessRegressor", "OrdinalGPClassifier", "CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier",
                "SparseGPRegressor", "GWIClassifier")
 
 
@@ -31,7 +31,8 @@ def __dir__():
     return sorted(set(globals()) | set(_ESTIMATORS))
 
 
-__all__ = ["ep", "sparse_ep", "CensoredGPRegressor", "EPGaussianProcessClassifier",
+__all__ = ["ep", "sparse_ep", "EPGaussianProcessRegressor", "OrdinalGPClassifier",
+           "CensoredGPRegressor", "EPGaussianProcessClassifier",
            "MultiAnnotatorGPClassifier", "SparseGPRegressor", "GWIClassifier", "save_model",
            "load_model", "precompile", "EPResult", "SparseEPResult", "ConvergenceWarning",
            "EPNumericalWarning", "DenseMemoryError", "NotPositiveDefiniteError", "kernels",

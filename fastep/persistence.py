@@ -23,7 +23,8 @@ import numpy as np
 FORMAT = "fastep-model"
 VERSION = 2
 _CLASSES = ("EPGaussianProcessClassifier", "CensoredGPRegressor", "MultiAnnotatorGPClassifier",
-            "SparseGPRegressor", "GWIClassifier")
+            "SparseGPRegressor", "GWIClassifier", "EPGaussianProcessRegressor",
+            "OrdinalGPClassifier")
 
 __all__ = ["save_model", "load_model", "FORMAT", "VERSION"]
 

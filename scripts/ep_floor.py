@@ -16,10 +16,14 @@ K = RBF(variance=1, lengthscale=1)(X), nothing added to K), this prints the medi
 * scikit-learn's Laplace ``GaussianProcessClassifier(RBF(1.0), optimizer=None).fit(X, y)``;
 
 and the ratios sweep/floor, seq sweep/floor, fit/floor and fit/sklearn.  JIT compilation is
-paid before timing.  ``--check`` exits 1 if, at the largest n, parallel sweep/floor > 1.3,
-sequential sweep/floor > 3 or fit/floor > 8 (a report for humans, not a test).
+paid before timing.  ``--likelihoods`` adds, per n, one parallel sweep (same K, same
+definition) for each of the other likelihoods on targets drawn from the same f (Poisson
+and negative-binomial counts with rate exp(f), Student-t, 4-level ordinal) and its ratio
+to the probit sweep, interleaved with it.  ``--check`` exits 1 if, at the largest n,
+parallel sweep/floor > 1.3, sequential sweep/floor > 3 or fit/floor > 8 (a report for
+humans, not a test).
 
-    python scripts/ep_floor.py [--sizes 1000 2000 4000] [--repeats 5] [--check]
+    python scripts/ep_floor.py [--sizes 1000 2000 4000] [--repeats 5] [--check] [--likelihoods]
 """
 import argparse
 import os
@@ -51,6 +55,44 @@ def run_ep(K, y, method, max_iter):
         warnings.simplefilter("ignore", fastep.ConvergenceWarning)
         return fastep.ep(K, y, Probit(), method=method, max_iter=max_iter, tol=1e-300,
                          check_psd=False)
+
+
+def other_likelihoods(n, seed=0):
+    """(name, likelihood, targets) of the likelihoods --likelihoods compares with probit."""
+    from fastep.likelihoods import NegativeBinomial, OrdinalProbit, Poisson, StudentT
+    X, y = make_data(n, seed)
+    rng = np.random.default_rng(seed + 1)
+    f = np.sin(2.0 * X[:, 0]) + X[:, 1] * X[:, 2]
+    counts = rng.poisson(np.exp(f)).astype(float)
+    return X, [("probit", Probit(), y), ("poisson", Poisson(), counts),
+               ("neg-binomial", NegativeBinomial(2.0), counts),
+               ("ordinal K=4", OrdinalProbit([-1.0, 0.0, 1.0]),
+                np.digitize(f + rng.standard_normal(n), [-1.0, 0.0, 1.0]).astype(float)),
+               ("student-t", StudentT(4.0, 0.3), f + 0.3 * rng.standard_t(4.0, n))]
+
+
+def likelihood_sweeps(n, repeats):
+    """Median parallel-sweep seconds per likelihood, interleaved."""
+    X, cases = other_likelihoods(n)
+    K = RBF(1.0, 1.0)(X)
+
+    def run(lik, y, k):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fastep.ep(K, y, lik, method="parallel", max_iter=k, tol=1e-300, check_psd=False)
+
+    for _, lik, y in cases:                                   # JIT warm-up
+        run(lik, y[:n], 2)
+    times = {name: [] for name, _, _ in cases}
+    for _ in range(repeats):
+        for name, lik, y in cases:
+            t = []
+            for k in (2, 6):
+                t0 = time.perf_counter()
+                run(lik, y, k)
+                t.append(time.perf_counter() - t0)
+            times[name].append((t[1] - t[0]) / 4)
+    return {name: statistics.median(v) for name, v in times.items()}
 
 
 def sklearn_fit():
@@ -120,6 +162,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 4000])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--likelihoods", action="store_true",
+                    help="also time a parallel sweep of every other likelihood against probit")
     ap.add_argument("--check", action="store_true",
                     help=f"exit 1 if a ratio at the largest n exceeds its limit {LIMITS}")
     args = ap.parse_args(argv)
@@ -151,6 +195,14 @@ def main(argv=None):
         print(f"{n:12d}" + "".join(ms) + f"{t['sweeps']:12d}{1e3 * t['floor_mt']:12.1f}"
               f"{1e3 * t['floor_1t']:12.1f}" + sk[0]
               + "".join(f"{r:12.2f}" for r in ratios.values()) + sk[1], flush=True)
+
+    if args.likelihoods:
+        print("\none parallel EP sweep per likelihood (ms, median of interleaved runs) and its "
+              "ratio to the probit sweep on the same K")
+        for n in sorted(args.sizes):
+            t = likelihood_sweeps(n, args.repeats)
+            print(f"n = {n}: " + "; ".join(f"{name} {1e3 * v:.1f} ({v / t['probit']:.2f}x)"
+                                           for name, v in t.items()), flush=True)
 
     if args.check:
         bad = [f"{k} = {v:.2f} > {LIMITS[k]}" for k, v in ratios.items() if v > LIMITS[k]]

@@ -14,15 +14,17 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import fastep
-from fastep import (CensoredGPRegressor, EPGaussianProcessClassifier, GWIClassifier,
-                    MultiAnnotatorGPClassifier, SparseGPRegressor)
+from fastep import (CensoredGPRegressor, EPGaussianProcessClassifier,
+                    EPGaussianProcessRegressor, GWIClassifier, MultiAnnotatorGPClassifier,
+                    OrdinalGPClassifier, SparseGPRegressor)
 from fastep.datasets import simulate_annotators
 from fastep.kernels import RBF
 from fastep.likelihoods import Logistic
 
 ALL = (EPGaussianProcessClassifier, CensoredGPRegressor, MultiAnnotatorGPClassifier,
-       SparseGPRegressor, GWIClassifier)
-EP = (EPGaussianProcessClassifier, CensoredGPRegressor, MultiAnnotatorGPClassifier)
+       SparseGPRegressor, GWIClassifier, EPGaussianProcessRegressor, OrdinalGPClassifier)
+EP = (EPGaussianProcessClassifier, CensoredGPRegressor, MultiAnnotatorGPClassifier,
+      EPGaussianProcessRegressor, OrdinalGPClassifier)
 
 #: The label matrix (n, R) of MultiAnnotatorGPClassifier is its target; a vector is read
 #: as one annotator's labels.  This check passes a column (n, 1) and expects the warning a
@@ -39,7 +41,11 @@ ANNOTATOR_EXPECTED = {
                           CensoredGPRegressor(max_iter=50),
                           MultiAnnotatorGPClassifier(optimizer=None, max_em_iter=20),
                           SparseGPRegressor(n_inducing=None),
-                          GWIClassifier(max_iter=20, random_state=0)],
+                          GWIClassifier(max_iter=20, random_state=0),
+                          EPGaussianProcessRegressor(optimizer=None),
+                          EPGaussianProcessRegressor(likelihood="gaussian", max_iter=50),
+                          OrdinalGPClassifier(optimizer=None),
+                          OrdinalGPClassifier(max_iter=50)],
                          expected_failed_checks=lambda est: ANNOTATOR_EXPECTED if isinstance(
                              est, MultiAnnotatorGPClassifier) else {})
 def test_sklearn_compatible(estimator, check):
@@ -60,6 +66,8 @@ def data():
                                                             [0.8, 0.7], random_state=0)),
         SparseGPRegressor: (X, f + 0.1 * rng.normal(size=50)),
         GWIClassifier: (X, np.digitize(f, [-0.5, 0.5])),
+        EPGaussianProcessRegressor: (X, f + 0.1 * rng.standard_t(3, size=50)),
+        OrdinalGPClassifier: (X, np.digitize(f, [-0.5, 0.5])),
     }
 
 

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 import fastep
-from fastep import (CensoredGPRegressor, EPGaussianProcessClassifier, GWIClassifier,
+from fastep import (CensoredGPRegressor, EPGaussianProcessClassifier,
+                    EPGaussianProcessRegressor, GWIClassifier, OrdinalGPClassifier,
                     MultiAnnotatorGPClassifier, SparseGPRegressor, load_model, save_model)
 from fastep.datasets import simulate_annotators
 from fastep.kernels import RBF, Matern32, WhiteKernel
-from fastep.likelihoods import Logistic
+from fastep.likelihoods import Logistic, Tobit
 
 
 def _data(n=60, seed=0):
@@ -36,6 +37,8 @@ def _cases():
     Y = simulate_annotators((f > 0).astype(int), [0.9, 0.7, 0.6], [0.8, 0.7, 0.6],
                             random_state=0)
     k = RBF(1.0, [0.8, 1.2]) + WhiteKernel(1e-4)
+    exposure = rng.uniform(0.5, 2.0, f.size)
+    counts = rng.poisson(exposure * np.exp(f))
     proba = ("predict", "predict_proba", "predict_latent")
     reg = ("predict", "predict_latent")
     return [
@@ -65,6 +68,17 @@ def _cases():
                                                          max_em_iter=20), (X, Y), {}, proba),
         ("sparse-regression", SparseGPRegressor(n_inducing=8, power=0.5, random_state=0),
          (X, f), {}, reg),
+        ("regression/student-t", EPGaussianProcessRegressor(optimizer=None), (X, f), {}, reg),
+        ("regression/poisson/exposure", EPGaussianProcessRegressor(likelihood="poisson"),
+         (X, counts), {"exposure": exposure}, reg),
+        ("regression/negbin/sparse", EPGaussianProcessRegressor(
+            likelihood="negative_binomial", n_inducing=10, random_state=0), (X, counts), {},
+         reg),
+        ("regression/tobit", EPGaussianProcessRegressor(likelihood=Tobit(0.05, lower=-0.3)),
+         (X, t), {}, reg),
+        ("ordinal/dense", OrdinalGPClassifier(), (X, y3), {}, proba),
+        ("ordinal/sparse", OrdinalGPClassifier(n_inducing=10, random_state=0), (X, y3), {},
+         proba),
         ("gwi", GWIClassifier(n_inducing=20, max_iter=30, random_state=0), (X, y3), {}, proba),
         ("gwi/no-linear", GWIClassifier(n_inducing=20, max_iter=30, linear_mean=False,
                                         validation_fraction=0.2, random_state=0), (X, y3),

@@ -20,6 +20,10 @@ class EPNumericalWarning(UserWarning):
     """Sites were skipped because their cavity distribution was improper."""
 
 
+#: Smallest fraction of a proposed step that robust EP tries before giving up.
+MIN_STEP = 2.0 ** -12
+
+
 def check_sweep_controls(damping, tol, max_iter):
     """Raise ValueError unless damping is in (0, 1], tol > 0 and max_iter is an int >= 1."""
     if not (isinstance(damping, numbers.Real) and 0.0 < damping <= 1.0):
@@ -127,7 +131,7 @@ class SweepControl:
             raw = change / self.damping
             change = raw
             if self.adaptive and raw > self.last_raw:
-                self.damping = max(0.1, 0.7 * self.damping)
+                self.damping = max(min(0.1, self.damping), 0.7 * self.damping)
             self.last_raw = raw
         self.change = change
         self.sweeps += 1

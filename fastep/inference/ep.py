@@ -41,8 +41,8 @@ from .._linalg import NotPositiveDefiniteError
 from .._numerics import MIN_VARIANCE
 from ..backend import resolve
 from ..likelihoods._base import check_likelihood
-from ._sweep import (ConvergenceWarning, EPNumericalWarning, SweepControl, check_kernel_matrix,
-                     check_sweep_controls, fill_cavities, initial_sites,
+from ._sweep import (MIN_STEP, ConvergenceWarning, EPNumericalWarning, SweepControl,
+                     check_kernel_matrix, check_sweep_controls, fill_cavities, initial_sites,
                      site_change)
 
 SEQUENTIAL_BLOCK = 256
@@ -300,7 +300,8 @@ def _prepare(be, K, y, likelihood, method, extra):
 
 
 def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100,
-       site_tau=None, site_nu=None, extra=None, check_psd=True, callback=None, device="cpu"):
+       site_tau=None, site_nu=None, extra=None, check_psd=True, callback=None, device="cpu",
+       robust=None):
     """Run Expectation Propagation for ``f ~ N(0, K)``, ``y_i ~ p(y_i | f_i)``.
 
     Parameters
@@ -340,6 +341,13 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
     device : {"cpu", "cuda"}, default="cpu"
         Where EP runs (:func:`fastep.backend.resolve`); "cuda" needs the ``cuda``
         extra (numba-cuda and CuPy) and runs parallel EP.
+    robust : bool, optional
+        Robust parallel EP (default: when the likelihood is not log-concave, e.g.
+        Student-t or multiple annotators): a proposed step that makes the posterior
+        improper, or the cavity of any site improper, is halved until neither happens,
+        and later sweeps keep the smaller damping.  Every iterate is then a proper
+        Gaussian with proper cavities, and the fixed point is that of plain EP (plain EP
+        stops with an error at an improper posterior).  Sequential EP is unaffected.
 
     Returns
     -------
@@ -360,13 +368,14 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
     damping = 1.0 if damping is None else damping
     check_sweep_controls(damping, tol, max_iter)
     K, inputs = _prepare(be, K, y, likelihood, method, extra)
+    robust = (not likelihood.log_concave) if robust is None else bool(robust)
     with be.threads_for(K.shape[0]):
         return _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, site_tau,
-                   site_nu, check_psd, callback)
+                   site_nu, check_psd, callback, robust)
 
 
 def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, site_tau, site_nu,
-        check_psd, callback):
+        check_psd, callback, robust=False):
     xp = be.xp
     n = K.shape[0]
     if check_psd:
@@ -400,6 +409,10 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
             ctl.advance(site_change(xp, tau, nu, new_tau, new_nu))
             tau, new_tau = new_tau, tau
             nu, new_nu = new_nu, nu
+            if robust:
+                post = None
+                post = _backtrack(be, K, kdiag, new_tau, new_nu, tau, nu, work, ctl)
+                continue
         else:
             old_tau, old_nu = tau.copy(), nu.copy()
             skipped = _sequential_sweep(be, tilted, y, extra, params, post, tau, nu,
@@ -412,6 +425,38 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
     post.cov = None                                   # not needed after the sweeps
     return _result(be, post, tau, nu, log_ev, ctl.sweeps, ctl.converged, skipped, mu_cav,
                    var_cav, method, ctl.history)
+
+
+def _backtrack(be, K, kdiag, old_tau, old_nu, tau, nu, work, ctl):
+    """Robust EP's inner loop: the posterior at the proposed sites ``tau, nu`` if it is
+    proper with a proper cavity at every site; else the step from ``old_*`` is halved (in
+    place in ``tau, nu``) until it is, and the damping of later sweeps shrinks with it.
+
+    Plain parallel EP stops with an error at an improper posterior and skips sites with an
+    improper cavity; this keeps every iterate a proper Gaussian with proper cavities, in the
+    spirit of the damping control of GPstuff's robust EP (Jylanki, Vanhatalo & Vehtari 2011,
+    section 4) for likelihoods that are not log-concave."""
+    xp = be.xp
+    step = 1.0
+    while True:
+        try:
+            post = _Posterior(be, K, kdiag, tau, nu, False, work)
+            if bool(xp.all(1.0 / post.var - tau > 0.0)):
+                if step < 1.0:
+                    ctl.damping = max(MIN_STEP, ctl.damping * step)
+                return post
+        except NotPositiveDefiniteError:
+            pass
+        post = None
+        step *= 0.5
+        if step < MIN_STEP:
+            raise NotPositiveDefiniteError(
+                f"robust EP: no step of at least {MIN_STEP:g} of the proposed site update keeps "
+                "the posterior and its cavities proper; the kernel matrix may be near "
+                "singular (add jitter, e.g. a WhiteKernel(1e-6)) or the likelihood parameters "
+                "far from the data (e.g. a Student-t scale far too small).")
+        tau[...] = 0.5 * (old_tau + tau)
+        nu[...] = 0.5 * (old_nu + nu)
 
 
 def _result(be, post, tau, nu, log_ev, sweeps, converged, skipped, mu_cav, var_cav, method,

@@ -52,7 +52,7 @@ from .._linalg import NotPositiveDefiniteError, trmm_lower_nogil
 from ..backend import resolve
 from ..likelihoods._base import check_likelihood
 from ..backend._base import CHUNK_ROWS
-from ._sweep import (SweepControl, check_sweep_controls, initial_sites,
+from ._sweep import (MIN_STEP, SweepControl, check_sweep_controls, initial_sites,
                      site_change)
 from .sparse import cholesky_uu, uu_from_whitened
 
@@ -77,6 +77,7 @@ class SparseEPResult:
         The power of Power EP.
     cavity_mean, cavity_var : (n,) the cavity of f_i (``var`` includes d_i)
     inducing_points : (m, d)
+    resid : (n,) d_i = K_ii - Q_ii, the variance of f_i about its projection h_i
 
     Examples
     --------
@@ -103,6 +104,7 @@ class SparseEPResult:
     alpha: float
     inducing_points: np.ndarray
     history: list = field(default_factory=list, repr=False)
+    resid: np.ndarray = field(default=None, repr=False)
     _q: "_InducingPosterior" = field(default=None, repr=False)
     _backend: object = field(default=None, repr=False)
 
@@ -262,7 +264,7 @@ def _rows_of(X):
 
 def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, max_iter=100,
               site_tau=None, site_nu=None, extra=None, chunk_size=None, callback=None,
-              device="cpu", gram_cache=GRAM_CACHE, schedule="sequential"):
+              device="cpu", gram_cache=GRAM_CACHE, schedule="sequential", robust=None):
     """Power EP with inducing points Z (see the module docstring).
 
     Parameters
@@ -297,6 +299,11 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
         damping are the same, and the answer does not depend on the number of threads.
         Either way the result ends with an evaluation pass at the final sites
         (``n_iter + 1`` passes over the data in all).
+    robust : bool, optional
+        Robust EP (default: when the likelihood is not log-concave): a parallel step
+        that makes q(u) improper is halved until it is proper, as in :func:`fastep.ep`;
+        the chunk-sequential schedule falls back to it when a block's update would make
+        q(u) improper.
 
     Returns
     -------
@@ -325,12 +332,13 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     with be.threads_for(Z.shape[0]):
         return _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol,
                           max_iter, site_tau, site_nu, extra, chunk_size, callback, gram_cache,
-                          schedule=schedule)
+                          schedule=schedule,
+                          robust=(not likelihood.log_concave) if robust is None else robust)
 
 
 def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_iter,
                site_tau, site_nu, extra, chunk_size, callback, gram_cache=0, q=None,
-               schedule="parallel"):
+               schedule="parallel", robust=False):
     """The driver (arguments checked).  With ``q`` given (a saved model's posterior) and
     ``max_iter=0`` it only evaluates: marginals, cavities and log Z at the given sites."""
     xp = be.xp
@@ -401,7 +409,10 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
         ctl.advance(site_change(xp, tau, nu, new_tau, new_nu))
         tau, new_tau = new_tau, tau
         nu, new_nu = new_nu, nu
-        q = _InducingPosterior(L_uu, q.L_P, _symmetrise_lower(P_G), b_G)
+        if robust:
+            q = _backtrack(q, _symmetrise_lower(P_G), b_G, new_tau, new_nu, tau, nu, ctl)
+        else:
+            q = _InducingPosterior(L_uu, q.L_P, _symmetrise_lower(P_G), b_G)
 
     mean, var, resid = ctx.mean, ctx.var, ctx.resid
     mu_cav, var_cav = ctl.finish(ok, ctx.mu_cav, ctx.var_cav, mean, var, xp)
@@ -410,8 +421,38 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
                           site_nu=host(nu), log_marginal_likelihood=float(log_ev),
                           n_iter=ctl.sweeps, converged=ctl.converged, n_skipped=int(skipped),
                           cavity_mean=host(mu_cav), cavity_var=host(var_cav + resid),
-                          alpha=float(alpha), inducing_points=Z, history=ctl.history, _q=q,
+                          alpha=float(alpha), inducing_points=Z, history=ctl.history,
+                          resid=host(resid), _q=q,
                           _backend=be)
+
+
+def _backtrack(q, P_G, b_G, old_tau, old_nu, tau, nu, ctl):
+    """Robust sparse EP's inner loop (as :func:`fastep.inference.ep._backtrack`): q at the
+    proposed sites if its precision is positive definite, else the step from the old sites
+    is halved (in place in ``tau, nu``) until it is.  In the current q's whitened
+    coordinates the proposal's precision is ``I + L_P P_G L_P^T`` and the old one
+    ``L_P L_P^T``; both, and b, are linear in the sites, so a shorter step blends them."""
+    L = q.L_P
+    P_new, b_new = np.eye(L.shape[0]) + L @ P_G @ L.T, L @ b_G
+    P_old = L @ L.T
+    step = 1.0
+    while True:
+        P = step * P_new + (1.0 - step) * P_old
+        try:
+            L_P = _precision_factor(0.5 * (P + P.T))
+        except NotPositiveDefiniteError:
+            step *= 0.5
+            if step < MIN_STEP:
+                raise NotPositiveDefiniteError(
+                    f"robust sparse EP: no step of at least {MIN_STEP:g} of the proposed site "
+                    "update keeps q(u) proper; add jitter to the kernel or check the "
+                    "likelihood parameters.") from None
+            tau[...] = 0.5 * (old_tau + tau)
+            nu[...] = 0.5 * (old_nu + nu)
+            continue
+        if step < 1.0:
+            ctl.damping = max(MIN_STEP, ctl.damping * step)
+        return _InducingPosterior.from_factor(q.L_uu, L_P, step * b_new + (1.0 - step) * q.b)
 
 
 def _on_backend(be, q, prior=False):

@@ -6,11 +6,15 @@ import numpy as np
 from ._base import CustomLikelihood, Likelihood
 from .annotators import MultiAnnotator
 from .binary import Logistic, Probit
+from .counts import NegativeBinomial, Poisson
 from .gaussian import Gaussian
+from .ordinal import OrdinalProbit
 from .robustmax import RobustMax
+from .student_t import StudentT
 from .tobit import Tobit, censored_predictive, censored_quantile
 
-_TYPES = {c.__name__: c for c in (Gaussian, Probit, Logistic, Tobit)}
+_TYPES = {c.__name__: c for c in (Gaussian, Probit, Logistic, Tobit, Poisson,
+                                   NegativeBinomial, StudentT)}
 
 
 def likelihood_from_dict(d):
@@ -27,6 +31,11 @@ def likelihood_from_dict(d):
         raise ValueError(f"a likelihood description must be a dict with a 'type'; got "
                          f"{d!r:.80}.")
     kind = d["type"]
+    if kind == "OrdinalProbit":
+        try:
+            return OrdinalProbit(d.get("cut_points"), bool(d.get("fixed", False)))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"invalid OrdinalProbit description: {exc}") from None
     if kind == "RobustMax":
         try:
             return RobustMax(d.get("n_classes"), d.get("epsilon"), d.get("n_nodes"))
@@ -34,7 +43,7 @@ def likelihood_from_dict(d):
             raise ValueError(f"invalid RobustMax description: {exc}") from None
     if kind not in _TYPES:
         raise ValueError(f"unknown likelihood type {kind!r}; the ones a model file can hold "
-                         f"are {sorted(_TYPES) + ['RobustMax']}.")
+                         f"are {sorted(_TYPES) + ['OrdinalProbit', 'RobustMax']}.")
     cls = _TYPES[kind]
     params, bounds = d.get("params"), d.get("bounds")
     if not (isinstance(params, dict) and isinstance(bounds, dict)
@@ -53,12 +62,12 @@ def likelihood_from_dict(d):
                              f"0 < low < high; got {b!r}.")
         kw[name] = value
         kw[f"{name}_bounds"] = b if b == "fixed" else tuple(b)
-    for key in ("lower", "upper"):
-        if key in d and key in _limit_keys(cls):
+    for key in cls.data_names:
+        if key in d:
             value = d[key]
             if value is not None and not (isinstance(value, numbers.Real)
                                           and not isinstance(value, bool)):
-                raise ValueError(f"the {kind} {key} limit must be a number or None in a model "
+                raise ValueError(f"the {kind} {key} must be a number or None in a model "
                                  f"description; got {value!r:.80}.")
             kw[key] = value
     try:
@@ -67,10 +76,7 @@ def likelihood_from_dict(d):
         raise ValueError(f"invalid {kind} likelihood description: {exc}") from None
 
 
-def _limit_keys(cls):
-    return ("lower", "upper") if cls is Tobit else ()
-
-
-__all__ = ["MultiAnnotator", "RobustMax", "Tobit", "censored_predictive", "censored_quantile",
+__all__ = ["Poisson", "NegativeBinomial", "StudentT", "OrdinalProbit",
+           "MultiAnnotator", "RobustMax", "Tobit", "censored_predictive", "censored_quantile",
            "Likelihood", "CustomLikelihood", "Gaussian", "Probit", "Logistic",
            "likelihood_from_dict"]

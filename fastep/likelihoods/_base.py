@@ -36,7 +36,7 @@ from numba import njit, prange, types
 
 from .._checks import all_finite, float_array
 from .._jit import TILTED_SIG, TiltedFn, f8, f8_1d, pjit
-from ._scalar import builtin_log_lik
+from ._scalar import builtin_dlog_lik, builtin_log_lik
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(10)
 # tuples, not arrays: Numba freezes them as constants, so the kernels stay cacheable
@@ -46,16 +46,21 @@ _DROP = 42.0            # stop once the log integrand is this far below its peak
 _MAX_PANELS = 200       # per side
 
 
-def _quad_source(kind, y, extra, mu, var, alpha, params):
-    """(log Z, dlogZ/dmu, d2logZ/dmu2) of ``int exp(alpha*LOG_LIK(...)) N(f|mu,var) df``.
+def _quad_source(kind, y, extra, mu, var, alpha, params, k):
+    """(log Z, dlogZ/dmu, d2logZ/dmu2, dlogZ/dparams[k]) of
+    ``Z = int exp(alpha*LOG_LIK(...)) N(f|mu,var) df``.
 
-    ``LOG_LIK(kind, y, extra, f, params)`` is a *global* of this source: the
-    built-in version binds it to :func:`builtin_log_lik`; :class:`CustomLikelihood`
-    recompiles the same source with the user's function bound instead.
+    ``LOG_LIK(kind, y, extra, f, params)`` and ``DLOG_LIK(kind, y, extra, f, params, k)``
+    (d log p / d params[k]) are *globals* of this source: the built-in version binds them
+    to :func:`builtin_log_lik` and :func:`builtin_dlog_lik`; :class:`CustomLikelihood`
+    recompiles the same source with the user's function bound instead.  The parameter
+    derivative is ``alpha E_tilted[d log p / d params[k]]`` (differentiation under the
+    integral), accumulated on the same nodes; ``k < 0`` skips it (returns 0).
     Moments come from one streaming pass (log-sum-exp with running rescaling,
     weighted moments about the mode), without allocation.
     """
     log_lik = LOG_LIK  # noqa: F821 - bound per compilation, see _compile_quad
+    dlog_lik = DLOG_LIK  # noqa: F821
     # Newton iterations for the mode of g(f) = alpha*log_lik(f) - (f - mu)^2 / (2 var),
     # derivatives of log_lik by central differences (they only place the panels).
     f = mu
@@ -87,6 +92,7 @@ def _quad_source(kind, y, extra, mu, var, alpha, params):
     w_sum = 0.0
     m1 = 0.0
     m2 = 0.0
+    mg = 0.0
     for side in (1.0, -1.0):
         u0 = 0.0                                                # panel start, f - mode
         for _ in range(_MAX_PANELS):
@@ -140,32 +146,49 @@ def _quad_source(kind, y, extra, mu, var, alpha, params):
                     w_sum *= scale
                     m1 *= scale
                     m2 *= scale
+                    mg *= scale
                     top = val
                 w = math.exp(val - top)
                 w_sum += w
                 m1 += w * u
                 m2 += w * u * u
+                if k >= 0:
+                    mg += w * dlog_lik(kind, y, extra, f + u, params, k)
             u0 += width
             if not end_val + math.log(s) > top - _DROP:
                 break
     if not w_sum > 0.0:
-        return -math.inf, 0.0, 0.0
+        return -math.inf, 0.0, 0.0, 0.0
     log_z = top + math.log(w_sum) - 0.5 * math.log(2.0 * math.pi * var)
     shift = m1 / w_sum
     var_t = max(m2 / w_sum - shift * shift, 0.0)       # a variance, so d2 >= -1/var
-    return log_z, (off + shift) / var, (var_t - var) / (var * var)
+    return log_z, (off + shift) / var, (var_t - var) / (var * var), alpha * mg / w_sum
 
 
-def _compile_quad(log_lik, **options):
-    """Compile :func:`_quad_source` with ``LOG_LIK`` bound to ``log_lik``."""
-    glb = dict(_quad_source.__globals__, LOG_LIK=log_lik)
-    fn = types_module.FunctionType(_quad_source.__code__, glb, "quad_tilted")
-    fn.__qualname__ = "quad_tilted"
+@njit
+def _no_dlog_lik(kind, y, extra, f, params, k):
+    return 0.0
+
+
+def _compile_quad(log_lik, dlog_lik=_no_dlog_lik, **options):
+    """Compile :func:`_quad_source` with ``LOG_LIK``, ``DLOG_LIK`` bound to ``log_lik``,
+    ``dlog_lik``."""
+    glb = dict(_quad_source.__globals__, LOG_LIK=log_lik, DLOG_LIK=dlog_lik)
+    fn = types_module.FunctionType(_quad_source.__code__, glb, "quad_moments")
+    fn.__qualname__ = "quad_moments"
     return numba.njit(error_model="numpy", **options)(fn)
 
 
-#: Tilted moments of the built-in log-likelihood ``kind`` by panel quadrature.
-quad_tilted = _compile_quad(builtin_log_lik, cache=True)
+#: Tilted moments (and one parameter derivative) of the built-in log-likelihood ``kind``.
+quad_moments = _compile_quad(builtin_log_lik, builtin_dlog_lik, cache=True)
+
+
+@njit(cache=True, error_model="numpy")
+def quad_tilted(kind, y, extra, mu, var, alpha, params):
+    log_z, d1, d2, _ = quad_moments(kind, y, extra, mu, var, alpha, params, -1)
+    return log_z, d1, d2
+
+
 quad_tilted.__doc__ = """Tilted moments of the built-in log-likelihood ``kind`` (see
 :mod:`fastep.likelihoods._scalar`) by the panel quadrature described in this module:
 ``quad_tilted(kind, y, extra, mu, var, alpha, params) -> (log Z, dlogZ/dmu, d2logZ/dmu2)``.
@@ -264,6 +287,9 @@ class Likelihood:
     extra_allows_inf = False
     #: Whether NaN in ``y`` means something (an interval-censored target).
     nan_targets = False
+    #: Per-observation data an estimator's ``fit`` and ``predict`` pass on (Tobit: lower,
+    #: upper limits; counts: exposure), see :meth:`with_data`.
+    data_names: tuple = ()
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -363,6 +389,21 @@ class Likelihood:
             raise ValueError(f"{type(self).__name__} expects y in {{-1, +1}}; got values "
                              f"{bad.tolist()}. Map the two classes to -1 and +1.")
         return y
+
+    def with_data(self, n, **data):
+        """A copy for n observations with the per-observation data named in
+        :attr:`data_names` (a scalar, an array of n values, or None for the default);
+        a ``ValueError`` names anything else."""
+        unknown = sorted(set(data) - set(self.data_names))
+        if unknown:
+            raise ValueError(f"{type(self).__name__} takes no per-observation data "
+                             f"{unknown}; it takes {list(self.data_names) or 'none'}.")
+        new = copy.copy(self)
+        new._values = dict(self._values)
+        for name in self.data_names:
+            setattr(new, name, data.get(name))
+        new.site_extra(n)                        # checks the data now
+        return new
 
     def site_extra(self, n):
         """Per-site extra columns read by the tilted function (none by default)."""
@@ -505,7 +546,7 @@ class CustomLikelihood(Likelihood):
         try:
             @njit(TILTED_SIG, error_model="numpy")
             def scalar_tilted(y, extra, mu, var, alpha, p):
-                log_z, d1, d2 = core(-1, y, extra, mu, var, alpha, p)
+                log_z, d1, d2, _ = core(-1, y, extra, mu, var, alpha, p, -1)
                 # log-concave: tilted variance <= cavity variance, so d2 <= 0 up to the
                 # quadrature's rounding, which is removed here
                 return log_z, d1, min(d2, 0.0) if concave else d2
@@ -549,3 +590,34 @@ def _rebuild_custom(log_lik, values, bounds, log_concave, binary, n_extra=0):
                            n_extra=n_extra)
     lik._bounds = dict(bounds)
     return lik
+
+
+@pjit(types.void(types.int64, f8_1d, f8[:, ::1], f8_1d, f8_1d, f8, f8_1d, types.int64, f8_1d))
+def quad_dparam_batch(kind, y, extra, mu, var, alpha, params, k, out):
+    """``out[i] = d log Z_i / d params[k]`` of the built-in likelihood ``kind`` by the panel
+    quadrature (``alpha E_tilted[d log p / d params[k]]``); each iteration owns index i."""
+    for i in prange(y.shape[0]):
+        out[i] = quad_moments(kind, y[i], extra[i], mu[i], var[i], alpha, params, k)[3]
+
+
+class QuadratureParams:
+    """Mixin: ``tilted_dparams`` of a built-in likelihood from :data:`quad_kind`, by
+    differentiation under the integral (:func:`quad_dparam_batch`), at any alpha."""
+
+    quad_kind = -1
+
+    def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
+        """d log Z_i / d log(param) for every free parameter, shape (n, n_dims)."""
+        mu = float_array(np.ravel(mu_cav), "mu_cav", 1)
+        n = mu.shape[0]
+        var = float_array(_broadcast(var_cav, n, "var_cav"), "var_cav", 1, positive=True)
+        y = float_array(_broadcast(y, n, "y"), "y", 1, allow_nan=self.nan_targets)
+        extra = self.check_extra(extra, n)
+        params = self.params
+        out = np.empty((n, self.n_dims))
+        col = np.empty(n)
+        for j, name in enumerate(self._free()):
+            k = self.param_names.index(name)
+            quad_dparam_batch(self.quad_kind, y, extra, mu, var, float(alpha), params, k, col)
+            out[:, j] = col * params[k]
+        return out

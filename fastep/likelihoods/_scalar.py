@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 
 from .._jit import jit
-from .._numerics import LOG_SQRT_2PI, log_add_exp, log_diff_exp, log_phi
+from .._numerics import LOG_SQRT_2PI, digamma, log_add_exp, log_diff_exp, log_phi
 
-PROBIT, LOGISTIC, ANNOTATORS, TOBIT = 0, 1, 2, 3
+PROBIT, LOGISTIC, ANNOTATORS, TOBIT, POISSON, NEG_BINOMIAL, STUDENT_T, ORDINAL = range(8)
+#: Below this count, Gamma(y + r) / Gamma(r) is summed term by term (no cancellation).
+_SMALL_COUNT = 32
 
 
 @jit("f8(f8, f8)")
@@ -55,6 +57,120 @@ def tobit_log_lik(y, lower, upper, f, sigma):
     return -0.5 * r * r - LOG_SQRT_2PI - math.log(sigma)
 
 
+@jit("f8(f8, f8, f8)")
+def poisson_log_lik(y, log_exposure, f):
+    """log Poisson(y | exp(f + log_exposure)) = y eta - exp(eta) - log y!."""
+    eta = f + log_exposure
+    return y * eta - math.exp(eta) - math.lgamma(y + 1.0)
+
+
+@jit("f8(f8, f8)")
+def log_rising(r, y):
+    """log Gamma(y + r) - log Gamma(r) for a count y (term by term for small y)."""
+    if y <= _SMALL_COUNT:
+        acc = 0.0
+        for j in range(int(y)):
+            acc += math.log(r + j)
+        return acc
+    return math.lgamma(y + r) - math.lgamma(r)
+
+
+@jit("f8(f8, f8)")
+def digamma_rising(r, y):
+    """psi(y + r) - psi(r), d/dr of :func:`log_rising`."""
+    if y <= _SMALL_COUNT:
+        acc = 0.0
+        for j in range(int(y)):
+            acc += 1.0 / (r + j)
+        return acc
+    return digamma(y + r) - digamma(r)
+
+
+@jit("f8(f8, f8, f8, f8)")
+def neg_binomial_log_lik(y, log_exposure, f, r):
+    """log NB(y | mean mu = exp(f + log_exposure), dispersion r): variance mu + mu^2 / r,
+    ``log Gamma(y + r) - log Gamma(r) - log y! + r log(r / (r + mu)) + y log(mu / (r + mu))``
+    (the logs as log-sum-exps: no overflow for large mu)."""
+    eta = f + log_exposure
+    log_r = math.log(r)
+    log_rm = log_add_exp(log_r, eta)                       # log(r + mu)
+    return (log_rising(r, y) - math.lgamma(y + 1.0) + r * (log_r - log_rm)
+            + y * (eta - log_rm))
+
+
+@jit("f8(f8, f8, f8, f8)")
+def neg_binomial_dlog_lik(y, log_exposure, f, r):
+    """d/dr of :func:`neg_binomial_log_lik`:
+    psi(y + r) - psi(r) + log(r / (r + mu)) + (mu - y) / (r + mu)."""
+    eta = f + log_exposure
+    log_r = math.log(r)
+    log_rm = log_add_exp(log_r, eta)
+    t = math.exp(log_r - log_rm)                           # r / (r + mu)
+    return digamma_rising(r, y) + (log_r - log_rm) + (1.0 - t) - y * math.exp(-log_rm)
+
+
+@jit("f8(f8, f8, f8, f8)")
+def student_t_log_lik(y, f, nu, sigma):
+    """log St(y | f, nu, sigma) = log Gamma((nu+1)/2) - log Gamma(nu/2) - 1/2 log(nu pi)
+    - log sigma - (nu+1)/2 log(1 + r^2 / nu),  r = (y - f) / sigma."""
+    r = (y - f) / sigma
+    return (math.lgamma(0.5 * (nu + 1.0)) - math.lgamma(0.5 * nu)
+            - 0.5 * math.log(nu * math.pi) - math.log(sigma)
+            - 0.5 * (nu + 1.0) * math.log1p(r * r / nu))
+
+
+@jit("f8(f8, f8, f8, f8, i8)")
+def student_t_dlog_lik(y, f, nu, sigma, k):
+    """d/dnu (k = 0) or d/dsigma (k = 1) of :func:`student_t_log_lik`."""
+    r = (y - f) / sigma
+    q = r * r / nu
+    w = q / (1.0 + q)                                       # r^2 / (nu + r^2)
+    if k == 0:
+        return 0.5 * (digamma(0.5 * (nu + 1.0)) - digamma(0.5 * nu) - 1.0 / nu
+                      - math.log1p(q) + (nu + 1.0) * w / nu)
+    return ((nu + 1.0) * w - 1.0) / sigma
+
+
+@jit("UniTuple(f8, 2)(f8, f8[::1])")
+def ordinal_limits(y, cuts):
+    """(lower, upper) cut points of level y (0 .. K-1); -inf / +inf at the ends."""
+    k = int(y)
+    lower = cuts[k - 1] if k > 0 else -math.inf
+    upper = cuts[k] if k < cuts.shape[0] else math.inf
+    return lower, upper
+
+
+@jit("f8(f8, f8)")
+def log_interval(a, b):
+    """log(Phi(b) - Phi(a)) for a < b, without cancellation in either tail."""
+    if a > 0.0:
+        return log_diff_exp(log_phi(-a), log_phi(-b))
+    return log_diff_exp(log_phi(b), log_phi(a))
+
+
+@jit("f8(f8, f8, f8[::1])")
+def ordinal_log_lik(y, f, cuts):
+    """log p(y = k | f) = log(Phi(b_k - f) - Phi(b_{k-1} - f)) (ordinal probit, unit noise)."""
+    lower, upper = ordinal_limits(y, cuts)
+    return log_interval(lower - f, upper - f)
+
+
+@jit("f8(f8, f8, f8[::1], i8)")
+def ordinal_dlog_lik(y, f, cuts, j):
+    """d/d b_j of :func:`ordinal_log_lik`: phi(b_k - f) / P for j = k, -phi(b_{k-1} - f) / P
+    for j = k - 1, else 0."""
+    lower, upper = ordinal_limits(y, cuts)
+    k = int(y)
+    if j != k and j != k - 1:
+        return 0.0
+    lp = log_interval(lower - f, upper - f)
+    if j == k:
+        d = upper - f
+        return math.exp(-0.5 * d * d - LOG_SQRT_2PI - lp)
+    d = lower - f
+    return -math.exp(-0.5 * d * d - LOG_SQRT_2PI - lp)
+
+
 @jit("f8(i8, f8, f8[::1], f8, f8[::1])")
 def builtin_log_lik(kind, y, extra, f, params):
     """log p(y | f) of the built-in likelihood ``kind``."""
@@ -66,4 +182,25 @@ def builtin_log_lik(kind, y, extra, f, params):
         return annotators_log_lik(extra[0], extra[1], f)
     if kind == TOBIT:
         return tobit_log_lik(y, extra[0], extra[1], f, math.sqrt(params[0]))
+    if kind == POISSON:
+        return poisson_log_lik(y, extra[0], f)
+    if kind == NEG_BINOMIAL:
+        return neg_binomial_log_lik(y, extra[0], f, params[0])
+    if kind == STUDENT_T:
+        return student_t_log_lik(y, f, params[0], params[1])
+    if kind == ORDINAL:
+        return ordinal_log_lik(y, f, params)
     return math.nan
+
+
+@jit("f8(i8, f8, f8[::1], f8, f8[::1], i8)")
+def builtin_dlog_lik(kind, y, extra, f, params, k):
+    """d log p(y | f) / d params[k] of the built-in likelihood ``kind`` (0 where it has no
+    closed form here: its class differentiates log Z otherwise)."""
+    if kind == NEG_BINOMIAL:
+        return neg_binomial_dlog_lik(y, extra[0], f, params[0])
+    if kind == STUDENT_T:
+        return student_t_dlog_lik(y, f, params[0], params[1], k)
+    if kind == ORDINAL:
+        return ordinal_dlog_lik(y, f, params, k)
+    return 0.0

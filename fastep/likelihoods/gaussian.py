@@ -41,6 +41,10 @@ class Gaussian(Likelihood):
         super().__init__(noise_variance=noise_variance,
                          noise_variance_bounds=noise_variance_bounds)
 
+    def predict_y(self, mean, var):
+        """Mean and variance of y given f ~ N(mean, var): (mean, var + noise_variance)."""
+        return np.array(mean, float), np.asarray(var, float) + self.noise_variance
+
     def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
         """d log Z / d log s2 = s2 * ((y - mu)^2 / s^2 - 1 / s) / 2, s = v + s2."""
         if alpha != 1.0:

@@ -206,6 +206,7 @@ class Tobit(Likelihood):
     n_extra = 2                  # (lower_i, upper_i)
     extra_allows_inf = True      # +-inf: no limit
     nan_targets = True           # NaN: interval-censored between the limits
+    data_names = ("lower", "upper")
 
     def __init__(self, noise_variance=1.0, lower=None, upper=None,
                  noise_variance_bounds=(1e-6, 1e6)):
@@ -231,6 +232,14 @@ class Tobit(Likelihood):
         ex = self.limits(y.size)
         y, _, _ = check_censored_data(y, ex[:, 0], ex[:, 1])
         return np.ascontiguousarray(y)
+
+    def predict_y(self, mean, var):
+        """Mean and variance of the censored y given f ~ N(mean, var) at this likelihood's
+        limits (:func:`censored_predictive`)."""
+        n = np.size(mean)
+        ex = self.limits(n)
+        pred = censored_predictive(mean, var, self.noise_variance, ex[:, 0], ex[:, 1])
+        return pred["mean"], pred["var"]
 
     def to_dict(self):
         """JSON-able description; per-observation limits (arrays) are left out (a model

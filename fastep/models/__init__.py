@@ -3,8 +3,10 @@ from .annotators import MultiAnnotatorGPClassifier, concatenate_labels, majority
 from .censored import CensoredGPRegressor
 from .classifier import EPGaussianProcessClassifier
 from .gwi import GWIClassifier
+from .ordinal import OrdinalGPClassifier
+from .regression import EPGaussianProcessRegressor
 from .sparse import SparseGPRegressor
 
-__all__ = ["CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier",
+__all__ = ["EPGaussianProcessRegressor", "OrdinalGPClassifier", "CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier",
            "GWIClassifier", "SparseGPRegressor", "majority_vote",
            "concatenate_labels"]

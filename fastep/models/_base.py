@@ -25,6 +25,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, _fit_context
+from sklearn.utils.validation import check_is_fitted
 from sklearn.gaussian_process.kernels import Kernel as SklearnKernelBase
 from sklearn.utils._param_validation import Interval, StrOptions
 
@@ -101,10 +102,11 @@ def latent_output(mean, var, return_std):
 class EPEstimator(BaseEstimator):
     """Base of the estimators that run EP on latent GPs (see the module docstring)."""
 
-    def _ep_config(self, backend):
+    def _ep_config(self, backend, likelihood=None):
         """The immutable EP configuration of this fit; checks the parameters that only
         make sense together (sparse EP with its power; the schedule, "auto" resolved: parallel
-        dense EP, chunk-sequential sparse EP)."""
+        dense EP, chunk-sequential sparse EP; dense EP for a ``likelihood`` that is not
+        log-concave is robust EP's sequential schedule where the backend runs it)."""
         cls = type(self).__name__
         sparse = self.n_inducing is not None or self.inducing_points is not None
         if not sparse and self.power != 1.0:
@@ -114,7 +116,9 @@ class EPEstimator(BaseEstimator):
                              f"one of them, or power=1.0.")
         method = self.method
         if method == "auto":
-            method = "sequential" if sparse else "parallel"
+            robust = likelihood is not None and not likelihood.log_concave
+            method = ("sequential" if sparse or (robust and "sequential" in backend.ep_methods)
+                      else "parallel")
         if not sparse and method not in backend.ep_methods:
             raise ValueError(f"{cls} with device={backend.name!r} runs "
                              f"{' or '.join(backend.ep_methods)} dense EP only; set "
@@ -129,6 +133,41 @@ class EPEstimator(BaseEstimator):
         if self.n_inducing is None and self.inducing_points is None:
             return None
         return check_inducing(X, self.n_inducing, self.inducing_points, rng)
+
+    def loo_log_predictive_density(self):
+        """Leave-one-out log predictive density of every training point, from EP's
+        cavities at the fixed point, without refitting: ``log p(y_i | y_-i) ~ log int
+        p(y_i | f) q_-i(f) df``, where the cavity ``q_-i`` (the posterior without site i) is
+        EP's approximation of p(f_i | y_-i) (Opper & Winther 2000; GPstuff's
+        ``gp_loopred``).  Sparse EP removes the whole site from its marginal.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from fastep import EPGaussianProcessClassifier
+        >>> X = np.linspace(-2, 2, 30)[:, None]; y = (X[:, 0] > 0).astype(int)
+        >>> clf = EPGaussianProcessClassifier(optimizer=None).fit(X, y)
+        >>> lpd = clf.loo_log_predictive_density()
+        >>> lpd.shape, bool(np.all(lpd < 0))
+        ((30,), True)
+        """
+        check_is_fitted(self)
+        return self._loo()[0]
+
+    def loo_predict(self):
+        """Leave-one-out predictions of the training points from EP's cavities (see
+        :meth:`loo_log_predictive_density`), in the form ``predict`` gives: labels for a
+        classifier, the mean of y for a regressor."""
+        check_is_fitted(self)
+        return self._loo()[1]
+
+    def _loo(self):
+        """(LOO log predictive densities, LOO predictions) of the training points."""
+        raise NotImplementedError
 
     def _fit_latent(self, latent, rng, sites=None):
         """ML-II (when ``optimizer`` is set) and the final EP run: ``(latent, result)``."""

@@ -171,6 +171,28 @@ class LatentGP:
         result = self.run(sites)
         return result.log_marginal_likelihood, self.gradient(result), result
 
+    def loo_cavity(self, result):
+        """EP's leave-one-out posterior of every f_i: ``(mean, var)`` of the cavity, the
+        posterior with site i removed (at the fixed point, the EP approximation of
+        p(f_i | y_-i); Opper & Winther 2000, GPstuff's ``gp_loopred``).  Sparse Power EP
+        removes the whole site (not alpha of it) from the marginal of h_i, then adds
+        d_i = K_ii - Q_ii; an improper cavity falls back to the marginal."""
+        if not self.sparse:
+            return result.cavity_mean, result.cavity_var
+        var_h = result.var - result.resid
+        s = 1.0 - result.site_tau * var_h
+        ok = s > 0.0
+        safe = np.where(ok, s, 1.0)
+        mean = np.where(ok, (result.mean - result.site_nu * var_h) / safe, result.mean)
+        return mean, np.where(ok, var_h / safe, var_h) + result.resid
+
+    def loo_log_density(self, result):
+        """log p(y_i | y_-i) ~ log int p(y_i | f) N(f | LOO cavity) df for every point."""
+        mean, var = self.loo_cavity(result)
+        lik = self.likelihood
+        return lik.tilted(self.y, mean, np.maximum(var, 1e-300),
+                          extra=lik.site_extra(self.y.shape[0]))[0]
+
     def latent(self, result, X):
         """Latent predictive mean and variance at X (host arrays), in blocks of rows whose
         cross-covariance with the training (or inducing) inputs stays under 128 MiB."""

@@ -93,7 +93,9 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
                 value, grad, result = problem.with_theta(theta).evidence(warm["sites"])
         except NotPositiveDefiniteError:
             value, grad, result = -_FAILED, np.zeros(theta.size), None
-        if not (np.isfinite(value) and np.all(np.isfinite(grad))):
+        if not (np.isfinite(value) and np.all(np.isfinite(grad))) or \
+                getattr(result, "n_skipped", 0):
+            # a log Z that left sites out (improper cavities) is not comparable: a failure
             value, grad = -_FAILED, np.zeros(theta.size)
         elif hasattr(result, "site_tau"):
             warm["sites"], warm["theta"] = (result.site_tau, result.site_nu), theta.copy()

@@ -383,6 +383,14 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         p = ndtr(mean / np.sqrt(1.0 + var))
         return np.column_stack([1.0 - p, p])
 
+    def _loo(self):
+        """LOO density of each instance's labels (all its annotators) and its LOO true
+        label."""
+        mean, var = self._latent.loo_cavity(self.result_)
+        p = ndtr(mean / np.sqrt(1.0 + var))
+        return (self._latent.loo_log_density(self.result_),
+                self.classes_[(p > 0.5).astype(int)])
+
     def predict(self, X):
         """Most probable true label."""
         proba = self.predict_proba(X)

@@ -264,6 +264,16 @@ class CensoredGPRegressor(RegressorMixin, EPEstimator):
         _, mean, std, lo, up = self._predictive(X, lower, upper)
         return censored_quantile(q, mean, std ** 2, self.noise_variance_, lo, up)
 
+    def _loo(self):
+        """LOO density of each (possibly censored) target and the LOO mean of the
+        censored y at the fit's limits; Laplace has no cavities."""
+        if isinstance(self._latent, LaplaceGP):
+            raise ValueError("leave-one-out from cavities needs inference='ep'; Laplace has "
+                             "no cavity distributions.")
+        mean, var = self._latent.loo_cavity(self.result_)
+        return (self._latent.loo_log_density(self.result_),
+                self._latent.likelihood.predict_y(mean, var)[0])
+
     def log_predictive_density(self, X, y, lower=None, upper=None):
         """log p(y | data) of observed, possibly censored, values at X."""
         _, mean, std, lo, up = self._predictive(X, lower, upper)

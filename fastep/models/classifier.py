@@ -269,7 +269,10 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
 
     def predict_proba(self, X):
         """Class probabilities, shape (n_samples, n_classes)."""
-        means, variances = self._latent_moments(X)
+        return self._proba(*self._latent_moments(X))
+
+    def _proba(self, means, variances):
+        """Class probabilities from the latent moments of each binary problem."""
         p = np.column_stack([latent.likelihood.predict_proba(m, v)
                              for latent, m, v in zip(self._latents, means, variances)])
         if p.shape[1] == 1:
@@ -281,3 +284,14 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         """Most probable class."""
         proba = self.predict_proba(X)
         return self.classes_[np.argmax(proba, axis=1)]
+
+    def _loo(self):
+        cavities = [latent.loo_cavity(r) for latent, r in zip(self._latents, self.results_)]
+        if len(self._latents) == 1:
+            lpd = self._latents[0].loo_log_density(self.results_[0])
+            proba = self._proba([cavities[0][0]], [cavities[0][1]])
+        else:                  # one-vs-rest: the normalised probability of the true class
+            proba = self._proba([c[0] for c in cavities], [c[1] for c in cavities])
+            true = np.argmax(np.column_stack([lat.y for lat in self._latents]), axis=1)
+            lpd = np.log(proba[np.arange(true.size), true])
+        return lpd, self.classes_[np.argmax(proba, axis=1)]

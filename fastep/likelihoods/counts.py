@@ -1,0 +1,169 @@
+"""Count likelihoods with a log link: Poisson and negative binomial.
+
+``mu_i = exposure_i * exp(f_i)``, targets are counts 0, 1, 2, ...::
+
+    Poisson:            p(y | f) = mu^y e^-mu / y!
+    negative binomial:  p(y | f) = Gamma(y + r) / (Gamma(r) y!) (r / (r + mu))^r (mu / (r + mu))^y
+
+(NB2: variance mu + mu^2 / r; r -> inf is the Poisson).  Both are log-concave in f.  The
+tilted moments have no closed form (the Poisson-lognormal integral): they come from the
+panel quadrature of :func:`fastep.likelihoods._base.quad_tilted`, which follows the
+likelihood's own scale (counts up to 1e4 and beyond), and the dispersion gradient from
+the same quadrature, by differentiation under the integral.  ``site_extra`` holds
+``log exposure_i``.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .._checks import float_array
+from .._jit import tilted_function
+from ._base import Likelihood, QuadratureParams, quad_tilted
+from ._scalar import NEG_BINOMIAL, POISSON
+
+
+@tilted_function
+def poisson_tilted(y, extra, mu, var, alpha, params):
+    """Panel quadrature of alpha * log Poisson(y | exp(f + log exposure))."""
+    log_z, d1, d2 = quad_tilted(POISSON, y, extra, mu, var, alpha, params)
+    return log_z, d1, min(d2, 0.0)                # log-concave: d2 <= 0 (rounding removed)
+
+
+@tilted_function
+def neg_binomial_tilted(y, extra, mu, var, alpha, params):
+    """Panel quadrature of alpha * log NB(y | exp(f + log exposure), r)."""
+    log_z, d1, d2 = quad_tilted(NEG_BINOMIAL, y, extra, mu, var, alpha, params)
+    return log_z, d1, min(d2, 0.0)
+
+
+def check_counts(y, name="y"):
+    """``y`` as a float array of non-negative integer counts, or a ``ValueError``."""
+    y = float_array(y, name, 1, fix="Counts must be finite.")
+    bad = (y < 0) | (y != np.round(y))
+    if np.any(bad):
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{name} must hold counts (integers >= 0) for a count likelihood; "
+                         f"{name}[{i}] = {y[i]!r}. Round or drop the values that are not "
+                         f"counts, or use a likelihood for real-valued targets.")
+    return y
+
+
+def check_exposure(exposure, n):
+    """Per-observation exposures (None: 1) as a float array of n positive values."""
+    if exposure is None:
+        return np.ones(n)
+    e = np.asarray(exposure, dtype=float)
+    e = np.full(n, float(e)) if e.ndim == 0 else e
+    e = float_array(e, "exposure", 1, (n,), positive=True,
+                    fix="exposure is the positive multiplier of the rate (time, area, "
+                        "population) of each observation.")
+    return e
+
+
+class _CountLikelihood(Likelihood):
+    """What the Poisson and negative-binomial likelihoods share: targets, exposure,
+    predictive moments of y."""
+
+    n_extra = 1                  # log exposure_i
+    #: Per-observation arrays that ``fit``/``predict`` of an estimator may pass.
+    data_names = ("exposure",)
+
+    def _init_exposure(self, exposure):
+        if exposure is not None and not isinstance(exposure, numbers.Real):
+            exposure = np.asarray(exposure, dtype=float)
+        self.exposure = exposure
+
+    def site_extra(self, n):
+        return np.log(check_exposure(self.exposure, n))[:, None].copy()
+
+    def encode_targets(self, y):
+        if np.ndim(y) == 2 and np.shape(y)[1] == 1:
+            y = np.asarray(y)[:, 0]
+        return check_counts(y)
+
+    def to_dict(self):
+        d = super().to_dict()
+        if self.exposure is None or np.ndim(self.exposure) == 0:
+            d["exposure"] = None if self.exposure is None else float(self.exposure)
+        return d
+
+    def _rate_moments(self, mean, var, exposure):
+        """E[mu] and E[mu^2] of mu = e exp(f), f ~ N(mean, var) (log-normal)."""
+        mean, var = np.asarray(mean, float), np.asarray(var, float)
+        e = check_exposure(exposure, mean.size).reshape(mean.shape)
+        m1 = e * np.exp(mean + 0.5 * var)
+        m2 = e * e * np.exp(2.0 * mean + 2.0 * var)
+        return m1, m2
+
+    def predict_y(self, mean, var, exposure=None):
+        """Mean and variance of y given f ~ N(mean, var) (per point)."""
+        raise NotImplementedError
+
+
+class Poisson(QuadratureParams, _CountLikelihood):
+    """Poisson counts with a log link: ``y ~ Poisson(exposure * exp(f))``.
+
+    Parameters
+    ----------
+    exposure : float or array (n,), optional
+        Multiplier of the rate per observation (default 1); an estimator takes it in
+        ``fit(X, y, exposure=...)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> lik = Poisson()
+    >>> mean_y, var_y = lik.predict_y([0.0], [0.0])
+    >>> float(mean_y[0]), float(var_y[0])
+    (1.0, 1.0)
+    """
+
+    scalar_tilted = staticmethod(poisson_tilted)
+    quad_kind = POISSON
+
+    def __init__(self, exposure=None):
+        super().__init__()
+        self._init_exposure(exposure)
+
+    def predict_y(self, mean, var, exposure=None):
+        """E[y] = E[mu], Var[y] = E[mu] + Var[mu] (mu log-normal)."""
+        m1, m2 = self._rate_moments(mean, var, exposure)
+        return m1, m1 + np.maximum(m2 - m1 * m1, 0.0)
+
+
+class NegativeBinomial(QuadratureParams, _CountLikelihood):
+    """Negative-binomial counts (NB2) with a log link and a learnable dispersion r.
+
+    ``E[y | f] = mu = exposure * exp(f)``, ``Var[y | f] = mu + mu^2 / r``.
+
+    Parameters
+    ----------
+    dispersion : float, default=1.0
+        r > 0 (large r: nearly Poisson).  Learnt by ML-II unless
+        ``dispersion_bounds="fixed"``.
+    exposure : float or array (n,), optional
+        As for :class:`Poisson`.
+
+    Examples
+    --------
+    >>> lik = NegativeBinomial(dispersion=2.0)
+    >>> mean_y, var_y = lik.predict_y([0.0], [0.0])
+    >>> float(mean_y[0]), float(var_y[0])
+    (1.0, 1.5)
+    """
+
+    param_names = ("dispersion",)
+    scalar_tilted = staticmethod(neg_binomial_tilted)
+    quad_kind = NEG_BINOMIAL
+
+    def __init__(self, dispersion=1.0, exposure=None, dispersion_bounds=(1e-3, 1e6)):
+        super().__init__(dispersion=dispersion, dispersion_bounds=dispersion_bounds)
+        self._init_exposure(exposure)
+
+    def predict_y(self, mean, var, exposure=None):
+        """E[y] = E[mu], Var[y] = E[mu + mu^2 / r] + Var[mu]."""
+        m1, m2 = self._rate_moments(mean, var, exposure)
+        return m1, m1 + m2 / self.dispersion + np.maximum(m2 - m1 * m1, 0.0)
+

@@ -1,0 +1,190 @@
+"""Ordinal regression: a GP classifier for ordered labels (ordinal probit likelihood)."""
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import ndtri
+from sklearn.base import ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..backend import resolve
+from ..likelihoods import OrdinalProbit
+from ._base import EPEstimator, as_generator, fit_entry, fresh_kernel, latent_output, shared
+from ._latent import LatentGP
+from ._state import latent_from_state, latent_state, likelihood_of
+
+
+def initial_cut_points(levels, n_levels):
+    """Cut points that reproduce the label frequencies under the prior f ~ N(0, 1) with
+    unit probit noise: ``sqrt(2) Phi^-1(cumulative frequency)``, kept strictly increasing."""
+    counts = np.bincount(levels.astype(np.int64), minlength=n_levels)
+    cum = np.clip(np.cumsum(counts)[:-1] / counts.sum(), 1e-3, 1.0 - 1e-3)
+    cuts = np.sqrt(2.0) * ndtri(cum)
+    for j in range(1, cuts.size):
+        cuts[j] = max(cuts[j], cuts[j - 1] + 1e-2)
+    return cuts
+
+
+class OrdinalGPClassifier(ClassifierMixin, EPEstimator):
+    """Gaussian-process ordinal regression by EP (Chu & Ghahramani 2005).
+
+    The sorted distinct labels are the ordered levels 0 .. K-1 (integers 0..K-1, or any
+    labels whose sort order is the level order); one latent GP f and K - 1 cut points
+    give ``p(y = k | f) = Phi(b_k - f) - Phi(b_{k-1} - f)``
+    (:class:`~fastep.likelihoods.OrdinalProbit`).  ML-II fits the kernel and the cut
+    points.
+
+    Parameters
+    ----------
+    kernel : kernel, default=None (``RBF()``)
+    cut_points : array of shape (K - 1,), optional
+        Starting (with ``optimizer=None``: fixed) cut points; default from the label
+        frequencies.
+    method, optimizer, n_restarts_optimizer, max_iter_optimizer, tol_optimizer, damping, \
+tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
+        As in :class:`~fastep.EPGaussianProcessClassifier`.
+
+    Attributes
+    ----------
+    classes_ : ndarray (K,), the ordered levels
+    cut_points_ : ndarray (K - 1,)
+    kernel_, likelihood_, log_marginal_likelihood_value_, n_iter_, converged_, result_,
+    n_features_in_, inducing_points_ (sparse EP only)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastep import OrdinalGPClassifier
+    >>> X = np.linspace(-2, 2, 60)[:, None]
+    >>> y = np.digitize(X[:, 0], [-0.7, 0.7])            # levels 0, 1, 2
+    >>> clf = OrdinalGPClassifier().fit(X, y)
+    >>> clf.predict_proba(X[:2]).shape, bool(clf.score(X, y) > 0.9)
+    ((2, 3), True)
+    """
+
+    _parameter_constraints = shared(
+        "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
+        "tol_optimizer", "damping", "tol", "max_iter",
+        "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
+        "device", cut_points=["array-like", None])
+
+    def __init__(self, kernel=None, *, cut_points=None, method="auto", optimizer="L-BFGS-B",
+                 n_restarts_optimizer=0, max_iter_optimizer=200, tol_optimizer=1e-6,
+                 damping=None, tol=1e-6, max_iter=100, n_inducing=None, inducing_points=None,
+                 power=1.0, optimize_inducing=False, random_state=None, device="cpu"):
+        self.kernel = kernel
+        self.cut_points = cut_points
+        self.method = method
+        self.optimizer = optimizer
+        self.n_restarts_optimizer = n_restarts_optimizer
+        self.max_iter_optimizer = max_iter_optimizer
+        self.tol_optimizer = tol_optimizer
+        self.damping = damping
+        self.tol = tol
+        self.max_iter = max_iter
+        self.n_inducing = n_inducing
+        self.inducing_points = inducing_points
+        self.power = power
+        self.optimize_inducing = optimize_inducing
+        self.random_state = random_state
+        self.device = device
+
+    @fit_entry
+    def fit(self, X, y):
+        """Fit from inputs X (n, d) and ordered labels y (n,).
+
+        Returns
+        -------
+        self
+        """
+        X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
+        check_classification_targets(y)
+        classes, levels = np.unique(y, return_inverse=True)
+        if classes.size < 2:
+            raise ValueError(f"OrdinalGPClassifier requires at least 2 classes (ordered "
+                             f"levels) in y; got only one class: {classes[0]!r}.")
+        levels = levels.astype(float)
+        if self.cut_points is None:
+            cuts = initial_cut_points(levels, classes.size)
+        else:
+            cuts = np.asarray(self.cut_points, dtype=float).ravel()
+            if cuts.size != classes.size - 1:
+                raise ValueError(f"cut_points must hold K - 1 = {classes.size - 1} values for "
+                                 f"the {classes.size} levels in y; got {cuts.size}.")
+        likelihood = OrdinalProbit(cuts)
+        backend = resolve(self.device, type(self).__name__)
+        config = self._ep_config(backend, likelihood)
+        rng = as_generator(self.random_state)
+        X = np.ascontiguousarray(X)
+        latent = LatentGP(X, levels, fresh_kernel(self.kernel), likelihood, config,
+                          self._inducing_inputs(X, rng))
+        latent, result = self._fit_latent(latent, rng)
+        self.classes_ = classes
+        self._set_fitted(latent, result)
+        return self
+
+    def _set_fitted(self, latent, result):
+        self._latent = latent
+        self.result_ = result
+        self.kernel_, self.likelihood_ = latent.kernel, latent.likelihood
+        self.cut_points_ = latent.likelihood.cut_points.copy()
+        if latent.sparse:
+            self.inducing_points_ = latent.Z
+        else:
+            self.__dict__.pop("inducing_points_", None)
+        self.log_marginal_likelihood_value_ = float(result.log_marginal_likelihood)
+        self.n_iter_ = int(result.n_iter)
+        self.converged_ = bool(result.converged)
+
+    def _state(self):
+        latent = self._latent
+        arrays = {"X": latent.X, "y": latent.y, "classes": np.asarray(self.classes_)}
+        return latent_state("f_", latent, self.result_, arrays), arrays
+
+    def _load_state(self, reader):
+        X = reader.array("X", (None, None))
+        n = X.shape[0]
+        classes = reader.classes()
+        likelihood = likelihood_of(reader, reader.meta)
+        if not isinstance(likelihood, OrdinalProbit) or likelihood.n_levels != classes.size:
+            raise ValueError(f"the likelihood must be an OrdinalProbit with {classes.size} "
+                             f"levels; got {likelihood!r}")
+        y = likelihood.encode_targets(reader.array("y", (n,)))
+        config = self._ep_config(resolve("cpu"), likelihood)
+        latent, result = latent_from_state(reader, reader.meta, "f_", X, y, likelihood, config)
+        self.classes_ = classes
+        self.n_features_in_ = X.shape[1]
+        self._set_fitted(latent, result)
+
+    def log_marginal_likelihood(self, theta=None, eval_gradient=False):
+        """Approximate log evidence at ``theta`` = [log kernel parameters, first cut point,
+        log gaps between cut points, (sparse, fitted) inducing inputs]."""
+        check_is_fitted(self)
+        if theta is None:
+            if eval_gradient:
+                raise ValueError("Gradient can only be evaluated for theta!=None")
+            return self.log_marginal_likelihood_value_
+        value, grad, _ = self._latent.with_theta(theta).evidence()
+        return (value, grad) if eval_gradient else value
+
+    def predict_latent(self, X, return_std=False):
+        """Mean (and standard deviation) of the latent f at X."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        mean, var = self._latent.latent(self.result_, X)
+        return latent_output(mean, var, return_std)
+
+    def predict_proba(self, X):
+        """P(y = level k) for every level, shape (n_samples, K)."""
+        mean, std = self.predict_latent(X, return_std=True)
+        return self.likelihood_.predict_proba(mean, std ** 2)
+
+    def predict(self, X):
+        """The most probable level."""
+        check_is_fitted(self)
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def _loo(self):
+        mean, var = self._latent.loo_cavity(self.result_)
+        proba = self.likelihood_.predict_proba(mean, var)
+        return self._latent.loo_log_density(self.result_), self.classes_[np.argmax(proba, 1)]

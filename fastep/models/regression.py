@@ -1,0 +1,240 @@
+"""GP regression by EP for any likelihood with a real-valued or count target."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+from sklearn.base import RegressorMixin
+from sklearn.utils._param_validation import StrOptions
+from sklearn.utils.validation import (check_consistent_length, check_is_fitted, column_or_1d,
+                                      validate_data)
+
+from ..backend import resolve
+from ..likelihoods import (Gaussian, Likelihood, NegativeBinomial, OrdinalProbit, Poisson,
+                           StudentT, Tobit)
+from ._base import EPEstimator, as_generator, fit_entry, fresh_kernel, latent_output, shared
+from ._latent import LatentGP
+from ._state import latent_from_state, latent_state, likelihood_of
+
+#: The likelihoods ``likelihood=`` names.
+REGRESSION_LIKELIHOODS = {"student_t": StudentT, "gaussian": Gaussian, "poisson": Poisson,
+                          "negative_binomial": NegativeBinomial, "tobit": Tobit}
+
+
+class EPGaussianProcessRegressor(RegressorMixin, EPEstimator):
+    """Gaussian-process regression by Expectation Propagation, for any EP likelihood of a
+    real-valued or count target: robust (Student-t), counts (Poisson, negative binomial),
+    censored (Tobit) or Gaussian noise.
+
+    ``f ~ GP(0, kernel)``, ``y_i ~ p(y_i | f(x_i))``; EP approximates the posterior of f,
+    ML-II fits the kernel and likelihood parameters.  Likelihoods that are not log-concave
+    (Student-t) run robust EP (see :func:`fastep.ep`): dense EP then takes the sequential
+    schedule, site by site, as Jylanki, Vanhatalo & Vehtari (2011) recommend for the
+    Student-t.
+
+    Parameters
+    ----------
+    kernel : kernel, default=None (``RBF()``)
+    likelihood : {"student_t", "gaussian", "poisson", "negative_binomial", "tobit"} or \
+Likelihood, default="student_t"
+        A name (the likelihood with its default parameters) or an instance, whose
+        parameters are the starting point of ML-II (or kept, with ``optimizer=None``).
+    method, optimizer, n_restarts_optimizer, max_iter_optimizer, tol_optimizer, damping, \
+tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
+        As in :class:`~fastep.EPGaussianProcessClassifier` (the README's table of shared
+        parameters).
+
+    Attributes
+    ----------
+    kernel_, likelihood_ : the fitted kernel and likelihood
+    log_marginal_likelihood_value_, n_iter_, converged_, n_features_in_, result_
+    inducing_points_ : (m, n_features) ndarray (sparse EP only)
+
+    Notes
+    -----
+    Per-observation data of the likelihood go to ``fit`` and ``predict*`` as keywords:
+    ``exposure=`` for the count likelihoods (default 1), ``lower=``/``upper=`` for Tobit
+    (default: the likelihood's own).  ``loo_log_predictive_density()`` and ``loo_predict()``
+    give leave-one-out checks from EP's cavities without refitting.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastep import EPGaussianProcessRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.linspace(0, 5, 40)[:, None]
+    >>> y = rng.poisson(np.exp(np.sin(X[:, 0]) + 1.0))
+    >>> reg = EPGaussianProcessRegressor(likelihood="poisson").fit(X, y)
+    >>> bool(reg.predict(X[:1])[0] > 0), reg.loo_log_predictive_density().shape
+    (True, (40,))
+    """
+
+    _parameter_constraints = shared(
+        "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
+        "tol_optimizer", "damping", "tol", "max_iter",
+        "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
+        "device", likelihood=[StrOptions(set(REGRESSION_LIKELIHOODS)), Likelihood])
+
+    def __init__(self, kernel=None, *, likelihood="student_t", method="auto",
+                 optimizer="L-BFGS-B", n_restarts_optimizer=0, max_iter_optimizer=200,
+                 tol_optimizer=1e-6, damping=None, tol=1e-6, max_iter=200, n_inducing=None,
+                 inducing_points=None, power=1.0, optimize_inducing=False, random_state=None,
+                 device="cpu"):
+        self.kernel = kernel
+        self.likelihood = likelihood
+        self.method = method
+        self.optimizer = optimizer
+        self.n_restarts_optimizer = n_restarts_optimizer
+        self.max_iter_optimizer = max_iter_optimizer
+        self.tol_optimizer = tol_optimizer
+        self.damping = damping
+        self.tol = tol
+        self.max_iter = max_iter
+        self.n_inducing = n_inducing
+        self.inducing_points = inducing_points
+        self.power = power
+        self.optimize_inducing = optimize_inducing
+        self.random_state = random_state
+        self.device = device
+
+    def _make_likelihood(self):
+        lik = self.likelihood
+        if isinstance(lik, str):
+            return REGRESSION_LIKELIHOODS[lik]()
+        if lik.binary or isinstance(lik, OrdinalProbit) or lik.n_extra and not lik.data_names:
+            raise ValueError(f"The 'likelihood' parameter of EPGaussianProcessRegressor must "
+                             f"be a likelihood of a real-valued or count target; got "
+                             f"{type(lik).__name__}. Use EPGaussianProcessClassifier (binary), "
+                             f"OrdinalGPClassifier (ordinal) or MultiAnnotatorGPClassifier.")
+        return copy.deepcopy(lik)
+
+    def _data(self, lik, n, data):
+        """The likelihood with the per-observation data of n points: those given, else
+        the constructor likelihood's scalars (per-observation arrays do not carry over)."""
+        unknown = sorted(set(data) - set(lik.data_names))
+        if unknown:
+            raise ValueError(f"{type(lik).__name__} takes no per-observation data {unknown}; "
+                             f"it takes {list(lik.data_names) or 'none'}.")
+        base = self._make_likelihood()
+        own = {name: getattr(base, name, None) for name in lik.data_names}
+        own = {k: (v if v is None or np.ndim(v) == 0 else None) for k, v in own.items()}
+        own.update({k: v for k, v in data.items() if v is not None})
+        return lik.with_data(n, **own)
+
+    @fit_entry
+    def fit(self, X, y, **data):
+        """Fit the kernel, the likelihood parameters and the posterior of f.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Targets in the likelihood's terms (counts for Poisson / negative binomial;
+            NaN means interval-censored for Tobit).
+        **data : per-observation data of the likelihood (``exposure=``; ``lower=``,
+            ``upper=``), scalars or arrays of shape (n_samples,).
+
+        Returns
+        -------
+        self
+        """
+        if y is None:
+            raise ValueError("EPGaussianProcessRegressor requires y to be passed, but the "
+                             "target y is None.")
+        X = validate_data(self, X, dtype=np.float64)
+        y = column_or_1d(y, dtype=np.float64, warn=True)   # NaN allowed: Tobit intervals
+        check_consistent_length(X, y)
+        n = X.shape[0]
+        likelihood = self._data(self._make_likelihood(), n, data)
+        y = likelihood.encode_targets(y)
+        backend = resolve(self.device, type(self).__name__)
+        config = self._ep_config(backend, likelihood)
+        rng = as_generator(self.random_state)
+        X = np.ascontiguousarray(X)
+        latent = LatentGP(X, y, fresh_kernel(self.kernel), likelihood, config,
+                          self._inducing_inputs(X, rng))
+        latent, result = self._fit_latent(latent, rng)
+        self._set_fitted(latent, result)
+        return self
+
+    def _set_fitted(self, latent, result):
+        self._latent = latent
+        self.result_ = result
+        self.kernel_, self.likelihood_ = latent.kernel, latent.likelihood
+        if latent.sparse:
+            self.inducing_points_ = latent.Z
+        else:                                  # a dense refit of a sparse model
+            self.__dict__.pop("inducing_points_", None)
+        self.log_marginal_likelihood_value_ = float(result.log_marginal_likelihood)
+        self.n_iter_ = int(result.n_iter)
+        self.converged_ = bool(result.converged)
+
+    def _state(self):
+        """Fitted state as header values and arrays (:func:`fastep.save_model`)."""
+        latent = self._latent
+        arrays = {"X": latent.X, "y": latent.y}
+        meta = latent_state("f_", latent, self.result_, arrays)
+        n = latent.X.shape[0]
+        for name in latent.likelihood.data_names:
+            value = getattr(latent.likelihood, name)
+            if value is not None:
+                arrays[f"data_{name}"] = np.broadcast_to(np.asarray(value, dtype=float),
+                                                         (n,)).copy()
+        return meta, arrays
+
+    def _load_state(self, reader):
+        """Inverse of :meth:`_state` on an estimator built from the saved parameters."""
+        X = reader.array("X", (None, None))
+        n = X.shape[0]
+        saved = likelihood_of(reader, reader.meta)
+        if saved.binary or isinstance(saved, OrdinalProbit):
+            raise ValueError(f"the likelihood {type(saved).__name__} is not one of a "
+                             "regression")
+        data = {name: reader.array(f"data_{name}", (n,), allow_inf=True)
+                for name in saved.data_names if f"data_{name}" in reader.arrays}
+        likelihood = saved.with_data(n, **data)
+        y = likelihood.encode_targets(reader.array("y", (n,), allow_nan=saved.nan_targets))
+        config = self._ep_config(resolve("cpu"), likelihood)
+        latent, result = latent_from_state(reader, reader.meta, "f_", X, y, likelihood, config)
+        self.n_features_in_ = X.shape[1]
+        self._set_fitted(latent, result)
+
+    def log_marginal_likelihood(self, theta=None, eval_gradient=False):
+        """Approximate log evidence at ``theta`` = [log kernel parameters, likelihood
+        parameters (log), (sparse, fitted) inducing inputs], optionally with its gradient."""
+        check_is_fitted(self)
+        if theta is None:
+            if eval_gradient:
+                raise ValueError("Gradient can only be evaluated for theta!=None")
+            return self.log_marginal_likelihood_value_
+        value, grad, _ = self._latent.with_theta(theta).evidence()
+        return (value, grad) if eval_gradient else value
+
+    # --- prediction --------------------------------------------------------------------
+    def predict_latent(self, X, return_std=False):
+        """Mean (and standard deviation) of the latent f at X."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        mean, var = self._latent.latent(self.result_, X)
+        return latent_output(mean, var, return_std)
+
+    def predict(self, X, return_std=False, **data):
+        """Mean (and standard deviation) of y itself at X (``exposure=``, ``lower=``,
+        ``upper=`` as in ``fit``; defaults: exposure 1, the likelihood's own limits)."""
+        mean, std = self.predict_latent(X, return_std=True)
+        lik = self._data(self.likelihood_, mean.shape[0], data)
+        mean_y, var_y = lik.predict_y(mean, std ** 2)
+        return (mean_y, np.sqrt(var_y)) if return_std else mean_y
+
+    def log_predictive_density(self, X, y, **data):
+        """log p(y* | data) of observed targets y at X, one value per point."""
+        mean, std = self.predict_latent(X, return_std=True)
+        lik = self._data(self.likelihood_, mean.shape[0], data)
+        y = lik.encode_targets(y)
+        return lik.tilted(y, mean, np.maximum(std ** 2, 1e-300),
+                          extra=lik.site_extra(y.size))[0]
+
+    def _loo(self):
+        mean, var = self._latent.loo_cavity(self.result_)
+        return (self._latent.loo_log_density(self.result_),
+                self.likelihood_.predict_y(mean, var)[0])
