@@ -132,13 +132,13 @@ def _quad_source(kind, y, extra, mu, var, alpha, params, k):
                     break
                 width *= 0.5
             end_val = -math.inf
-            for k in range(len(_GL_X)):
-                u = side * (u0 + width * _GL_X[k])              # f - mode
+            for node in range(len(_GL_X)):
+                u = side * (u0 + width * _GL_X[node])              # f - mode
                 d = off + u                                     # f - mu
                 val = (alpha * log_lik(kind, y, extra, f + u, params)
                        - 0.5 * d * d / var)
                 end_val = val
-                val += math.log(_GL_W[k] * width)
+                val += math.log(_GL_W[node] * width)
                 if not val > -math.inf:
                     continue
                 if val > top:
