@@ -92,7 +92,8 @@ class _CountLikelihood(Likelihood):
     def _rate_moments(self, mean, var, exposure):
         """E[mu] and E[mu^2] of mu = e exp(f), f ~ N(mean, var) (log-normal)."""
         mean, var = np.asarray(mean, float), np.asarray(var, float)
-        e = check_exposure(exposure, mean.size).reshape(mean.shape)
+        e = check_exposure(self.exposure if exposure is None else exposure,
+                           mean.size).reshape(mean.shape)
         m1 = e * np.exp(mean + 0.5 * var)
         m2 = e * e * np.exp(2.0 * mean + 2.0 * var)
         return m1, m2
