@@ -373,8 +373,16 @@ class Likelihood:
         return f"{type(self).__name__}({args})"
 
     def to_dict(self):
-        return {"type": type(self).__name__, "params": dict(self._values),
-                "bounds": dict(self._bounds)}
+        """JSON-able description: type, parameters, bounds, and the per-observation data
+        (:attr:`data_names`) that are scalars or None (a model file stores arrays beside
+        its header)."""
+        d = {"type": type(self).__name__, "params": dict(self._values),
+             "bounds": dict(self._bounds)}
+        for name in self.data_names:
+            value = getattr(self, name, None)
+            if value is None or np.ndim(value) == 0:
+                d[name] = None if value is None else float(value)
+        return d
 
     # --- data --------------------------------------------------------------------
     def encode_targets(self, y):
@@ -420,16 +428,23 @@ class Likelihood:
                                f"per site.")
 
     # --- moments -----------------------------------------------------------------
+    def _site_arrays(self, y, mu_cav, var_cav):
+        """Checked float arrays ``(y, mu_cav, var_cav)`` of one length (y and var_cav may
+        be scalars)."""
+        mu = float_array(np.ravel(mu_cav), "mu_cav", 1)
+        n = mu.shape[0]
+        var = float_array(_broadcast(var_cav, n, "var_cav"), "var_cav", 1, positive=True)
+        y = float_array(_broadcast(y, n, "y"), "y", 1, allow_nan=self.nan_targets)
+        return y, mu, var
+
     def tilted(self, y, mu_cav, var_cav, alpha=1.0, extra=None, params=None):
         """Vectorised tilted moments: arrays ``(log_Z, dlogZ_dmu, d2logZ_dmu2)``.
 
         ``Z_i = int p(y_i | f)^alpha N(f | mu_cav_i, var_cav_i) df``; ``params`` (an
         array like :attr:`params`) evaluates them at other parameter values.
         """
-        mu = float_array(np.ravel(mu_cav), "mu_cav", 1)
+        y, mu, var = self._site_arrays(y, mu_cav, var_cav)
         n = mu.shape[0]
-        var = float_array(_broadcast(var_cav, n, "var_cav"), "var_cav", 1, positive=True)
-        y = float_array(_broadcast(y, n, "y"), "y", 1, allow_nan=self.nan_targets)
         if not (isinstance(alpha, numbers.Real) and 0.0 < alpha <= 1.0):
             raise ValueError(f"alpha must be a number in (0, 1]; got {alpha!r}.")
         extra = self.check_extra(extra, n)
@@ -608,10 +623,8 @@ class QuadratureParams:
 
     def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
         """d log Z_i / d log(param) for every free parameter, shape (n, n_dims)."""
-        mu = float_array(np.ravel(mu_cav), "mu_cav", 1)
+        y, mu, var = self._site_arrays(y, mu_cav, var_cav)
         n = mu.shape[0]
-        var = float_array(_broadcast(var_cav, n, "var_cav"), "var_cav", 1, positive=True)
-        y = float_array(_broadcast(y, n, "y"), "y", 1, allow_nan=self.nan_targets)
         extra = self.check_extra(extra, n)
         params = self.params
         out = np.empty((n, self.n_dims))

@@ -83,12 +83,6 @@ class _CountLikelihood(Likelihood):
             y = np.asarray(y)[:, 0]
         return check_counts(y)
 
-    def to_dict(self):
-        d = super().to_dict()
-        if self.exposure is None or np.ndim(self.exposure) == 0:
-            d["exposure"] = None if self.exposure is None else float(self.exposure)
-        return d
-
     def _rate_moments(self, mean, var, exposure):
         """E[mu] and E[mu^2] of mu = e exp(f), f ~ N(mean, var) (log-normal)."""
         mean, var = np.asarray(mean, float), np.asarray(var, float)

@@ -24,7 +24,7 @@ from scipy.special import ndtr
 from .._checks import float_array
 from .._jit import tilted_function
 from .._numerics import LOG_SQRT_2PI, log_phi, mills, mills_shift
-from ._base import Likelihood, _broadcast, quad_dparam_batch, quad_tilted
+from ._base import Likelihood, quad_dparam_batch, quad_tilted
 from ._scalar import ORDINAL, ordinal_limits
 from .tobit import interval_moments
 
@@ -165,10 +165,9 @@ class OrdinalProbit(Likelihood):
         """d log Z_i / d theta (theta = [b_0, log gaps]), shape (n, n_dims): closed form
         at alpha = 1 (d log Z / d b_k = phi(B)/(c Z), d / d b_{k-1} = -phi(A)/(c Z)),
         differentiation under the integral otherwise."""
-        mu = float_array(np.ravel(mu_cav), "mu_cav", 1)
+        y, mu, var = self._site_arrays(y, mu_cav, var_cav)
         n = mu.shape[0]
-        var = float_array(_broadcast(var_cav, n, "var_cav"), "var_cav", 1, positive=True)
-        y = check_levels(_broadcast(y, n, "y"), self.n_levels)
+        y = check_levels(y, self.n_levels)
         cuts = self.cut_points
         n_cuts = cuts.size
         g_cut = np.zeros((n, n_cuts))

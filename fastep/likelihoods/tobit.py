@@ -241,16 +241,6 @@ class Tobit(Likelihood):
         pred = censored_predictive(mean, var, self.noise_variance, ex[:, 0], ex[:, 1])
         return pred["mean"], pred["var"]
 
-    def to_dict(self):
-        """JSON-able description; per-observation limits (arrays) are left out (a model
-        file stores them as arrays beside its data)."""
-        d = super().to_dict()
-        for key in ("lower", "upper"):
-            value = getattr(self, key)
-            if value is None or np.ndim(value) == 0:
-                d[key] = None if value is None else float(value)
-        return d
-
     def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
         """d log Z_i / d log sigma^2 at the cavities (closed form; c^2 = v + sigma^2)."""
         if alpha != 1.0:

@@ -7,6 +7,7 @@ from .ordinal import OrdinalGPClassifier
 from .regression import EPGaussianProcessRegressor
 from .sparse import SparseGPRegressor
 
-__all__ = ["EPGaussianProcessRegressor", "OrdinalGPClassifier", "CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier",
+__all__ = ["EPGaussianProcessRegressor", "OrdinalGPClassifier",
+           "CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier",
            "GWIClassifier", "SparseGPRegressor", "majority_vote",
            "concatenate_labels"]

@@ -25,7 +25,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, _fit_context
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, validate_data
 from sklearn.gaussian_process.kernels import Kernel as SklearnKernelBase
 from sklearn.utils._param_validation import Interval, StrOptions
 
@@ -176,3 +176,42 @@ class EPEstimator(BaseEstimator):
                                               rng, sites, type(self).__name__,
                                               self.max_iter_optimizer, self.tol_optimizer)
         return latent, latent.run(sites)
+
+
+class SingleLatentEstimator(EPEstimator):
+    """An EP estimator of one latent GP (``self._latent``, its final result ``result_``):
+    the fitted attributes, the evidence at another theta and the latent predictive they
+    share."""
+
+    def _set_latent(self, latent, result):
+        """The fitted attributes every single-latent estimator has."""
+        self._latent = latent
+        self.result_ = result
+        self.kernel_, self.likelihood_ = latent.kernel, latent.likelihood
+        if latent.sparse:
+            self.inducing_points_ = latent.Z
+        else:                                  # a dense refit of a sparse model
+            self.__dict__.pop("inducing_points_", None)
+        self.log_marginal_likelihood_value_ = float(result.log_marginal_likelihood)
+        self.n_iter_ = int(result.n_iter)
+        self.converged_ = bool(result.converged)
+
+    def log_marginal_likelihood(self, theta=None, eval_gradient=False):
+        """Approximate log evidence at ``theta`` (the fitted problem's: log kernel
+        parameters, likelihood parameters, then the inducing inputs if they are fitted),
+        optionally with its gradient; ``theta=None`` gives
+        ``log_marginal_likelihood_value_``."""
+        check_is_fitted(self)
+        if theta is None:
+            if eval_gradient:
+                raise ValueError("Gradient can only be evaluated for theta!=None")
+            return self.log_marginal_likelihood_value_
+        value, grad, _ = self._latent.with_theta(theta).evidence()
+        return (value, grad) if eval_gradient else value
+
+    def predict_latent(self, X, return_std=False):
+        """Mean (and standard deviation) of the latent f at X."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        mean, var = self._latent.latent(self.result_, X)
+        return latent_output(mean, var, return_std)

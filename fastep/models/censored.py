@@ -6,13 +6,13 @@ from numbers import Real
 import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import (check_consistent_length, check_is_fitted, column_or_1d,
+from sklearn.utils.validation import (check_consistent_length, column_or_1d,
                                       validate_data)
 
 from ..backend import resolve
 from ..likelihoods.tobit import (Tobit, censored_predictive, censored_quantile,
                                  check_censored_data, check_limits)
-from ._base import EPEstimator, as_generator, fit_entry, fresh_kernel, latent_output, shared
+from ._base import SingleLatentEstimator, as_generator, fit_entry, fresh_kernel, shared
 from ..kernels import kernel_from_dict
 from ._latent import LaplaceGP, LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
@@ -29,7 +29,7 @@ def _limit(value):
     return float(arr) if np.isfinite(arr) else None
 
 
-class CensoredGPRegressor(RegressorMixin, EPEstimator):
+class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
     """Gaussian-process regression with censored outputs (Tobit likelihood).
 
     ``y* = f(x) + eps``, ``eps ~ N(0, noise_variance)``, observed as ``lower`` when
@@ -149,18 +149,9 @@ class CensoredGPRegressor(RegressorMixin, EPEstimator):
         return self
 
     def _set_fitted(self, latent, result, lower, upper):
-        self._latent = latent
-        self.result_ = result
+        self._set_latent(latent, result)
         self.lower_, self.upper_ = lower, upper
-        self.kernel_, self.likelihood_ = latent.kernel, latent.likelihood
         self.noise_variance_ = latent.likelihood.noise_variance
-        if latent.sparse:
-            self.inducing_points_ = latent.Z
-        else:                                  # a dense refit of a sparse model
-            self.__dict__.pop("inducing_points_", None)
-        self.log_marginal_likelihood_value_ = float(result.log_marginal_likelihood)
-        self.n_iter_ = int(result.n_iter)
-        self.converged_ = bool(result.converged)
 
     def _state(self):
         """Fitted state as header values and arrays (:func:`fastep.save_model`)."""
@@ -211,24 +202,8 @@ class CensoredGPRegressor(RegressorMixin, EPEstimator):
         self.n_features_in_ = X.shape[1]
         self._set_fitted(latent, result, *limits_fit)
 
-    def log_marginal_likelihood(self, theta=None, eval_gradient=False):
-        """Approximate log evidence at ``theta`` = [log kernel parameters, log noise
-        variance, (sparse, fitted) inducing inputs], optionally with its gradient."""
-        check_is_fitted(self)
-        if theta is None:
-            if eval_gradient:
-                raise ValueError("Gradient can only be evaluated for theta!=None")
-            return self.log_marginal_likelihood_value_
-        value, grad, _ = self._latent.with_theta(theta).evidence()
-        return (value, grad) if eval_gradient else value
 
     # --- prediction --------------------------------------------------------------------
-    def predict_latent(self, X, return_std=False):
-        """Mean (and standard deviation) of the latent f at X."""
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        mean, var = self._latent.latent(self.result_, X)
-        return latent_output(mean, var, return_std)
 
     def _limits(self, n, lower, upper):
         """The limits for n predictions: those given, else the fit's scalar ones."""

@@ -9,7 +9,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..backend import resolve
 from ..likelihoods import OrdinalProbit
-from ._base import EPEstimator, as_generator, fit_entry, fresh_kernel, latent_output, shared
+from ._base import SingleLatentEstimator, as_generator, fit_entry, fresh_kernel, shared
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
 
@@ -25,7 +25,7 @@ def initial_cut_points(levels, n_levels):
     return cuts
 
 
-class OrdinalGPClassifier(ClassifierMixin, EPEstimator):
+class OrdinalGPClassifier(ClassifierMixin, SingleLatentEstimator):
     """Gaussian-process ordinal regression by EP (Chu & Ghahramani 2005).
 
     The sorted distinct labels are the ordered levels 0 .. K-1 (integers 0..K-1, or any
@@ -124,17 +124,8 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         return self
 
     def _set_fitted(self, latent, result):
-        self._latent = latent
-        self.result_ = result
-        self.kernel_, self.likelihood_ = latent.kernel, latent.likelihood
+        self._set_latent(latent, result)
         self.cut_points_ = latent.likelihood.cut_points.copy()
-        if latent.sparse:
-            self.inducing_points_ = latent.Z
-        else:
-            self.__dict__.pop("inducing_points_", None)
-        self.log_marginal_likelihood_value_ = float(result.log_marginal_likelihood)
-        self.n_iter_ = int(result.n_iter)
-        self.converged_ = bool(result.converged)
 
     def _state(self):
         latent = self._latent
@@ -156,23 +147,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         self.n_features_in_ = X.shape[1]
         self._set_fitted(latent, result)
 
-    def log_marginal_likelihood(self, theta=None, eval_gradient=False):
-        """Approximate log evidence at ``theta`` = [log kernel parameters, first cut point,
-        log gaps between cut points, (sparse, fitted) inducing inputs]."""
-        check_is_fitted(self)
-        if theta is None:
-            if eval_gradient:
-                raise ValueError("Gradient can only be evaluated for theta!=None")
-            return self.log_marginal_likelihood_value_
-        value, grad, _ = self._latent.with_theta(theta).evidence()
-        return (value, grad) if eval_gradient else value
 
-    def predict_latent(self, X, return_std=False):
-        """Mean (and standard deviation) of the latent f at X."""
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        mean, var = self._latent.latent(self.result_, X)
-        return latent_output(mean, var, return_std)
 
     def predict_proba(self, X):
         """P(y = level k) for every level, shape (n_samples, K)."""

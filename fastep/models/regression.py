@@ -6,13 +6,13 @@ import copy
 import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.validation import (check_consistent_length, check_is_fitted, column_or_1d,
+from sklearn.utils.validation import (check_consistent_length, column_or_1d,
                                       validate_data)
 
 from ..backend import resolve
 from ..likelihoods import (Gaussian, Likelihood, NegativeBinomial, OrdinalProbit, Poisson,
                            StudentT, Tobit)
-from ._base import EPEstimator, as_generator, fit_entry, fresh_kernel, latent_output, shared
+from ._base import SingleLatentEstimator, as_generator, fit_entry, fresh_kernel, shared
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
 
@@ -21,7 +21,7 @@ REGRESSION_LIKELIHOODS = {"student_t": StudentT, "gaussian": Gaussian, "poisson"
                           "negative_binomial": NegativeBinomial, "tobit": Tobit}
 
 
-class EPGaussianProcessRegressor(RegressorMixin, EPEstimator):
+class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
     """Gaussian-process regression by Expectation Propagation, for any EP likelihood of a
     real-valued or count target: robust (Student-t), counts (Poisson, negative binomial),
     censored (Tobit) or Gaussian noise.
@@ -111,15 +111,12 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
     def _data(self, lik, n, data):
         """The likelihood with the per-observation data of n points: those given, else
         the constructor likelihood's scalars (per-observation arrays do not carry over)."""
-        unknown = sorted(set(data) - set(lik.data_names))
-        if unknown:
-            raise ValueError(f"{type(lik).__name__} takes no per-observation data {unknown}; "
-                             f"it takes {list(lik.data_names) or 'none'}.")
-        base = self._make_likelihood()
+        base = None if isinstance(self.likelihood, str) else self.likelihood
         own = {name: getattr(base, name, None) for name in lik.data_names}
         own = {k: (v if v is None or np.ndim(v) == 0 else None) for k, v in own.items()}
         own.update({k: v for k, v in data.items() if v is not None})
-        return lik.with_data(n, **own)
+        unknown = {k: v for k, v in data.items() if k not in own}
+        return lik.with_data(n, **own, **unknown)      # with_data names what it does not take
 
     @fit_entry
     def fit(self, X, y, **data):
@@ -154,20 +151,9 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         latent = LatentGP(X, y, fresh_kernel(self.kernel), likelihood, config,
                           self._inducing_inputs(X, rng))
         latent, result = self._fit_latent(latent, rng)
-        self._set_fitted(latent, result)
+        self._set_latent(latent, result)
         return self
 
-    def _set_fitted(self, latent, result):
-        self._latent = latent
-        self.result_ = result
-        self.kernel_, self.likelihood_ = latent.kernel, latent.likelihood
-        if latent.sparse:
-            self.inducing_points_ = latent.Z
-        else:                                  # a dense refit of a sparse model
-            self.__dict__.pop("inducing_points_", None)
-        self.log_marginal_likelihood_value_ = float(result.log_marginal_likelihood)
-        self.n_iter_ = int(result.n_iter)
-        self.converged_ = bool(result.converged)
 
     def _state(self):
         """Fitted state as header values and arrays (:func:`fastep.save_model`)."""
@@ -197,26 +183,10 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         config = self._ep_config(resolve("cpu"), likelihood)
         latent, result = latent_from_state(reader, reader.meta, "f_", X, y, likelihood, config)
         self.n_features_in_ = X.shape[1]
-        self._set_fitted(latent, result)
+        self._set_latent(latent, result)
 
-    def log_marginal_likelihood(self, theta=None, eval_gradient=False):
-        """Approximate log evidence at ``theta`` = [log kernel parameters, likelihood
-        parameters (log), (sparse, fitted) inducing inputs], optionally with its gradient."""
-        check_is_fitted(self)
-        if theta is None:
-            if eval_gradient:
-                raise ValueError("Gradient can only be evaluated for theta!=None")
-            return self.log_marginal_likelihood_value_
-        value, grad, _ = self._latent.with_theta(theta).evidence()
-        return (value, grad) if eval_gradient else value
 
     # --- prediction --------------------------------------------------------------------
-    def predict_latent(self, X, return_std=False):
-        """Mean (and standard deviation) of the latent f at X."""
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        mean, var = self._latent.latent(self.result_, X)
-        return latent_output(mean, var, return_std)
 
     def predict(self, X, return_std=False, **data):
         """Mean (and standard deviation) of y itself at X (``exposure=``, ``lower=``,
