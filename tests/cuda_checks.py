@@ -24,6 +24,10 @@ import numpy as np
 
 N_SITES = 40
 N_QUAD = 16           # sites for likelihoods integrated by panel quadrature (slow in Python)
+#: Likelihoods whose tilted moments are the panel quadrature at every alpha.
+QUAD_LIKS = ("logistic", "custom", "poisson", "neg_binomial", "student_t")
+#: Likelihoods whose log-density calls math.lgamma.
+LGAMMA_LIKS = ("poisson", "neg_binomial", "student_t")
 KINDS = (0, 1, 2, 3)  # RBF, Matern12, Matern32, Matern52
 
 
@@ -36,7 +40,8 @@ def log_lik_custom(y, extra, f, params):
 def likelihoods(n, rng):
     """(name, likelihood, y, extra) for every likelihood, with extreme-cavity data."""
     from fastep.likelihoods import (CustomLikelihood, Gaussian, Logistic, MultiAnnotator,
-                                    Probit, Tobit)
+                                    NegativeBinomial, OrdinalProbit, Poisson, Probit,
+                                    StudentT, Tobit)
     from fastep.likelihoods.tobit import check_censored_data
     pm = rng.choice([-1.0, 1.0], n)
     out = [("probit", Probit(), pm), ("logistic", Logistic(), pm),
@@ -57,6 +62,11 @@ def likelihoods(n, rng):
                                              [0.8, 0.65, 0.55, 1.0]), np.ones(n)))
     out.append(("custom", CustomLikelihood(log_lik_custom, params={"scale": 0.7}),
                 rng.normal(0.0, 5.0, n)))
+    counts = np.floor(10.0 ** rng.uniform(0.0, 4.0, n)) * (rng.random(n) < 0.8)
+    out.append(("poisson", Poisson(exposure=rng.uniform(0.5, 2.0, n)), counts))
+    out.append(("neg_binomial", NegativeBinomial(2.5), counts))
+    out.append(("student_t", StudentT(3.0, 0.4), rng.normal(0.0, 10.0, n)))
+    out.append(("ordinal", OrdinalProbit([-1.0, 0.3, 2.0]), rng.integers(0, 4, n) * 1.0))
     return [(name, lik, yy, lik.site_extra(n)) for name, lik, yy in out]
 
 
@@ -68,7 +78,7 @@ def run_kernels(res, rng):
     from fastep.cuda import kernels as ck
 
     def n_for(name):
-        return N_QUAD if name in ("logistic", "custom") else N_SITES
+        return N_QUAD if name in QUAD_LIKS else N_SITES
 
     # tilted moments, at alpha = 1 (closed forms) and alpha = 0.5 (panel quadrature)
     for alpha in (1.0, 0.5):
@@ -90,6 +100,7 @@ def run_kernels(res, rng):
         tau = rng.normal(0.0, 1.0, n) * 10.0 ** rng.uniform(-3, 2, n)
         nu = rng.normal(0.0, 3.0, n)
         bad = rng.random(n) < 0.15                       # improper cavities: skipped
+        bad[0] = True                                    # at least one
         tau = np.where(bad, np.abs(tau) + 0.1, tau)
         with np.errstate(divide="ignore"):
             var = np.where(bad, 2.0 / tau, 1.0 / (1.0 / vc + tau))
@@ -108,7 +119,7 @@ def run_kernels(res, rng):
         pvar = 10.0 ** rng.uniform(-6, 2, n)
         pmean = rng.uniform(-20.0, 20.0, n)
         for alpha in (1.0, 0.5):
-            if alpha != 1.0 and name in ("logistic", "custom"):
+            if alpha != 1.0 and name in QUAD_LIKS:
                 n2 = N_QUAD // 2
             else:
                 n2 = n
@@ -234,7 +245,7 @@ def run_gram_api(res, backend, rng):
 def driver_problems():
     """(name, K, y, likelihood, kwargs) for the dense driver; seeded."""
     from fastep.kernels import RBF
-    from fastep.likelihoods import Gaussian, MultiAnnotator, Probit, Tobit
+    from fastep.likelihoods import Gaussian, MultiAnnotator, Poisson, Probit, StudentT, Tobit
     rng = np.random.default_rng(7)
     n = 20
     X = rng.normal(size=(n, 2))
@@ -245,7 +256,12 @@ def driver_problems():
     labels = np.where(rng.random((n, 3)) < 0.75, (pm[:, None] > 0) * 1.0,
                       (pm[:, None] < 0) * 1.0)
     labels[rng.random((n, 3)) < 0.2] = np.nan
+    counts = rng.poisson(np.exp(f + 0.5)) * 1.0
+    y_out = f + 0.05 * rng.normal(size=n)
+    y_out[::6] += 4.0                                     # outliers: negative sites
     return X, [("probit", K, pm, Probit(), {}),
+               ("poisson", K, counts, Poisson(), {}),
+               ("student_t", K, y_out, StudentT(4.0, 0.1), {}),
                ("gaussian", K, f, Gaussian(0.05), {}),
                ("tobit", K, ycens, Tobit(0.01, lower=-0.3), {"damping": 0.8}),
                ("annotators", K, np.ones(n),
@@ -254,7 +270,7 @@ def driver_problems():
 
 def sparse_problems():
     from fastep.kernels import RBF
-    from fastep.likelihoods import Gaussian, Probit
+    from fastep.likelihoods import Gaussian, Probit, StudentT
     rng = np.random.default_rng(8)
     n = 30
     X = rng.uniform(-2, 2, (n, 1))
@@ -262,7 +278,9 @@ def sparse_problems():
     Z = np.linspace(-2, 2, 6)[:, None]
     return X, Z, [("probit", RBF(2.0, 0.7), pm, Probit(), {"alpha": 1.0}),
                   ("gaussian", RBF(1.0, 0.7), np.sin(2 * X[:, 0]), Gaussian(0.1),
-                   {"alpha": 0.5})]
+                   {"alpha": 0.5}),
+                  ("student_t", RBF(1.0, 0.7), np.sin(2 * X[:, 0]) + 3.0 * (np.arange(n) % 7 == 0),
+                   StudentT(4.0, 0.1), {"alpha": 1.0})]
 
 
 def run_drivers(res):

@@ -36,7 +36,7 @@ from numba import njit, prange, types
 
 from .._checks import all_finite, float_array
 from .._jit import TILTED_SIG, TiltedFn, f8, f8_1d, pjit
-from ._scalar import builtin_dlog_lik, builtin_log_lik
+from ._scalar import builtin_dlog_lik, builtin_log_lik, builtin_peak
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(10)
 # tuples, not arrays: Numba freezes them as constants, so the kernels stay cacheable
@@ -61,31 +61,61 @@ def _quad_source(kind, y, extra, mu, var, alpha, params, k):
     """
     log_lik = LOG_LIK  # noqa: F821 - bound per compilation, see _compile_quad
     dlog_lik = DLOG_LIK  # noqa: F821
-    # Newton iterations for the mode of g(f) = alpha*log_lik(f) - (f - mu)^2 / (2 var),
-    # derivatives of log_lik by central differences (they only place the panels).
+    # Local modes of g(f) = alpha*log_lik(f) - (f - mu)^2 / (2 var) by Newton ascent with
+    # step halving (every accepted step raises g, so huge curvatures such as exp(f) of a
+    # Poisson far from its count cannot make it oscillate), derivatives of log_lik by
+    # central differences (they only place the panels).  It starts from the cavity mean
+    # and, where LIK_PEAK gives one (likelihoods that are not log-concave), also from the
+    # likelihood's own peak: the higher mode centres the panels and the scan on the other
+    # mode's side goes on at least past it.
+    peak = LIK_PEAK(kind, y, extra, params)  # noqa: F821
     f = mu
     g2 = -1.0 / var
-    for _ in range(60):
-        h = 1e-4 * (1.0 + abs(f))
-        lp = log_lik(kind, y, extra, f + h, params)
-        l0 = log_lik(kind, y, extra, f, params)
-        lm = log_lik(kind, y, extra, f - h, params)
-        if not (math.isfinite(lp) and math.isfinite(l0) and math.isfinite(lm)):
-            g2 = -1.0 / var
+    g_top = -math.inf
+    other = math.nan
+    for start in range(2):
+        x = mu if start == 0 else peak
+        if start == 1 and not math.isfinite(peak):
             break
-        g1 = alpha * (lp - lm) / (2.0 * h) - (f - mu) / var
-        g2 = alpha * (lp - 2.0 * l0 + lm) / (h * h) - 1.0 / var
-        if not g2 < 0.0:
-            g2 = -1.0 / var
-        step = -g1 / g2
-        lim = 4.0 * math.sqrt(-1.0 / g2)
-        if step > lim:
-            step = lim
-        elif step < -lim:
-            step = -lim
-        f += step
-        if abs(step) <= 1e-10 * (1.0 + abs(f)) or abs(step) <= 1e-6 * lim:
-            break
+        gx = alpha * log_lik(kind, y, extra, x, params) - 0.5 * (x - mu) * (x - mu) / var
+        c = -1.0 / var
+        for _ in range(200):
+            h = 1e-4 * (1.0 + abs(x))
+            lp = log_lik(kind, y, extra, x + h, params)
+            lm = log_lik(kind, y, extra, x - h, params)
+            l0 = log_lik(kind, y, extra, x, params)
+            if not (math.isfinite(lp) and math.isfinite(l0) and math.isfinite(lm)):
+                c = -1.0 / var
+                break
+            d = alpha * (lp - lm) / (2.0 * h) - (x - mu) / var
+            c = alpha * (lp - 2.0 * l0 + lm) / (h * h) - 1.0 / var
+            if not c < 0.0:
+                c = -1.0 / var
+            step = -d / c
+            accepted = False
+            for _ in range(80):
+                xn = x + step
+                gn = (alpha * log_lik(kind, y, extra, xn, params)
+                      - 0.5 * (xn - mu) * (xn - mu) / var)
+                if gn >= gx or not gx > -math.inf:
+                    accepted = math.isfinite(gn)
+                    if accepted:
+                        break
+                step *= 0.5
+            if not accepted:
+                break
+            x = xn
+            gx = gn
+            if abs(step) <= 1e-12 * (1.0 + abs(x)) or abs(step) * math.sqrt(-c) <= 1e-7:
+                break
+        if gx > g_top:
+            if start == 1:
+                other = f
+            f = x
+            g2 = c
+            g_top = gx
+        elif start == 1:
+            other = x
     s = math.sqrt(-1.0 / g2)
     off = f - mu                      # mode - mu, so f - mu = off + u is cancellation-free
     top = -math.inf
@@ -95,9 +125,14 @@ def _quad_source(kind, y, extra, mu, var, alpha, params, k):
     mg = 0.0
     for side in (1.0, -1.0):
         u0 = 0.0                                                # panel start, f - mode
+        width = s
+        # the other local mode, if it lies on this side: the scan does not stop before it
+        beyond = side * (other - f) if other == other else -1.0
         for _ in range(_MAX_PANELS):
-            # Panel width from the local slope and curvature of the log integrand:
-            # it changes by at most ~5 e-folds (slope) or ~4 (curvature) per panel.
+            # Panel width from the local slope and curvature of the log integrand: it
+            # changes by at most ~5 e-folds (slope) or ~4 (curvature) per panel; at most
+            # twice the last panel, so widths grow back after a narrow feature (a spike
+            # of the likelihood inside a wide cavity).
             fc = f + side * u0
             h = 1e-4 * (1.0 + abs(fc))
             lp = alpha * log_lik(kind, y, extra, fc + h, params)
@@ -107,7 +142,7 @@ def _quad_source(kind, y, extra, mu, var, alpha, params, k):
             d1 = side * ((lp - lm) / (2.0 * h) - dc / var)           # slope outwards
             c2 = (lp - 2.0 * l0 + lm) / (h * h) - 1.0 / var
             d2 = abs(c2)
-            width = s
+            width = max(s, 2.0 * width)
             if d1 * d1 * width * width > 25.0:
                 width = 5.0 / abs(d1)
             if d2 * width * width > 4.0:
@@ -155,7 +190,8 @@ def _quad_source(kind, y, extra, mu, var, alpha, params, k):
                 if k >= 0:
                     mg += w * dlog_lik(kind, y, extra, f + u, params, k)
             u0 += width
-            if not end_val + math.log(s) > top - _DROP:
+            # what is left beyond is about end value x local width (the panel's, or s)
+            if not end_val + math.log(max(s, width)) > top - _DROP and u0 > beyond:
                 break
     if not w_sum > 0.0:
         return -math.inf, 0.0, 0.0, 0.0
@@ -170,17 +206,28 @@ def _no_dlog_lik(kind, y, extra, f, params, k):
     return 0.0
 
 
-def _compile_quad(log_lik, dlog_lik=_no_dlog_lik, **options):
-    """Compile :func:`_quad_source` with ``LOG_LIK``, ``DLOG_LIK`` bound to ``log_lik``,
-    ``dlog_lik``."""
-    glb = dict(_quad_source.__globals__, LOG_LIK=log_lik, DLOG_LIK=dlog_lik)
+@njit
+def _no_peak(kind, y, extra, params):
+    return math.nan
+
+
+@njit
+def _peak_at_target(kind, y, extra, params):
+    return y
+
+
+def _compile_quad(log_lik, dlog_lik=_no_dlog_lik, lik_peak=_no_peak, **options):
+    """Compile :func:`_quad_source` with ``LOG_LIK``, ``DLOG_LIK``, ``LIK_PEAK`` bound to
+    ``log_lik``, ``dlog_lik``, ``lik_peak`` (``lik_peak(kind, y, extra, params)``: where
+    the likelihood peaks in f, a second start for the mode search, or NaN for none)."""
+    glb = dict(_quad_source.__globals__, LOG_LIK=log_lik, DLOG_LIK=dlog_lik, LIK_PEAK=lik_peak)
     fn = types_module.FunctionType(_quad_source.__code__, glb, "quad_moments")
     fn.__qualname__ = "quad_moments"
     return numba.njit(error_model="numpy", **options)(fn)
 
 
 #: Tilted moments (and one parameter derivative) of the built-in log-likelihood ``kind``.
-quad_moments = _compile_quad(builtin_log_lik, builtin_dlog_lik, cache=True)
+quad_moments = _compile_quad(builtin_log_lik, builtin_dlog_lik, builtin_peak, cache=True)
 
 
 @njit(cache=True, error_model="numpy")
@@ -437,6 +484,11 @@ class Likelihood:
         y = float_array(_broadcast(y, n, "y"), "y", 1, allow_nan=self.nan_targets)
         return y, mu, var
 
+    def check_params(self, params):
+        """``params`` (values like :attr:`params`) checked: a float array of their shape,
+        positive."""
+        return float_array(params, "params", 1, (len(self.param_names),), positive=True)
+
     def tilted(self, y, mu_cav, var_cav, alpha=1.0, extra=None, params=None):
         """Vectorised tilted moments: arrays ``(log_Z, dlogZ_dmu, d2logZ_dmu2)``.
 
@@ -448,8 +500,7 @@ class Likelihood:
         if not (isinstance(alpha, numbers.Real) and 0.0 < alpha <= 1.0):
             raise ValueError(f"alpha must be a number in (0, 1]; got {alpha!r}.")
         extra = self.check_extra(extra, n)
-        params = self.params if params is None else float_array(
-            params, "params", 1, (len(self.param_names),), positive=True)
+        params = self.params if params is None else self.check_params(params)
         check_likelihood(self)
         out = np.empty((3, n))
         tilted_batch(self.scalar_tilted, y, extra, mu, var, float(alpha), params,
@@ -556,7 +607,9 @@ class CustomLikelihood(Likelihood):
         def bound(kind, y, extra, f, p):
             return user(y, extra, f, p)
 
-        core = _compile_quad(bound)
+        # not log-concave: the tilted density may have a second mode near the
+        # likelihood's peak, assumed at f = y (as for location likelihoods)
+        core = _compile_quad(bound, lik_peak=_no_peak if self.log_concave else _peak_at_target)
         concave = self.log_concave
         try:
             @njit(TILTED_SIG, error_model="numpy")

@@ -59,8 +59,11 @@ def tobit_log_lik(y, lower, upper, f, sigma):
 
 @jit("f8(f8, f8, f8)")
 def poisson_log_lik(y, log_exposure, f):
-    """log Poisson(y | exp(f + log_exposure)) = y eta - exp(eta) - log y!."""
+    """log Poisson(y | exp(f + log_exposure)) = y eta - exp(eta) - log y!  (-inf where
+    exp(eta) overflows: a rate past 1e304 gives any count probability 0)."""
     eta = f + log_exposure
+    if eta > 709.0:
+        return -math.inf
     return y * eta - math.exp(eta) - math.lgamma(y + 1.0)
 
 
@@ -204,3 +207,12 @@ def builtin_dlog_lik(kind, y, extra, f, params, k):
     if kind == ORDINAL:
         return ordinal_dlog_lik(y, f, params, k)
     return 0.0
+
+
+@jit("f8(i8, f8, f8[::1], f8[::1])")
+def builtin_peak(kind, y, extra, params):
+    """Where log p(y | f) of the built-in likelihood ``kind`` peaks in f, if it is not
+    log-concave (a second start for the quadrature's mode search); NaN otherwise."""
+    if kind == STUDENT_T:
+        return y
+    return math.nan

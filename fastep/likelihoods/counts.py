@@ -71,8 +71,10 @@ class _CountLikelihood(Likelihood):
     data_names = ("exposure",)
 
     def _init_exposure(self, exposure):
-        if exposure is not None and not isinstance(exposure, numbers.Real):
-            exposure = np.asarray(exposure, dtype=float)
+        if exposure is not None:
+            if not isinstance(exposure, numbers.Real):
+                exposure = np.asarray(exposure, dtype=float)
+            check_exposure(exposure, np.size(exposure))      # positive and finite, now
         self.exposure = exposure
 
     def site_extra(self, n):

@@ -151,6 +151,15 @@ class OrdinalProbit(Likelihood):
     def __repr__(self):
         return f"OrdinalProbit(cut_points={np.round(self.cut_points, 4).tolist()})"
 
+    def check_params(self, params):
+        """Raw cut points (the values :attr:`params` holds), checked and of this
+        likelihood's number of levels."""
+        cuts = check_cut_points(params)
+        if cuts.size != self.cut_points.size:
+            raise ValueError(f"params of this {self.n_levels}-level OrdinalProbit must be "
+                             f"{self.cut_points.size} cut points; got {cuts.size}.")
+        return cuts
+
     def to_dict(self):
         return {"type": "OrdinalProbit", "cut_points": self.cut_points.tolist(),
                 "fixed": self.fixed}
@@ -161,13 +170,17 @@ class OrdinalProbit(Likelihood):
             y = np.asarray(y)[:, 0]
         return check_levels(y, self.n_levels)
 
+    def _site_arrays(self, y, mu_cav, var_cav):
+        # the compiled code indexes the cut points by the label: check the labels here
+        y, mu, var = super()._site_arrays(y, mu_cav, var_cav)
+        return check_levels(y, self.n_levels), mu, var
+
     def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
         """d log Z_i / d theta (theta = [b_0, log gaps]), shape (n, n_dims): closed form
         at alpha = 1 (d log Z / d b_k = phi(B)/(c Z), d / d b_{k-1} = -phi(A)/(c Z)),
         differentiation under the integral otherwise."""
         y, mu, var = self._site_arrays(y, mu_cav, var_cav)
         n = mu.shape[0]
-        y = check_levels(y, self.n_levels)
         cuts = self.cut_points
         n_cuts = cuts.size
         g_cut = np.zeros((n, n_cuts))
@@ -214,7 +227,6 @@ class OrdinalProbit(Likelihood):
         return p / p.sum(axis=1, keepdims=True)
 
     def log_predictive_density(self, y, mean, var, extra=None):
-        y = check_levels(np.ravel(y), self.n_levels)
-        return self.tilted(y, mean, var)[0]
+        return self.tilted(np.ravel(y), mean, var)[0]
 
 
