@@ -41,6 +41,24 @@ def theta_names(kernel, likelihood_names=()):
     return names + list(likelihood_names)
 
 
+def _evaluate(problem, theta, sites):
+    """``(log Z, gradient, result)`` at theta from the given warm-start sites; a failed
+    evaluation (EP broke down, a non-finite value, or sites left out, whose log Z is not
+    comparable) gives ``(-_FAILED, 0, result)``."""
+    try:
+        # trial points far from the optimum may not converge; only the final fit warns
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            warnings.simplefilter("ignore", EPNumericalWarning)
+            value, grad, result = problem.with_theta(theta).evidence(sites)
+    except NotPositiveDefiniteError:
+        return -_FAILED, np.zeros(theta.size), None
+    if not (np.isfinite(value) and np.all(np.isfinite(grad))) or \
+            getattr(result, "n_skipped", 0):
+        return -_FAILED, np.zeros(theta.size), result
+    return value, grad, result
+
+
 def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sites=None,
                       owner="the estimator", max_iter=MAX_ITER, tol=TOL):
     """Maximise ``problem.evidence`` over ``problem.theta``.
@@ -85,27 +103,32 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         last = warm.get("last")
         if last is not None and np.array_equal(last[0], theta):     # asked again
             return (last[1], last[2]) if eval_gradient else last[1]
-        try:
-            # trial points far from the optimum may not converge; only the final fit warns
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                warnings.simplefilter("ignore", EPNumericalWarning)
-                value, grad, result = problem.with_theta(theta).evidence(warm["sites"])
-        except NotPositiveDefiniteError:
-            value, grad, result = -_FAILED, np.zeros(theta.size), None
-        if not (np.isfinite(value) and np.all(np.isfinite(grad))) or \
-                getattr(result, "n_skipped", 0):
-            # a log Z that left sites out (improper cavities) is not comparable: a failure
-            value, grad = -_FAILED, np.zeros(theta.size)
-        elif hasattr(result, "site_tau"):
+        # warm start from the sites of the best evaluation so far: a line search's trial
+        # point is near it, while the last evaluation may be a wild first step whose
+        # sites lead EP with a non-log-concave likelihood to a poor fixed point
+        start = warm["sites"] if warm["best"] is None else warm["best"][2]
+        value, grad, result = _evaluate(problem, theta, start)
+        if value == -_FAILED and start is not None:
+            value, grad, result = _evaluate(problem, theta, None)      # retry cold
+        if value != -_FAILED and hasattr(result, "site_tau"):
             warm["sites"], warm["theta"] = (result.site_tau, result.site_nu), theta.copy()
             if warm["best"] is None or value > warm["best"][0]:
                 warm["best"] = (value, warm["theta"], warm["sites"])
         warm["step"] += 1
         _LOG.info("ML-II step %d: log evidence %.4f%s", warm["step"], value,
                   f" after {result.n_iter} EP sweeps" if hasattr(result, "n_iter") else "")
-        warm["last"] = (theta.copy(), -value, -grad)
-        return (-value, -grad) if eval_gradient else -value
+        out, out_grad = -value, -grad
+        if value == -_FAILED and warm["best"] is not None:
+            # EP failed here: a bowl about the best point, above it, whose slope points
+            # back to it, so that the line search shortens the step (a flat huge value
+            # made L-BFGS-B abandon the search at the first failure)
+            best_value, best_theta = warm["best"][0], warm["best"][1]
+            gap = theta - best_theta
+            height = 1.0 + abs(best_value)
+            out = -best_value + height * (1.0 + 0.5 * float(gap @ gap))
+            out_grad = height * gap
+        warm["last"] = (theta.copy(), out, out_grad)
+        return (out, out_grad) if eval_gradient else out
 
     bounds = np.asarray(problem.bounds, dtype=float)
 

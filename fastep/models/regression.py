@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import numpy as np
 from sklearn.base import RegressorMixin
@@ -39,6 +40,12 @@ class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
 Likelihood, default="student_t"
         A name (the likelihood with its default parameters) or an instance, whose
         parameters are the starting point of ML-II (or kept, with ``optimizer=None``).
+        ``"student_t"`` starts ML-II twice, from a broad scale (the standard deviation
+        of y) and a narrow one (a tenth of it), and keeps the higher evidence: the
+        Student-t evidence often has one mode that treats outliers as broad noise and a
+        higher one that explains them as outliers, and a single start finds the mode
+        nearest to it (seen on Neal's function with 15% outliers: log evidence -68.4
+        from scale 1, +1.4 from scale 0.1).
     method, optimizer, n_restarts_optimizer, max_iter_optimizer, tol_optimizer, damping, \
 tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
         As in :class:`~fastep.EPGaussianProcessClassifier` (the README's table of shared
@@ -148,11 +155,31 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         config = self._ep_config(backend, likelihood)
         rng = as_generator(self.random_state)
         X = np.ascontiguousarray(X)
-        latent = LatentGP(X, y, fresh_kernel(self.kernel), likelihood, config,
-                          self._inducing_inputs(X, rng))
-        latent, result = self._fit_latent(latent, rng)
-        self._set_latent(latent, result)
+        Z = self._inducing_inputs(X, rng)
+        best = None
+        for start in self._likelihood_starts(likelihood, y):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                latent = LatentGP(X, y, fresh_kernel(self.kernel), start, config, Z)
+                fit = self._fit_latent(latent, rng)
+            if best is None or (fit[1].log_marginal_likelihood
+                                > best[0][1].log_marginal_likelihood):
+                best = (fit, caught)
+        for w in best[1]:                             # the warnings of the fit kept
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        self._set_latent(*best[0])
         return self
+
+    def _likelihood_starts(self, likelihood, y):
+        """The likelihoods ML-II starts from: the given one, and for the default
+        ``"student_t"`` a broad and a narrow scale (see the class docstring)."""
+        if self.likelihood != "student_t" or self.optimizer is None:
+            return [likelihood]
+        s = float(np.std(y)) or 1.0
+        low, high = np.exp(likelihood.bounds[1])
+        return [likelihood.clone_with_theta(np.log([likelihood.df,
+                                                    np.clip(scale, low, high)]))
+                for scale in (s, 0.1 * s)]
 
 
     def _state(self):
