@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 
 from .._checks import float_array
+from .._linalg import NotPositiveDefiniteError
 
 
 class ConvergenceWarning(UserWarning):
@@ -22,6 +23,30 @@ class EPNumericalWarning(UserWarning):
 
 #: Smallest fraction of a proposed step that robust EP tries before giving up.
 MIN_STEP = 2.0 ** -12
+
+
+def backtrack(attempt, old_tau, old_nu, tau, nu, ctl, failure):
+    """Robust EP's inner loop, shared by dense and sparse EP: ``attempt(step)`` returns
+    the posterior at the proposed sites ``tau, nu`` (a fraction ``step`` of the way from
+    ``old_tau, old_nu``), or None when it is not proper; on None the step is halved, in
+    place in ``tau, nu``, and tried again.  A shorter step than 1 also shrinks the
+    damping of later sweeps (``ctl``).  Below :data:`MIN_STEP` it raises
+    :class:`NotPositiveDefiniteError` with the message ``failure``.
+
+    This keeps every iterate proper, in the spirit of the damping control of GPstuff's
+    robust EP (Jylanki, Vanhatalo & Vehtari 2011, section 4)."""
+    step = 1.0
+    while True:
+        post = attempt(step)
+        if post is not None:
+            if step < 1.0:
+                ctl.damping = max(MIN_STEP, ctl.damping * step)
+            return post
+        step *= 0.5
+        if step < MIN_STEP:
+            raise NotPositiveDefiniteError(failure.format(min_step=MIN_STEP))
+        tau[...] = 0.5 * (old_tau + tau)
+        nu[...] = 0.5 * (old_nu + nu)
 
 
 def check_sweep_controls(damping, tol, max_iter):

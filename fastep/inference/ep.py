@@ -41,7 +41,7 @@ from .._linalg import NotPositiveDefiniteError
 from .._numerics import MIN_VARIANCE
 from ..backend import resolve
 from ..likelihoods._base import check_likelihood
-from ._sweep import (MIN_STEP, ConvergenceWarning, EPNumericalWarning, SweepControl,
+from ._sweep import (ConvergenceWarning, EPNumericalWarning, SweepControl, backtrack,
                      check_kernel_matrix, check_sweep_controls, fill_cavities, initial_sites,
                      site_change)
 
@@ -409,17 +409,16 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
             ctl.advance(site_change(xp, tau, nu, new_tau, new_nu))
             tau, new_tau = new_tau, tau
             nu, new_nu = new_nu, nu
-            if robust:
-                post = None
-                post = _backtrack(be, K, kdiag, new_tau, new_nu, tau, nu, work, ctl)
-                continue
         else:
             old_tau, old_nu = tau.copy(), nu.copy()
             skipped = _sequential_sweep(be, tilted, y, extra, params, post, tau, nu,
                                         ctl.damping, clip)
             ctl.advance(site_change(xp, old_tau, old_nu, tau, nu), damped=False)
         post = None                                   # free the old factors first
-        post = _Posterior(be, K, kdiag, tau, nu, need_cov, work)
+        if robust and method == "parallel":
+            post = _backtrack(be, K, kdiag, new_tau, new_nu, tau, nu, work, ctl)
+        else:
+            post = _Posterior(be, K, kdiag, tau, nu, need_cov, work)
 
     mu_cav, var_cav = ctl.finish(ok, mu_cav, var_cav, post.mean, post.var, xp)
     post.cov = None                                   # not needed after the sweeps
@@ -428,35 +427,24 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
 
 
 def _backtrack(be, K, kdiag, old_tau, old_nu, tau, nu, work, ctl):
-    """Robust EP's inner loop: the posterior at the proposed sites ``tau, nu`` if it is
-    proper with a proper cavity at every site; else the step from ``old_*`` is halved (in
-    place in ``tau, nu``) until it is, and the damping of later sweeps shrinks with it.
-
-    Plain parallel EP stops with an error at an improper posterior and skips sites with an
-    improper cavity; this keeps every iterate a proper Gaussian with proper cavities, in the
-    spirit of the damping control of GPstuff's robust EP (Jylanki, Vanhatalo & Vehtari 2011,
-    section 4) for likelihoods that are not log-concave."""
+    """Robust parallel EP (:func:`fastep.inference._sweep.backtrack`): the posterior at
+    the proposed sites ``tau, nu`` if it is proper with a proper cavity at every site,
+    else at a shorter step from ``old_*``.  Plain parallel EP stops with an error at an
+    improper posterior and skips sites with an improper cavity."""
     xp = be.xp
-    step = 1.0
-    while True:
+
+    def attempt(step):                    # the sites in tau, nu are already the step's
         try:
             post = _Posterior(be, K, kdiag, tau, nu, False, work)
-            if bool(xp.all(1.0 / post.var - tau > 0.0)):
-                if step < 1.0:
-                    ctl.damping = max(MIN_STEP, ctl.damping * step)
-                return post
         except NotPositiveDefiniteError:
-            pass
-        post = None
-        step *= 0.5
-        if step < MIN_STEP:
-            raise NotPositiveDefiniteError(
-                f"robust EP: no step of at least {MIN_STEP:g} of the proposed site update keeps "
-                "the posterior and its cavities proper; the kernel matrix may be near "
-                "singular (add jitter, e.g. a WhiteKernel(1e-6)) or the likelihood parameters "
-                "far from the data (e.g. a Student-t scale far too small).")
-        tau[...] = 0.5 * (old_tau + tau)
-        nu[...] = 0.5 * (old_nu + nu)
+            return None
+        return post if bool(xp.all(1.0 / post.var - tau > 0.0)) else None
+
+    return backtrack(attempt, old_tau, old_nu, tau, nu, ctl,
+                     "robust EP: no step of at least {min_step:g} of the proposed site update "
+                     "keeps the posterior and its cavities proper; the kernel matrix may be "
+                     "near singular (add jitter, e.g. a WhiteKernel(1e-6)) or the likelihood "
+                     "parameters far from the data (e.g. a Student-t scale far too small).")
 
 
 def _result(be, post, tau, nu, log_ev, sweeps, converged, skipped, mu_cav, var_cav, method,

@@ -52,7 +52,7 @@ from .._linalg import NotPositiveDefiniteError, trmm_lower_nogil
 from ..backend import resolve
 from ..likelihoods._base import check_likelihood
 from ..backend._base import CHUNK_ROWS
-from ._sweep import (MIN_STEP, SweepControl, check_sweep_controls, initial_sites,
+from ._sweep import (SweepControl, backtrack, check_sweep_controls, initial_sites,
                      site_change)
 from .sparse import cholesky_uu, uu_from_whitened
 
@@ -427,32 +427,27 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
 
 
 def _backtrack(q, P_G, b_G, old_tau, old_nu, tau, nu, ctl):
-    """Robust sparse EP's inner loop (as :func:`fastep.inference.ep._backtrack`): q at the
-    proposed sites if its precision is positive definite, else the step from the old sites
-    is halved (in place in ``tau, nu``) until it is.  In the current q's whitened
-    coordinates the proposal's precision is ``I + L_P P_G L_P^T`` and the old one
-    ``L_P L_P^T``; both, and b, are linear in the sites, so a shorter step blends them."""
+    """Robust sparse EP (:func:`fastep.inference._sweep.backtrack`, as in
+    :func:`fastep.inference.ep._backtrack`): q at the proposed sites if its precision is
+    positive definite, else at a shorter step.  In the current q's whitened coordinates
+    the proposal's precision is ``I + L_P P_G L_P^T`` and the old one ``L_P L_P^T``; both,
+    and b, are linear in the sites, so a shorter step blends them."""
     L = q.L_P
     P_new, b_new = np.eye(L.shape[0]) + L @ P_G @ L.T, L @ b_G
     P_old = L @ L.T
-    step = 1.0
-    while True:
+
+    def attempt(step):
         P = step * P_new + (1.0 - step) * P_old
         try:
             L_P = _precision_factor(0.5 * (P + P.T))
         except NotPositiveDefiniteError:
-            step *= 0.5
-            if step < MIN_STEP:
-                raise NotPositiveDefiniteError(
-                    f"robust sparse EP: no step of at least {MIN_STEP:g} of the proposed site "
-                    "update keeps q(u) proper; add jitter to the kernel or check the "
-                    "likelihood parameters.") from None
-            tau[...] = 0.5 * (old_tau + tau)
-            nu[...] = 0.5 * (old_nu + nu)
-            continue
-        if step < 1.0:
-            ctl.damping = max(MIN_STEP, ctl.damping * step)
+            return None
         return _InducingPosterior.from_factor(q.L_uu, L_P, step * b_new + (1.0 - step) * q.b)
+
+    return backtrack(attempt, old_tau, old_nu, tau, nu, ctl,
+                     "robust sparse EP: no step of at least {min_step:g} of the proposed site "
+                     "update keeps q(u) proper; add jitter to the kernel or check the "
+                     "likelihood parameters.")
 
 
 def _on_backend(be, q, prior=False):

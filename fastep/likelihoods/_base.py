@@ -77,35 +77,33 @@ def _quad_source(kind, y, extra, mu, var, alpha, params, k):
         x = mu if start == 0 else peak
         if start == 1 and not math.isfinite(peak):
             break
-        gx = alpha * log_lik(kind, y, extra, x, params) - 0.5 * (x - mu) * (x - mu) / var
+        lx = log_lik(kind, y, extra, x, params)
+        gx = alpha * lx - 0.5 * (x - mu) * (x - mu) / var
         c = -1.0 / var
         for _ in range(200):
             h = 1e-4 * (1.0 + abs(x))
             lp = log_lik(kind, y, extra, x + h, params)
             lm = log_lik(kind, y, extra, x - h, params)
-            l0 = log_lik(kind, y, extra, x, params)
-            if not (math.isfinite(lp) and math.isfinite(l0) and math.isfinite(lm)):
+            if not (math.isfinite(lp) and math.isfinite(lx) and math.isfinite(lm)):
                 c = -1.0 / var
                 break
             d = alpha * (lp - lm) / (2.0 * h) - (x - mu) / var
-            c = alpha * (lp - 2.0 * l0 + lm) / (h * h) - 1.0 / var
+            c = alpha * (lp - 2.0 * lx + lm) / (h * h) - 1.0 / var
             if not c < 0.0:
                 c = -1.0 / var
             step = -d / c
             accepted = False
             for _ in range(80):
                 xn = x + step
-                gn = (alpha * log_lik(kind, y, extra, xn, params)
-                      - 0.5 * (xn - mu) * (xn - mu) / var)
-                if gn >= gx or not gx > -math.inf:
-                    accepted = math.isfinite(gn)
-                    if accepted:
-                        break
+                ln = log_lik(kind, y, extra, xn, params)
+                gn = alpha * ln - 0.5 * (xn - mu) * (xn - mu) / var
+                if math.isfinite(gn) and not gn < gx:        # gx may be -inf or NaN
+                    accepted = True
+                    break
                 step *= 0.5
             if not accepted:
                 break
-            x = xn
-            gx = gn
+            x, lx, gx = xn, ln, gn
             if abs(step) <= 1e-12 * (1.0 + abs(x)) or abs(step) * math.sqrt(-c) <= 1e-7:
                 break
         if gx > g_top:
@@ -123,11 +121,19 @@ def _quad_source(kind, y, extra, mu, var, alpha, params, k):
     m1 = 0.0
     m2 = 0.0
     mg = 0.0
+    # alpha * log_lik at the mode and +- h: the start of each side's first panel
+    h = 1e-4 * (1.0 + abs(f))
+    mode_p = alpha * log_lik(kind, y, extra, f + h, params)
+    mode_0 = alpha * log_lik(kind, y, extra, f, params)
+    mode_m = alpha * log_lik(kind, y, extra, f - h, params)
     for side in (1.0, -1.0):
         u0 = 0.0                                                # panel start, f - mode
         width = s
         # the other local mode, if it lies on this side: the scan does not stop before it
         beyond = side * (other - f) if other == other else -1.0
+        # alpha * log_lik at the panel start and +- h there (h = 1e-4 (1 + |start|)): the
+        # previous panel's end values, which are taken at the same points
+        lp, l0, lm, known = mode_p, mode_0, mode_m, True
         for _ in range(_MAX_PANELS):
             # Panel width from the local slope and curvature of the log integrand: it
             # changes by at most ~5 e-folds (slope) or ~4 (curvature) per panel; at most
@@ -135,9 +141,10 @@ def _quad_source(kind, y, extra, mu, var, alpha, params, k):
             # of the likelihood inside a wide cavity).
             fc = f + side * u0
             h = 1e-4 * (1.0 + abs(fc))
-            lp = alpha * log_lik(kind, y, extra, fc + h, params)
-            l0 = alpha * log_lik(kind, y, extra, fc, params)
-            lm = alpha * log_lik(kind, y, extra, fc - h, params)
+            if not known:
+                lp = alpha * log_lik(kind, y, extra, fc + h, params)
+                l0 = alpha * log_lik(kind, y, extra, fc, params)
+                lm = alpha * log_lik(kind, y, extra, fc - h, params)
             dc = off + side * u0
             d1 = side * ((lp - lm) / (2.0 * h) - dc / var)           # slope outwards
             c2 = (lp - 2.0 * l0 + lm) / (h * h) - 1.0 / var
@@ -152,18 +159,21 @@ def _quad_source(kind, y, extra, mu, var, alpha, params, k):
             # value, and its curvature has changed little across the panel (catches
             # an edge of the likelihood that the start point cannot see).
             g0 = l0 - 0.5 * dc * dc / var
+            known = False
             for _ in range(60):
                 fe = f + side * (u0 + width)
                 de = off + side * (u0 + width)
                 he = 1e-4 * (1.0 + abs(fe))
                 le = alpha * log_lik(kind, y, extra, fe, params)
-                ce = (alpha * (log_lik(kind, y, extra, fe + he, params)
-                               + log_lik(kind, y, extra, fe - he, params)) - 2.0 * le) / (he * he)
+                lep = alpha * log_lik(kind, y, extra, fe + he, params)
+                lem = alpha * log_lik(kind, y, extra, fe - he, params)
+                ce = (lep + lem - 2.0 * le) / (he * he)
                 ge = le - 0.5 * de * de / var
                 model = g0 + d1 * width + 0.5 * c2 * width * width
                 smooth = abs(ce - 1.0 / var - c2) * width * width <= 0.25
                 if ((smooth and abs(ge - model) <= 0.25 and abs(ge - g0) <= 8.0)
                         or not width > 1e-12 * s):
+                    lp, l0, lm, known = lep, le, lem, True
                     break
                 width *= 0.5
             end_val = -math.inf
@@ -381,12 +391,17 @@ class Likelihood:
     def theta(self):
         return np.log([self._values[n] for n in self._free()])
 
-    @theta.setter
-    def theta(self, theta):
+    def _checked_theta(self, theta):
+        """``theta`` as a float array of shape (n_dims,), or a ``ValueError``."""
         theta = np.atleast_1d(np.asarray(theta, dtype=float))
         if theta.shape != (self.n_dims,):
             raise ValueError(f"theta of {type(self).__name__} must have shape ({self.n_dims},); "
                              f"got {theta.shape}.")
+        return theta
+
+    @theta.setter
+    def theta(self, theta):
+        theta = self._checked_theta(theta)
         for n, t in zip(self._free(), theta):
             self._values[n] = float(np.exp(t))
 

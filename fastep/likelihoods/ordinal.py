@@ -15,7 +15,6 @@ The cut points are learnt in an unconstrained parameterisation,
 """
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
@@ -130,17 +129,9 @@ class OrdinalProbit(Likelihood):
 
     @theta.setter
     def theta(self, theta):
-        theta = np.atleast_1d(np.asarray(theta, dtype=float))
-        if theta.shape != (self.n_dims,):
-            raise ValueError(f"theta of OrdinalProbit must have shape ({self.n_dims},); got "
-                             f"{theta.shape}.")
+        theta = self._checked_theta(theta)
         if theta.size:
             self.cut_points = theta[0] + np.concatenate([[0.0], np.cumsum(np.exp(theta[1:]))])
-
-    def clone_with_theta(self, theta):
-        lik = copy.copy(self)
-        lik.theta = theta
-        return lik
 
     @property
     def bounds(self):

@@ -186,9 +186,9 @@ class LatentGP:
         mean = np.where(ok, (result.mean - result.site_nu * var_h) / safe, result.mean)
         return mean, np.where(ok, var_h / safe, var_h) + result.resid
 
-    def loo_log_density(self, result):
-        """log p(y_i | y_-i) ~ log int p(y_i | f) N(f | LOO cavity) df for every point."""
-        mean, var = self.loo_cavity(result)
+    def loo_log_density(self, mean, var):
+        """log p(y_i | y_-i) ~ log int p(y_i | f) N(f | mean_i, var_i) df for every point,
+        given the LOO cavity ``(mean, var)`` of :meth:`loo_cavity`."""
         lik = self.likelihood
         return lik.tilted(self.y, mean, np.maximum(var, 1e-300),
                           extra=lik.site_extra(self.y.shape[0]))[0]

@@ -388,7 +388,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         label."""
         mean, var = self._latent.loo_cavity(self.result_)
         p = ndtr(mean / np.sqrt(1.0 + var))
-        return (self._latent.loo_log_density(self.result_),
+        return (self._latent.loo_log_density(mean, var),
                 self.classes_[(p > 0.5).astype(int)])
 
     def predict(self, X):

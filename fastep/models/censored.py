@@ -246,7 +246,7 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
             raise ValueError("leave-one-out from cavities needs inference='ep'; Laplace has "
                              "no cavity distributions.")
         mean, var = self._latent.loo_cavity(self.result_)
-        return (self._latent.loo_log_density(self.result_),
+        return (self._latent.loo_log_density(mean, var),
                 self._latent.likelihood.predict_y(mean, var)[0])
 
     def log_predictive_density(self, X, y, lower=None, upper=None):

@@ -288,7 +288,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
     def _loo(self):
         cavities = [latent.loo_cavity(r) for latent, r in zip(self._latents, self.results_)]
         if len(self._latents) == 1:
-            lpd = self._latents[0].loo_log_density(self.results_[0])
+            lpd = self._latents[0].loo_log_density(*cavities[0])
             proba = self._proba([cavities[0][0]], [cavities[0][1]])
         else:                  # one-vs-rest: the normalised probability of the true class
             proba = self._proba([c[0] for c in cavities], [c[1] for c in cavities])

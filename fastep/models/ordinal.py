@@ -162,4 +162,4 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
     def _loo(self):
         mean, var = self._latent.loo_cavity(self.result_)
         proba = self.likelihood_.predict_proba(mean, var)
-        return self._latent.loo_log_density(self.result_), self.classes_[np.argmax(proba, 1)]
+        return self._latent.loo_log_density(mean, var), self.classes_[np.argmax(proba, 1)]

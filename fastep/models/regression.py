@@ -233,5 +233,5 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
 
     def _loo(self):
         mean, var = self._latent.loo_cavity(self.result_)
-        return (self._latent.loo_log_density(self.result_),
+        return (self._latent.loo_log_density(mean, var),
                 self.likelihood_.predict_y(mean, var)[0])
