@@ -427,3 +427,45 @@ def test_posterior_from_sites_fills_improper_cavities_with_marginals():
     assert res.cavity_mean[0] == pytest.approx(mu[0], rel=1e-12)
     # site 2's cavity is proper: precision 1/Sigma_22 - tau_2
     assert res.cavity_var[1] == pytest.approx(1 / (1 / Sigma[1, 1] - tau[1]), rel=1e-10)
+
+
+def _student_t_outliers(seed=1, n=100):
+    """Neal's function with 15% gross outliers under a narrow Student-t: parallel EP's full
+    steps make the posterior improper here (seed 1, found by trying seeds 0-5)."""
+    from fastep.likelihoods import StudentT
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-3, 3, n)
+    f = 0.3 + 0.4 * x + 0.5 * np.sin(2.7 * x) + 1.1 / (1.0 + x * x)
+    y = f + 0.1 * rng.standard_normal(n)
+    bad = rng.random(n) < 0.15
+    y[bad] = f[bad] + rng.standard_normal(bad.sum())
+    return x[:, None], y, StudentT(1.2, 0.07)
+
+
+def test_robust_parallel_ep_converges_where_plain_ep_fails_to_the_same_fixed_point():
+    """Robust EP (step halving) against two independent routes to EP's fixed point: the
+    sequential schedule (dense) and the chunk-sequential schedule (sparse)."""
+    from fastep.kernels import RBF
+    X, y, lik = _student_t_outliers()
+    kernel = RBF(1.5, 1.0)
+    K = kernel(X) + 1e-8 * np.eye(X.shape[0])
+    with pytest.raises(fastep.NotPositiveDefiniteError):
+        fastep.ep(K, y, lik, method="parallel", robust=False, tol=1e-8, max_iter=300)
+    robust = fastep.ep(K, y, lik, method="parallel", tol=1e-8, max_iter=300)
+    seq = fastep.ep(K, y, lik, method="sequential", tol=1e-10, max_iter=300)
+    assert robust.converged and seq.converged
+    np.testing.assert_allclose(robust.mean, seq.mean, atol=1e-8)
+    np.testing.assert_allclose(robust.var, seq.var, rtol=1e-7)
+    assert abs(robust.log_marginal_likelihood - seq.log_marginal_likelihood) < 1e-8
+
+    Z = X[::5]
+    with pytest.raises(fastep.NotPositiveDefiniteError):
+        fastep.sparse_ep(kernel, Z, X, y, lik, schedule="parallel", robust=False, tol=1e-8,
+                         max_iter=300)
+    sp = fastep.sparse_ep(kernel, Z, X, y, lik, schedule="parallel", tol=1e-8, max_iter=300)
+    chunked = fastep.sparse_ep(kernel, Z, X, y, lik, schedule="sequential", tol=1e-8,
+                               max_iter=300, chunk_size=16)
+    assert sp.converged and chunked.converged
+    assert chunked.n_iter < sp.n_iter              # its own route (no fallback to parallel)
+    np.testing.assert_allclose(sp.mean, chunked.mean, atol=1e-8)
+    assert abs(sp.log_marginal_likelihood - chunked.log_marginal_likelihood) < 1e-8
