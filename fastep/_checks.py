@@ -205,3 +205,10 @@ def check_dense_memory(n, n_matrices, available, where="this machine"):
         f"of n x n float64), but {where} has {_gib(available)} available. Use sparse "
         f"inference with inducing points: n_inducing=500 (or --n-inducing 500 on the command "
         f"line); its memory grows as n x n_inducing.")
+
+
+def is_dask_array(a):
+    """Whether ``a`` is a ``dask.array.Array`` (or dask collection with a shape), told
+    without importing dask."""
+    return type(a).__module__.split(".")[0] == "dask" and hasattr(a, "shape") \
+        and hasattr(a, "__dask_graph__")

@@ -70,12 +70,12 @@ def gpu(tmp_path_factory):
     return data
 
 
-def assert_end_to_end(gpu, gpu_value, cpu_value, what=""):
-    """max |GPU - CPU| <= tol * max |CPU| (a norm-wise relative error): 1e-12 under the
-    simulator, 1e-10 on a GPU."""
+def assert_end_to_end(gpu, gpu_value, cpu_value, what="", sim_tol=1e-12):
+    """max |GPU - CPU| <= tol * max |CPU| (a norm-wise relative error): ``sim_tol`` under
+    the simulator, 1e-10 on a GPU."""
     g, c = np.asarray(gpu_value, float), np.asarray(cpu_value, float)
     assert g.shape == c.shape
-    tol = 1e-12 if gpu["meta/mode"] == "simulator" else 1e-10
+    tol = sim_tol if gpu["meta/mode"] == "simulator" else 1e-10
     err = float(np.max(np.abs(g - c)))
     scale = max(float(np.max(np.abs(c))), 1e-300)
     assert err <= tol * scale, f"{what}: relative error {err / scale:.3g}"
@@ -305,10 +305,15 @@ def test_dense_ep_on_cuda_equals_cpu(gpu, name):
     kc = kernel(X, X[:5] + 0.1)
     pm, pv = r.predict_latent(kc, np.full(5, 2.0))
     d_kernel, d_lik = ep_gradient(r, kernel, X, y, lik)
+    # the likelihood-parameter gradient of an lgamma likelihood sums quadrature terms of
+    # lgamma, which the simulator takes from CPython (not libm): 1.8e-12 of max |grad| seen
+    # for the Student-t in a fresh environment
     for field, value in (("mean", r.mean), ("var", r.var), ("tau", r.site_tau),
                          ("nu", r.site_nu), ("logz", [r.log_marginal_likelihood]),
                          ("grad", np.concatenate([d_kernel, d_lik]))):
-        assert_end_to_end(gpu, gpu[f"{key}/{field}"], value, field)
+        loose = field == "grad" and name in cc.LGAMMA_LIKS
+        assert_end_to_end(gpu, gpu[f"{key}/{field}"], value, field,
+                          sim_tol=1e-11 if loose else 1e-12)
     # predictions k*^T b and k** - k*^T R k*: relative to the sum of the magnitudes of
     # their terms (with negative or very precise sites, R has entries far above the
     # result, 8e-10 of max |pred| seen apart for Student-t under the simulator)

@@ -3,6 +3,7 @@ adaptive damping and the warnings.  Written over an array module ``xp`` (NumPy o
 CuPy), so the one dense and the one sparse driver use it on every backend."""
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 import warnings
@@ -21,17 +22,22 @@ class EPNumericalWarning(UserWarning):
     """Sites were skipped because their cavity distribution was improper."""
 
 
+#: Every EP sweep is logged here at DEBUG level (``fastep fit`` turns it into a progress
+#: bar on a terminal); nothing is formatted unless a handler asks for it.
+SWEEP_LOG = logging.getLogger("fastep.sweeps")
+
 #: Smallest fraction of a proposed step that robust EP tries before giving up.
 MIN_STEP = 2.0 ** -12
 
 
-def backtrack(attempt, old_tau, old_nu, tau, nu, ctl, failure):
-    """Robust EP's inner loop, shared by dense and sparse EP: ``attempt(step)`` returns
-    the posterior at the proposed sites ``tau, nu`` (a fraction ``step`` of the way from
-    ``old_tau, old_nu``), or None when it is not proper; on None the step is halved, in
-    place in ``tau, nu``, and tried again.  A shorter step than 1 also shrinks the
-    damping of later sweeps (``ctl``).  Below :data:`MIN_STEP` it raises
-    :class:`NotPositiveDefiniteError` with the message ``failure``.
+def backtrack(attempt, shrink, ctl, failure):
+    """Robust EP's inner loop, shared by dense and sparse EP (every way of running it):
+    ``attempt(step)`` returns the posterior at the proposed sites (a fraction ``step`` of
+    the way from the old ones), or None when it is not proper; on None ``shrink()`` halves
+    the step of the proposed sites (wherever they live) and the step is tried again.  A
+    shorter step than 1 also shrinks the damping of later sweeps (``ctl``).  Below
+    :data:`MIN_STEP` it raises :class:`NotPositiveDefiniteError` with the message
+    ``failure``.
 
     This keeps every iterate proper, in the spirit of the damping control of GPstuff's
     robust EP (Jylanki, Vanhatalo & Vehtari 2011, section 4)."""
@@ -45,8 +51,16 @@ def backtrack(attempt, old_tau, old_nu, tau, nu, ctl, failure):
         step *= 0.5
         if step < MIN_STEP:
             raise NotPositiveDefiniteError(failure.format(min_step=MIN_STEP))
+        shrink()
+
+
+def halve_towards(old_tau, old_nu, tau, nu):
+    """``shrink`` of :func:`backtrack` for sites held in arrays: halve, in place, the step
+    of ``tau, nu`` from ``old_tau, old_nu``."""
+    def shrink():
         tau[...] = 0.5 * (old_tau + tau)
         nu[...] = 0.5 * (old_nu + nu)
+    return shrink
 
 
 def check_sweep_controls(damping, tol, max_iter):
@@ -141,6 +155,8 @@ class SweepControl:
         ``max_iter=0`` the loop only evaluates given sites: nothing is to converge.)"""
         self.log_ev = log_ev
         self.history.append(log_ev)
+        if SWEEP_LOG.isEnabledFor(logging.DEBUG):
+            SWEEP_LOG.debug("%s sweep %d: log Z %.6f", self.what, self.sweeps, log_ev)
         if self.callback is not None and self.sweeps:
             self.callback(self.sweeps, log_ev)
         if self.max_iter == 0 or (

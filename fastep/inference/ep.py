@@ -42,8 +42,8 @@ from .._numerics import MIN_VARIANCE
 from ..backend import resolve
 from ..likelihoods._base import check_likelihood
 from ._sweep import (ConvergenceWarning, EPNumericalWarning, SweepControl, backtrack,
-                     check_kernel_matrix, check_sweep_controls, fill_cavities, initial_sites,
-                     site_change)
+                     check_kernel_matrix, check_sweep_controls, fill_cavities, halve_towards,
+                     initial_sites, site_change)
 
 SEQUENTIAL_BLOCK = 256
 METHODS = ("parallel", "sequential")
@@ -440,7 +440,7 @@ def _backtrack(be, K, kdiag, old_tau, old_nu, tau, nu, work, ctl):
             return None
         return post if bool(xp.all(1.0 / post.var - tau > 0.0)) else None
 
-    return backtrack(attempt, old_tau, old_nu, tau, nu, ctl,
+    return backtrack(attempt, halve_towards(old_tau, old_nu, tau, nu), ctl,
                      "robust EP: no step of at least {min_step:g} of the proposed site update "
                      "keeps the posterior and its cavities proper; the kernel matrix may be "
                      "near singular (add jitter, e.g. a WhiteKernel(1e-6)) or the likelihood "

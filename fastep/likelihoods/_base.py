@@ -447,6 +447,11 @@ class Likelihood:
         return d
 
     # --- data --------------------------------------------------------------------
+    def rows(self, start, stop):
+        """This likelihood for the sites ``start:stop`` only (a chunk of rows on a Dask
+        worker): itself, unless it holds per-site data (Tobit's limits)."""
+        return self
+
     def encode_targets(self, y):
         """Validate targets (a vector, or one column) and return them as the float array
         the compiled code reads."""

@@ -110,7 +110,9 @@ class MultiAnnotator(Likelihood):
         return new
 
     def encode_targets(self, y):
-        return np.ones(self.labels.shape[0])
+        """Ones, one per entry of ``y`` (the labels are in ``extra``; a chunk of rows gets
+        its own length)."""
+        return np.ones(np.shape(y)[0] if np.ndim(y) else self.labels.shape[0])
 
     def site_extra(self, n):
         if n != self._extra.shape[0]:

@@ -12,6 +12,8 @@ Limits are per observation (``site_extra`` holds ``(lower_i, upper_i)``), +-inf 
 """
 from __future__ import annotations
 
+import copy
+
 import math
 
 import numpy as np
@@ -220,6 +222,13 @@ class Tobit(Likelihood):
                                                      _limits(self.upper, n, "upper")]))
 
     site_extra = limits
+
+    def rows(self, start, stop):
+        """A copy with the limits of the sites ``start:stop`` (scalars stay scalars)."""
+        part = copy.copy(self)
+        part.lower, part.upper = (v if v is None or np.ndim(v) == 0 else
+                                  np.asarray(v)[start:stop] for v in (self.lower, self.upper))
+        return part
 
     def check_extra(self, extra, n):
         """Per-site limits ``(lower_i, upper_i)``, checked: lower below upper, no NaN."""

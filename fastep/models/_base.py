@@ -29,10 +29,14 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from sklearn.gaussian_process.kernels import Kernel as SklearnKernelBase
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .._checks import is_dask_array
 from ..kernels import RBF, Kernel, as_kernel
 from ..inference.sparse import check_inducing
 from ._latent import EPConfig
 from ._mlii import maximize_evidence
+
+#: Rows of a dask X sampled to place the inducing inputs (k-means++).
+DASK_SAMPLE = 20000
 
 def fit_entry(fit):
     """Decorate an estimator's ``fit``: scikit-learn's parameter validation (once), and
@@ -128,11 +132,58 @@ class EPEstimator(BaseEstimator):
                         optimize_inducing=bool(self.optimize_inducing))
 
     def _inducing_inputs(self, X, rng):
-        """The starting inducing inputs (``inducing_points``, or k-means++ on X), or None
-        for dense EP."""
+        """The starting inducing inputs (``inducing_points``, or k-means++ on X; on a
+        random sample of DASK_SAMPLE rows of a dask X), or None for dense EP."""
         if self.n_inducing is None and self.inducing_points is None:
             return None
+        if is_dask_array(X):
+            m = self.n_inducing or 0
+            if m > X.shape[0]:
+                raise ValueError(f"more inducing points ({m}) than data points "
+                                 f"({X.shape[0]}); use n_inducing <= {X.shape[0]}.")
+            if X.shape[0] > max(DASK_SAMPLE, m):     # (else all rows, as for NumPy X)
+                X = X[np.sort(rng.choice(X.shape[0], max(DASK_SAMPLE, m), replace=False))]
+            X = np.asarray(X.compute())
         return check_inducing(X, self.n_inducing, self.inducing_points, rng)
+
+    def _dask_fit_data(self, X, y):
+        """Checks of a dask X and y at ``fit`` (shapes and dtypes; the values of the rows are
+        checked on the workers, chunk by chunk): sparse EP on the CPU runs there."""
+        cls = type(self).__name__
+        if self.n_inducing is None and self.inducing_points is None:
+            raise ValueError(f"{cls} fits dask arrays with sparse EP on the cluster; set "
+                             f"n_inducing (e.g. n_inducing=256) or inducing_points. Dense EP "
+                             f"needs all {X.shape[0]} rows in one process.")
+        if self.device != "cpu":
+            raise ValueError(f"{cls} with dask arrays runs on the cluster's CPUs; set "
+                             f"device='cpu' (got {self.device!r}).")
+        if X.ndim != 2 or X.dtype.kind not in "biuf":
+            raise ValueError(f"X must be a 2-d array of numbers; got shape {X.shape}, dtype "
+                             f"{X.dtype}.")
+        if y is not None and (y.ndim != 1 or y.shape[0] != X.shape[0]):
+            raise ValueError(f"y must have one entry per row of X, shape ({X.shape[0]},); "
+                             f"got shape {y.shape}.")
+        self.n_features_in_ = X.shape[1]
+        X = X.astype(np.float64)
+        return X.rechunk({1: -1}), y
+
+    def _predict_inputs(self, X):
+        """X at prediction: scikit-learn's checks, or for a dask X those of its shape (the
+        latent predictive of a sparse model maps over its chunks)."""
+        if is_dask_array(X):
+            return self._dask_predict_data(X)
+        return validate_data(self, X, reset=False, dtype=np.float64)
+
+    def _dask_predict_data(self, X):
+        """A dask X at prediction, checked against the fitted number of features."""
+        if getattr(self, "inducing_points_", None) is None:
+            raise ValueError(f"{type(self).__name__} predicts dask arrays with a sparse model "
+                             "(fitted with n_inducing or inducing_points); compute X or fit "
+                             "with inducing points.")
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has shape {X.shape}, but {type(self).__name__} was fitted "
+                             f"with {self.n_features_in_} features.")
+        return X.astype(np.float64).rechunk({1: -1})
 
     def loo_log_predictive_density(self):
         """Leave-one-out log predictive density of every training point, from EP's
@@ -210,8 +261,9 @@ class SingleLatentEstimator(EPEstimator):
         return (value, grad) if eval_gradient else value
 
     def predict_latent(self, X, return_std=False):
-        """Mean (and standard deviation) of the latent f at X."""
+        """Mean (and standard deviation) of the latent f at X (lazy dask arrays, computed
+        chunk by chunk on the workers, for a dask X)."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = self._predict_inputs(X)
         mean, var = self._latent.latent(self.result_, X)
         return latent_output(mean, var, return_std)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._checks import DENSE_EP_MATRICES, DENSE_MLII_MATRICES
+from .._checks import DENSE_EP_MATRICES, DENSE_MLII_MATRICES, is_dask_array
 from ..backend import Backend
 from ..inference.ep import ep, ep_gradient
 from ..inference.laplace import laplace
@@ -60,6 +60,9 @@ class EPConfig:
 def inducing_bounds(X, m):
     """Box of the inducing inputs in ML-II: the data's range widened by its span."""
     lo, hi = X.min(0), X.max(0)
+    if is_dask_array(X):
+        import dask
+        lo, hi = dask.compute(lo, hi)
     span = np.maximum(hi - lo, 1e-12)
     return np.tile(np.column_stack([lo - span, hi + span]), (m, 1))
 
@@ -196,6 +199,8 @@ class LatentGP:
     def latent(self, result, X):
         """Latent predictive mean and variance at X (host arrays), in blocks of rows whose
         cross-covariance with the training (or inducing) inputs stays under 128 MiB."""
+        if is_dask_array(X):                    # lazily, chunk by chunk on the workers
+            return result.predict_latent(self.kernel, X)
         width = self.Z.shape[0] if self.sparse else self.X.shape[0]
         rows = max(1, PREDICT_BLOCK_BYTES // (8 * width))
         if X.shape[0] <= rows:

@@ -12,6 +12,7 @@ from sklearn.utils._param_validation import Interval, validate_parameter_constra
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._checks import is_dask_array
 from ..backend import resolve
 from ..inference import ConvergenceWarning
 from ..likelihoods.annotators import MultiAnnotator, log_ab
@@ -50,6 +51,14 @@ def _label_matrix(Y, n):
         raise ValueError(f"annotator column(s) {empty.tolist()} of Y hold no labels; drop them "
                          "(their sensitivity and specificity cannot be estimated).")
     return values, Y01.astype(float)
+
+
+def _on_host(*arrays):
+    """NumPy arrays of ``arrays``, dask ones computed together (EM of a fit on Dask)."""
+    if any(is_dask_array(a) for a in arrays):
+        import dask
+        arrays = dask.compute(*arrays)
+    return tuple(np.asarray(a) for a in arrays)
 
 
 def m_step(Y01, p):
@@ -237,7 +246,11 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         if Y is None:
             raise ValueError("MultiAnnotatorGPClassifier requires y to be passed, but the "
                              "target y is None.")
-        X = validate_data(self, X, dtype=np.float64)
+        if is_dask_array(X):     # sparse EP on the Dask client's workers; labels on the host
+            X, _ = self._dask_fit_data(X, None)
+            Y = Y.compute() if is_dask_array(Y) else Y
+        else:
+            X = validate_data(self, X, dtype=np.float64)
         classes, Y01 = _label_matrix(Y, X.shape[0])
         n, R = Y01.shape
         warm = self.warm_start and hasattr(self, "sensitivity_") and \
@@ -254,7 +267,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         backend = resolve(self.device, type(self).__name__)
         config = self._ep_config(backend)
         rng = as_generator(self.random_state)
-        X = np.ascontiguousarray(X)
+        X = X if is_dask_array(X) else np.ascontiguousarray(X)
         latent = LatentGP(X, np.ones(n), fresh_kernel(self.kernel),
                           MultiAnnotator(Y01, sens, spec), config,
                           self._inducing_inputs(X, rng))
@@ -356,7 +369,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
                 break
             p = true_label_posterior(latent.likelihood.site_extra(len(Y01)), res.cavity_mean,
                                      res.cavity_var)
-            new_sens, new_spec = m_step(Y01, p)
+            new_sens, new_spec = _on_host(*m_step(Y01, p))
             change = max(np.max(np.abs(new_sens - sens)), np.max(np.abs(new_spec - spec)))
             sens, spec = new_sens, new_spec
             if change < self.em_tol and abs(res.log_marginal_likelihood - prev) < self.em_tol * \
@@ -370,8 +383,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     # --- prediction ----------------------------------------------------------------
     def _moments(self, X):
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        return self._latent.latent(self.result_, X)
+        return self._latent.latent(self.result_, self._predict_inputs(X))
 
     def predict_latent(self, X, return_std=False):
         """Posterior mean (and standard deviation) of the latent f at X."""
@@ -381,6 +393,9 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         """p(z* = class) for new inputs; the annotator model does not enter prediction."""
         mean, var = self._moments(X)
         p = ndtr(mean / np.sqrt(1.0 + var))
+        if is_dask_array(p):
+            import dask.array as da
+            return da.stack([1.0 - p, p], axis=1)
         return np.column_stack([1.0 - p, p])
 
     def _loo(self):
@@ -394,6 +409,9 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     def predict(self, X):
         """Most probable true label."""
         proba = self.predict_proba(X)
+        if is_dask_array(proba):
+            return (proba[:, 1] > 0.5).astype(int).map_blocks(self.classes_.take,
+                                                              dtype=self.classes_.dtype)
         return self.classes_[(proba[:, 1] > 0.5).astype(int)]
 
     # --- active learning -------------------------------------------------------------

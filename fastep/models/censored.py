@@ -9,6 +9,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (check_consistent_length, column_or_1d,
                                       validate_data)
 
+from .._checks import is_dask_array
 from ..backend import resolve
 from ..likelihoods.tobit import (Tobit, censored_predictive, censored_quantile,
                                  check_censored_data, check_limits)
@@ -125,12 +126,20 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         if y is None:
             raise ValueError("CensoredGPRegressor requires y to be passed, but the target y "
                              "is None.")
-        X = validate_data(self, X, dtype=np.float64)
-        y = column_or_1d(y, dtype=np.float64, warn=True)   # NaN allowed: interval-censored
-        check_consistent_length(X, y)
         lo = self.lower if lower is None else lower
         up = self.upper if upper is None else upper
-        y, lo_arr, up_arr = check_censored_data(y, lo, up)
+        if is_dask_array(X):         # sparse EP on the Dask client's workers
+            X, y = self._dask_fit_data(X, y)
+            if np.ndim(lo) or np.ndim(up):
+                raise ValueError("With dask arrays the censoring limits lower/upper must be "
+                                 f"scalars (or None); got lower={lo!r}, upper={up!r}.")
+            check_limits(lo, up, 1)
+            lo_arr, up_arr = lo, up          # y is checked against them chunk by chunk
+        else:
+            X = validate_data(self, X, dtype=np.float64)
+            y = column_or_1d(y, dtype=np.float64, warn=True)  # NaN allowed: interval-censored
+            check_consistent_length(X, y)
+            y, lo_arr, up_arr = check_censored_data(y, lo, up)
         if self.inference == "laplace" and (self.device != "cpu" or self.n_inducing is not None
                                             or self.inducing_points is not None):
             raise ValueError("inference='laplace' runs dense on the CPU: inducing points "
@@ -139,7 +148,7 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         backend = resolve(self.device, type(self).__name__)
         config = self._ep_config(backend)
         rng = as_generator(self.random_state)
-        X = np.ascontiguousarray(X)
+        X = X if is_dask_array(X) else np.ascontiguousarray(X)
         likelihood = Tobit(self.noise_variance, lower=lo_arr, upper=up_arr)
         problem = LaplaceGP if self.inference == "laplace" else LatentGP
         latent = problem(X, y, fresh_kernel(self.kernel), likelihood, config,
@@ -218,6 +227,19 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
             out.append(value)
         return check_limits(*out, n)
 
+    def _on_chunks(self, X, lower, upper, what, q=None):
+        """``what`` of the censored predictive at a dask X (:func:`_censored_block`),
+        lazily, chunk by chunk on the workers (scalar limits)."""
+        import dask.array as da
+        mean, std = self.predict_latent(X, return_std=True)
+        lo, up = (fitted if given is None else given for given, fitted in
+                  ((lower, self.lower_), (upper, self.upper_)))
+        if np.ndim(lo) or np.ndim(up):
+            raise ValueError("For a dask X the limits must be scalars; pass lower=/upper= "
+                             "as numbers.")
+        return da.map_blocks(_censored_block, mean, std, lo, up, self.noise_variance_, what,
+                             q, dtype=float)
+
     def _predictive(self, X, lower, upper):
         mean, std = self.predict_latent(X, return_std=True)
         lo, up = self._limits(mean.shape[0], lower, upper)
@@ -225,17 +247,24 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
 
     def predict(self, X, return_std=False, lower=None, upper=None):
         """Mean (and std) of the *censored* output y at X (limits: those of ``fit`` when
-        scalar, or ``lower``/``upper`` given here)."""
+        scalar, or ``lower``/``upper`` given here; lazy dask arrays for a dask X)."""
+        if is_dask_array(X):
+            mean = self._on_chunks(X, lower, upper, "mean")
+            return (mean, self._on_chunks(X, lower, upper, "std")) if return_std else mean
         pred = self._predictive(X, lower, upper)[0]
         return (pred["mean"], np.sqrt(pred["var"])) if return_std else pred["mean"]
 
     def predict_censored_proba(self, X, lower=None, upper=None):
         """(P(y = lower), P(y = upper)) at X, each of shape (n,)."""
+        if is_dask_array(X):
+            return tuple(self._on_chunks(X, lower, upper, k) for k in ("p_lower", "p_upper"))
         pred = self._predictive(X, lower, upper)[0]
         return pred["p_lower"], pred["p_upper"]
 
     def predict_quantile(self, X, q, lower=None, upper=None):
         """q-quantile of the censored output y at X."""
+        if is_dask_array(X):
+            return self._on_chunks(X, lower, upper, "quantile", q)
         _, mean, std, lo, up = self._predictive(X, lower, upper)
         return censored_quantile(q, mean, std ** 2, self.noise_variance_, lo, up)
 
@@ -255,3 +284,13 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         y, lo, up = check_censored_data(np.asarray(y, dtype=float), lo, up)
         lik = Tobit(self.noise_variance_, lower=lo, upper=up)
         return lik.tilted(y, mean, np.maximum(std ** 2, 1e-300), extra=lik.site_extra(y.size))[0]
+
+
+def _censored_block(mean, std, lower, upper, noise_variance, what, q=None):
+    """One chunk of the censored predictive: ``what`` in mean, std, p_lower, p_upper,
+    quantile (level q)."""
+    lo, up = check_limits(lower, upper, mean.shape[0])
+    if what == "quantile":
+        return censored_quantile(q, mean, std * std, noise_variance, lo, up)
+    pred = censored_predictive(mean, std * std, noise_variance, lo, up)
+    return np.sqrt(pred["var"]) if what == "std" else pred[what]

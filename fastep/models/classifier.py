@@ -9,6 +9,7 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._checks import is_dask_array
 from ..backend import resolve
 from ..likelihoods import Likelihood, Logistic, Probit
 from ._base import EPEstimator, as_generator, fit_entry, fresh_kernel, latent_output, shared
@@ -165,16 +166,21 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         -------
         self
         """
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
-        check_classification_targets(y)
-        classes = np.unique(y)
+        dask_input = is_dask_array(X)
+        if dask_input:                   # sparse EP on the active Dask client's workers
+            X, y = self._dask_fit_data(X, y)
+            classes = np.unique(y.compute() if is_dask_array(y) else y)
+        else:
+            X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
+            check_classification_targets(y)
+            classes = np.unique(y)
         if classes.size < 2:
             raise ValueError(f"EPGaussianProcessClassifier requires at least 2 classes in y; "
                              f"got only one class: {classes[0]!r}.")
         backend = resolve(self.device, type(self).__name__)
         config = self._ep_config(backend)
         rng = as_generator(self.random_state)
-        X = np.ascontiguousarray(X)
+        X = X if dask_input else np.ascontiguousarray(X)
         kernel, likelihood = fresh_kernel(self.kernel), self._make_likelihood()
         Z = self._inducing_inputs(X, rng)
         targets = [classes[1]] if classes.size == 2 else list(classes)
@@ -251,7 +257,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
 
     def _latent_moments(self, X):
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = self._predict_inputs(X)
         moments = [latent.latent(result, X) for latent, result in zip(self._latents,
                                                                        self.results_)]
         return [m[0] for m in moments], [m[1] for m in moments]
@@ -272,17 +278,29 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         return self._proba(*self._latent_moments(X))
 
     def _proba(self, means, variances):
-        """Class probabilities from the latent moments of each binary problem."""
-        p = np.column_stack([latent.likelihood.predict_proba(m, v)
-                             for latent, m, v in zip(self._latents, means, variances)])
+        """Class probabilities from the latent moments of each binary problem (a lazy dask
+        array, computed chunk by chunk, for dask moments)."""
+        if is_dask_array(means[0]):
+            import dask.array as da
+            p = da.stack([da.map_blocks(latent.likelihood.predict_proba, m, v, dtype=float)
+                          for latent, m, v in zip(self._latents, means, variances)], axis=1)
+            stack = da.stack
+        else:
+            p = np.column_stack([latent.likelihood.predict_proba(m, v)
+                                 for latent, m, v in zip(self._latents, means, variances)])
+            stack = np.column_stack
         if p.shape[1] == 1:
-            return np.column_stack([1.0 - p[:, 0], p[:, 0]])
+            return stack([1.0 - p[:, 0], p[:, 0]], **({"axis": 1} if stack is not
+                                                       np.column_stack else {}))
         p = np.maximum(p, 1e-300)
         return p / p.sum(axis=1, keepdims=True)
 
     def predict(self, X):
         """Most probable class."""
         proba = self.predict_proba(X)
+        if is_dask_array(proba):
+            return proba.argmax(axis=1).map_blocks(self.classes_.take,
+                                                   dtype=self.classes_.dtype)
         return self.classes_[np.argmax(proba, axis=1)]
 
     def _loo(self):

@@ -1,0 +1,369 @@
+"""Sparse Power EP on a Dask cluster: the sites live on the workers, next to their rows.
+
+This is one more way to hold the sites of :func:`fastep.sparse_ep` and run its sweeps;
+the loop itself (:func:`fastep.inference._sparse_core.drive`), the per-chunk sweep
+(``_SweepPart``), q(u) and the gradient passes are the ones every backend runs.  With X
+a row-chunked ``dask.array`` (from Parquet, Zarr, .npy or memory), on the active
+``distributed.Client``:
+
+* X, y (and the likelihood's extra columns) are persisted on the workers, chunk by chunk;
+  each chunk's sites ``tau, nu`` and ``d_i`` are created by a task that reads that chunk,
+  so they stay on the worker that holds the rows and are never gathered to the client.
+* A parallel sweep is one task per chunk: parallel EP from the broadcast q(u) over the
+  chunk's rows (in sub-chunks of 8192 rows, BLAS-3), returning the new sites (kept on the
+  worker) and the chunk's m x m sums ``G diag(tau) G^T``, ``G nu``.  The sums are added
+  on each worker first, then across workers: per sweep about ``(workers + 1) 8 m^2``
+  bytes cross the network, whatever n is.  The client refactorises q(u) (m x m) and
+  submits it for the next sweep.
+* The chunk-sequential schedule would be a round trip per block of rows; on a cluster
+  sparse EP runs the parallel schedule (the same fixed point).
+* **Fault tolerance by recomputation.**  Every chunk's sites are the output of a chain of
+  tasks (one per sweep) whose inputs are the chunk's data and each sweep's q(u), itself a
+  task holding its m x m numbers.  If a worker dies, the scheduler recomputes the lost
+  chunks' chains from their lineage on the workers left; every task is deterministic
+  (single-threaded compiled loops, fixed summation order within a chunk), so the fit
+  ends at the same answer.  No checkpoint files are needed, and lost work is at most
+  one chain of sweeps per lost chunk (cheap next to a fit's wall clock).
+
+Examples
+--------
+A local cluster of two single-threaded worker processes::
+
+    from distributed import Client, LocalCluster
+    import dask.array as da
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True)
+    client = Client(cluster)
+    X = da.from_zarr("data.zarr", component="X")     # (n, d), chunked by rows
+    y = da.from_zarr("data.zarr", component="y")
+    res = fastep.sparse_ep(RBF(), Z, X, y, Probit())  # runs on the client's cluster
+
+Connect to a scheduler elsewhere with ``Client("tcp://scheduler:8786")`` instead.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+
+import dask
+import dask.array as da
+from dask.core import flatten
+from distributed import Future, get_client, wait
+
+from ..backend.cpu import CPU
+from ._sparse_core import (SparseEPResult, SweepSums, _SweepPart, _add_all, _chunks, _gram_t,
+                           _symmetrise_lower, drive, gradient_constants, gradient_finish,
+                           gradient_first, gradient_second, gradient_second_constants,
+                           sweep_context)
+from ._sweep import site_change
+from .sparse import cholesky_uu
+
+#: Rows per dask chunk when the caller's X has a single chunk (or none).
+DEFAULT_BLOCK_ROWS = 2 ** 18
+#: Fewest rows of a chunk made to give every worker a share.
+MIN_BLOCK_ROWS = 4096
+
+
+def client_or_error(owner="fastep"):
+    """The active ``distributed.Client``, or a ValueError saying how to start one."""
+    try:
+        return get_client()
+    except ValueError:
+        raise ValueError(
+            f"{owner} got dask arrays but no distributed.Client is active. Start one first: "
+            "`from distributed import Client, LocalCluster; client = Client(LocalCluster("
+            "n_workers=2, threads_per_worker=1))` on this machine, or "
+            "`Client('tcp://scheduler:8786')` for a cluster elsewhere.") from None
+
+
+def as_row_chunked(a, name, n=None, row_chunks=None, ndim=None, min_chunks=1):
+    """``a`` (dask array, NumPy array) as a float64 dask array chunked by rows only (the
+    row chunks of X when given; else at least ``min_chunks`` chunks of at least
+    MIN_BLOCK_ROWS rows where there are enough rows, so every worker gets a share), with
+    its shape checked."""
+    if not hasattr(a, "dask"):
+        a = np.asarray(a)
+        a = da.from_array(a, chunks=(row_chunks or DEFAULT_BLOCK_ROWS,) + a.shape[1:])
+    if ndim is not None and a.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-d array; got shape {a.shape}.")
+    if n is not None and a.shape[0] != n:
+        raise ValueError(f"{name} must have one row per row of X ({n}); got shape "
+                         f"{a.shape}.")
+    if a.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold real numbers; got dtype {a.dtype}.")
+    a = a.astype(np.float64)
+    rest = {i: -1 for i in range(1, a.ndim)}
+    if row_chunks is not None:
+        return a.rechunk((row_chunks,) + tuple(-1 for _ in range(1, a.ndim)))
+    want = min(min_chunks, max(1, a.shape[0] // MIN_BLOCK_ROWS))
+    if a.numblocks[0] < want or (a.numblocks[0] == 1 and a.shape[0] > DEFAULT_BLOCK_ROWS):
+        size = min(DEFAULT_BLOCK_ROWS, -(-a.shape[0] // want))
+        return a.rechunk({0: size, **rest})
+    return a.rechunk(rest) if rest else a
+
+
+def _block_futures(client, a):
+    """``a`` persisted on the workers: one future per row chunk, in row order."""
+    a = client.persist(a)
+    return a, [Future(key, client) for key in flatten(a.__dask_keys__())]
+
+
+@dataclass
+class _BlockSites:
+    """The sites of one chunk of rows (on a worker): ``tau, nu`` and ``d_i`` (None before
+    the first sweep of a cold start); ``out``: the chunk's sums from the sweep that made
+    these sites, ``marginals``: the chunk's per-site vectors from an evaluation pass."""
+
+    tau: np.ndarray
+    nu: np.ndarray
+    resid: np.ndarray | None
+    out: object = None
+    marginals: dict | None = None
+
+
+def _sites_from(tau, nu, n_rows):
+    tau = np.zeros(n_rows) if tau is None else np.array(tau, dtype=float)
+    nu = np.zeros(n_rows) if nu is None else np.array(nu, dtype=float)
+    return _BlockSites(tau, nu, None)
+
+
+def _encoded(const, X, y, extra, offset):
+    """The chunk's data, checked at the boundary of the compiled code: finite X (the
+    global row of the first bad entry named), y in the likelihood's encoding, extra."""
+    if not np.all(np.isfinite(X)):
+        i = offset + int(np.argwhere(~np.isfinite(X))[0, 0])
+        raise ValueError(f"X must be finite; row {i} holds NaN or infinity. Remove or impute "
+                         "those rows.")
+    lik = const.likelihood.rows(offset, offset + X.shape[0])
+    return lik.encode_targets(y), lik.check_extra(extra, X.shape[0])
+
+
+def _context(const, X, y, extra, offset, damping, cold, resid):
+    y, extra = _encoded(const, X, y, extra, offset)
+    ctx = sweep_context(CPU, const.kernel, const.likelihood, const.Z, const.L_uu, X, y,
+                            extra, const.alpha, damping, cold)
+    if resid is not None:
+        ctx.resid[...] = resid
+    return ctx
+
+
+def _sweep_block(const, state, X, y, extra, offset, q, first, prior, damping, evaluate):
+    """One chunk's share of a parallel sweep (the ``_SweepPart`` every backend runs, over
+    the chunk's rows with the serial site loop): new sites and the chunk's sums, or, in
+    an evaluation pass, the marginals at the current sites."""
+    n_rows, m = X.shape[0], const.Z.shape[0]
+    ctx = _context(const, X, y, extra, offset, damping, cold=state.resid is None,
+                   resid=state.resid)
+    part = _SweepPart(CPU, 0, 1, n_rows, m, const.chunk_size)
+    part.serial = True                       # one thread per worker: no nested threads
+    new_tau, new_nu = np.empty(n_rows), np.empty(n_rows)
+    qd = SimpleNamespace(R_inv=q.R_inv, beta=q.beta, prior=prior)
+    skipped, _ = part.sweep(ctx, qd, state.tau, state.nu, new_tau, new_nu, first,
+                            sums=not evaluate)
+    ok = np.isfinite(ctx.site_ev)
+    out = SweepSums(int(skipped), float(np.sum(ctx.site_ev[ok])), math.nan)
+    if evaluate:
+        marginals = {k: getattr(ctx, k).copy() for k in
+                     ("mean", "var", "mu_cav", "var_cav", "site_ev")}
+        return _BlockSites(state.tau, state.nu, ctx.resid, out, marginals)
+    out.P_G, out.b_G = part.P_G, part.b_G
+    out.change = site_change(np, state.tau, state.nu, new_tau, new_nu)
+    return _BlockSites(new_tau, new_nu, ctx.resid, out)
+
+
+def _warm_block(const, state, X, y, extra, offset, build):
+    """d_i of a chunk at given sites and (``build``) their sums in the prior's coordinates."""
+    ctx = _context(const, X, y, extra, offset, 1.0, cold=False, resid=None)
+    At = _gram_t(CPU, const.kernel, ctx.Z, np.ascontiguousarray(X))
+    V = CPU.trmm_lower(ctx.L_uu_inv, At)
+    resid = np.maximum(const.kernel.diag(X) - np.einsum("ij,ij->j", V, V), 0.0)
+    m = const.Z.shape[0]
+    P_G, b_G = np.zeros((m, m), order="F"), np.zeros(m)
+    if build:
+        CPU.accumulate(P_G, b_G, V, state.tau, state.nu)
+    return _BlockSites(state.tau, state.nu, resid, SweepSums(0, 0.0, 0.0, P_G, b_G))
+
+
+def _halve(old, new):
+    """Robust EP: half the step from ``old``'s sites to ``new``'s."""
+    return _BlockSites(0.5 * (old.tau + new.tau), 0.5 * (old.nu + new.nu), new.resid)
+
+
+def _zero(state):
+    return _BlockSites(np.zeros_like(state.tau), np.zeros_like(state.nu), None)
+
+
+def _out_of(state):
+    return state.out
+
+
+def _field(state, name):
+    if name in ("tau", "nu", "resid"):
+        return getattr(state, name)
+    return state.marginals[name]
+
+
+def _gradient_block(const, state, X, y, extra, offset, c, pass_):
+    y, extra = _encoded(const, X, y, extra, offset)
+    y_d, extra_d, _ = CPU.site_inputs(const.likelihood, y, extra)
+    return _add_all(pass_(c, np.ascontiguousarray(X[c0:c1]), y_d[c0:c1],
+                              extra_d[c0:c1], state.tau[c0:c1], state.nu[c0:c1])
+                        for c0, c1 in _chunks(X.shape[0], const.chunk_size))
+
+
+def _add(*parts):
+    """Sum of the chunks' reports, in the order given: :class:`SweepSums` (sites skipped
+    and site terms added, the largest change kept) or tuples of arrays."""
+    if isinstance(parts[0], SweepSums):
+        P_G = parts[0].P_G if parts[0].P_G is None else sum(p.P_G for p in parts[1:]) \
+            + parts[0].P_G
+        b_G = parts[0].b_G if parts[0].b_G is None else sum(p.b_G for p in parts[1:]) \
+            + parts[0].b_G
+        return SweepSums(sum(p.skipped for p in parts), sum(p.site_ev for p in parts),
+                             max(p.change for p in parts), P_G, b_G)
+    return _add_all(parts)
+
+
+def _identity(value):
+    return value
+
+
+class ClusterSites:
+    """The sites of a sparse EP run held on a Dask cluster's workers, chunk by chunk (see
+    the module docstring); the methods are those :func:`~fastep.inference._sparse_core.drive`
+    calls."""
+
+    def __init__(self, client, kernel, likelihood, Z, L_uu, X, y, extra, alpha, tau, nu,
+                 chunk_size):
+        self.client = client
+        self.n = X.shape[0]
+        workers = len(client.scheduler_info().get("workers", {})) or 1
+        X = as_row_chunked(X, "X", ndim=2, min_chunks=2 * workers)
+        rows = X.chunks[0]
+        self.offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(int).tolist()
+        self.rows = rows
+        self.X, self.x_blocks = _block_futures(client, X)
+        _, self.y_blocks = _block_futures(client, as_row_chunked(y, "y", self.n, rows, 1))
+        if extra is None and likelihood.n_extra:      # per-site columns the likelihood holds
+            extra = likelihood.site_extra(self.n)
+        if extra is not None:
+            extra = as_row_chunked(extra, "extra", self.n, rows, 2)
+            _, self.extra_blocks = _block_futures(client, extra)
+        else:
+            self.extra_blocks = [None] * len(rows)
+        self.const = client.submit(_identity, SimpleNamespace(
+            kernel=kernel, likelihood=likelihood, Z=Z, L_uu=L_uu, alpha=float(alpha),
+            chunk_size=chunk_size), pure=False)
+        if tau is None:
+            self.states = [client.submit(_sites_from, None, None, r, pure=False)
+                           for r in rows]
+        else:
+            tb = _block_futures(client, as_row_chunked(tau, "site_tau", self.n, rows, 1))[1]
+            nb = _block_futures(client, as_row_chunked(nu, "site_nu", self.n, rows, 1))[1]
+            self.states = [client.submit(_sites_from, t, v, r, pure=False)
+                           for t, v, r in zip(tb, nb, rows)]
+        self.proposals = self.previous = None
+
+    # --- the map and the reduction -------------------------------------------------
+    def _map(self, fn, *args):
+        """One task per chunk, ``fn(const, state, X, y, extra, offset, *args)``: placed
+        where the chunk's sites and rows are."""
+        return [self.client.submit(fn, self.const, st, x, y, e, o, *args, pure=False)
+                for st, x, y, e, o in zip(self.states, self.x_blocks, self.y_blocks,
+                                          self.extra_blocks, self.offsets)]
+
+    def _reduce(self, futures):
+        """Sum the chunks' reports: on each worker first (in chunk order), then across
+        workers (in the order of their first chunk); the result on the client."""
+        wait(futures)
+        who = self.client.who_has(futures)
+        groups = {}
+        for f in futures:
+            holders = who.get(f.key) or ("",)
+            groups.setdefault(holders[0], []).append(f)
+        partials = [self.client.submit(_add, *g, pure=False,
+                                       **({"workers": [w], "allow_other_workers": True}
+                                          if w else {}))
+                    for w, g in groups.items()]
+        if len(partials) == 1:
+            return partials[0].result()
+        return self.client.submit(_add, *partials, pure=False).result()
+
+    def _q(self, q):
+        """q(v)'s m x m numbers as a task the workers read (recomputable: its value is in
+        the task itself)."""
+        return self.client.submit(_identity, SimpleNamespace(R_inv=q.R_inv, beta=q.beta),
+                                  pure=False)
+
+    # --- what drive() calls --------------------------------------------------------
+    def warm_pass(self, build):
+        self.states = self._map(_warm_block, build)
+        out = self._reduce([self.client.submit(_out_of, s, pure=False) for s in self.states])
+        return _symmetrise_lower(out.P_G), out.b_G
+
+    def reset(self):
+        self.states = [self.client.submit(_zero, s, pure=False) for s in self.states]
+
+    def sequential_passes(self, ctl, q, prior):   # pragma: no cover - drive() never asks
+        raise NotImplementedError("sparse EP on a cluster runs the parallel schedule")
+
+    def sweep(self, q, prior, first, damping, sums=True, evaluate=False):
+        self.proposals = self._map(_sweep_block, self._q(q), first, prior, damping, evaluate)
+        return self._reduce([self.client.submit(_out_of, s, pure=False)
+                             for s in self.proposals])
+
+    def adopt(self):
+        self.previous, self.states = self.states, self.proposals
+
+    def shrink(self):
+        self.states = [self.client.submit(_halve, o, s, pure=False)
+                       for o, s in zip(self.previous, self.states)]
+
+    def keep_marginals(self, q, out):
+        """An evaluation pass at the final sites (the marginals are not kept in every
+        sweep, to keep the workers' memory at a few vectors per site)."""
+        self.sweep(q, prior=False, first=False, damping=1.0, evaluate=True)
+        self.states = self.proposals
+
+    def array(self, name):
+        """A per-site vector of the final pass as a dask array (its chunks stay put)."""
+        return da.concatenate([
+            da.from_delayed(dask.delayed(_field)(s, name), shape=(r,), dtype=float)
+            for s, r in zip(self.states, self.rows)])
+
+    def gradient(self, result, kernel, likelihood):
+        """:func:`~fastep.inference.sparse_ep.sparse_ep_gradient` on the cluster: its two
+        passes as maps over the chunks (at the result's sites) and sums."""
+        c = gradient_constants(CPU, result, kernel, likelihood)
+        c_f = self.client.submit(_identity, c, pure=False)
+        first = self._reduce(self._map(_gradient_block, c_f, gradient_first))
+        gradient_second_constants(c, *first)
+        c_f = self.client.submit(_identity, c, pure=False)
+        return gradient_finish(c, *self._reduce(self._map(_gradient_block, c_f,
+                                                              gradient_second)))
+
+
+def sparse_ep_on_cluster(kernel, Z, X, y, likelihood, alpha, damping, adaptive, tol, max_iter,
+                         site_tau, site_nu, extra, chunk_size, callback, robust):
+    """:func:`fastep.sparse_ep` with X a dask array (arguments checked there): the sweeps
+    run on the active client's workers; the per-site vectors of the result are dask arrays
+    whose chunks stay there."""
+    client = client_or_error("sparse_ep")
+    L_uu = cholesky_uu(kernel(Z))
+    sites = ClusterSites(client, kernel, likelihood, Z, L_uu, X, y, extra, alpha, site_tau,
+                         site_nu, chunk_size)
+    q, ctl, log_ev, skipped = drive(sites, L_uu, None, site_tau is not None,
+                                    ("sparse EP", damping, adaptive, tol, max_iter, callback),
+                                    "parallel", robust)
+    mean, var, resid = sites.array("mean"), sites.array("var"), sites.array("resid")
+    ok = da.isfinite(sites.array("site_ev"))
+    mu_cav, var_cav = ctl.finish(ok, sites.array("mu_cav"), sites.array("var_cav"), mean, var,
+                                 da)
+    return SparseEPResult(
+        mean=mean, var=var + resid, site_tau=sites.array("tau"), site_nu=sites.array("nu"),
+        log_marginal_likelihood=float(log_ev), n_iter=ctl.sweeps, converged=ctl.converged,
+        n_skipped=int(skipped), cavity_mean=mu_cav, cavity_var=var_cav + resid,
+        alpha=float(alpha), inducing_points=Z, history=ctl.history, resid=resid, _q=q,
+        _backend=CPU, _cluster=sites)
