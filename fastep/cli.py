@@ -4,8 +4,9 @@
     fastep demo annotators               the same data labelled by 8 simulated noisy annotators
     fastep demo censored                 Tobit GP regression on outputs censored below a limit
     fastep demo multiclass               GWI multiclass GP classifier on scikit-learn's digits
-    fastep fit DATA -o MODEL.npz         fit a classifier on a CSV or .npy file (last column = label)
-    fastep predict MODEL.npz DATA -o P   class probabilities for new inputs
+    fastep fit DATA -o MODEL.npz --model {classifier,multiclass,censored,annotators,regression}
+                                         fit on a CSV, .npy, Parquet or Zarr table
+    fastep predict MODEL.npz DATA -o P   stream probabilities / moments for new inputs
     fastep bench                         one EP sweep against one LAPACK Cholesky of the same n
 """
 from __future__ import annotations
@@ -15,30 +16,6 @@ import sys
 import time
 
 import numpy as np
-
-
-def _load_table(path, has_target):
-    if path.endswith(".npy"):
-        data = np.load(path, allow_pickle=False)
-    else:
-        with open(path) as fh:
-            first = fh.readline()
-        skip = 0 if _is_numeric_row(first) else 1
-        data = np.loadtxt(path, delimiter=",", skiprows=skip, ndmin=2)
-    data = np.asarray(data, dtype=float)
-    if data.ndim != 2:
-        raise SystemExit(f"fastep: {path}: expected a 2-D table, got shape {data.shape}")
-    if has_target:
-        return data[:, :-1], data[:, -1]
-    return data, None
-
-
-def _is_numeric_row(line):
-    try:
-        [float(v) for v in line.strip().split(",") if v.strip()]
-        return True
-    except ValueError:
-        return False
 
 
 def cmd_demo(args):
@@ -183,46 +160,259 @@ def demo_multiclass(args):
     return 0
 
 
+#: ``--model`` of ``fastep fit``: the estimator, and what ``fastep predict`` writes.
+MODELS = {
+    "classifier": ("EPGaussianProcessClassifier", "class probabilities p_<class>"),
+    "multiclass": ("GWIClassifier", "class probabilities p_<class>"),
+    "censored": ("CensoredGPRegressor", "mean and std of the latent f"),
+    "annotators": ("MultiAnnotatorGPClassifier", "class probabilities p_<class>"),
+    "regression": ("EPGaussianProcessRegressor", "mean and std of the latent f"),
+}
+#: Inducing points ``fastep fit`` uses by itself when dense EP would not fit in memory.
+AUTO_INDUCING = 256
+
+
+def _kernel(args, d):
+    from fastep import kernels
+    cls = {"rbf": kernels.RBF, "matern32": kernels.Matern32,
+           "matern52": kernels.Matern52}[args.kernel]
+    return cls(1.0, args.lengthscale if args.lengthscale else float(np.sqrt(d)))
+
+
+def _columns(args, names):
+    """(feature columns, target columns) of the table, from --features / --target /
+    --annotator-columns (defaults: the last column is the target, the rest features)."""
+    from fastep.io import resolve_columns
+    if args.model == "annotators":
+        if not args.annotator_columns:
+            raise ValueError("--model annotators needs --annotator-columns: the columns of "
+                             "the annotators' labels (NaN or empty = not labelled).")
+        target = resolve_columns(args.annotator_columns, names, "--annotator-columns")
+    else:
+        target = resolve_columns(args.target or str(len(names) - 1), names, "--target")
+    if args.features:
+        features = resolve_columns(args.features, names, "--features")
+    else:
+        features = [i for i in range(len(names)) if i not in target]
+    if not features:
+        raise ValueError("no feature columns are left; name them with --features.")
+    return features, target
+
+
+def _needs_inducing(n, args):
+    """How many inducing points to use: --n-inducing, else AUTO_INDUCING when dense EP's
+    n x n matrices would not fit in memory (checked before anything is allocated)."""
+    from fastep._checks import DENSE_MLII_MATRICES, DenseMemoryError, check_dense_memory
+    from fastep._checks import host_memory_available
+    if args.n_inducing:
+        if args.n_inducing > n:
+            raise ValueError(f"--n-inducing {args.n_inducing} is more than the {n} rows; use "
+                             f"at most {n}.")
+        return args.n_inducing
+    try:
+        check_dense_memory(n, DENSE_MLII_MATRICES, host_memory_available())
+        return None
+    except DenseMemoryError:
+        print(f"fastep fit: dense EP on {n} rows needs about "
+              f"{DENSE_MLII_MATRICES * 8 * n * n / 2 ** 30:.0f} GiB; using "
+              f"{AUTO_INDUCING} inducing points instead (set --n-inducing to choose)",
+              file=sys.stderr)
+        return AUTO_INDUCING
+
+
+def _estimator(args, d, m):
+    import fastep
+    kw = {"random_state": args.seed}
+    if args.model != "multiclass":
+        kw["optimizer"] = None if args.no_optimize else "L-BFGS-B"
+        kw["max_iter"] = args.max_iter
+    if m:
+        kw["n_inducing"] = m
+    kernel = _kernel(args, d)
+    if args.model == "censored":
+        return fastep.CensoredGPRegressor(kernel, lower=args.lower, upper=args.upper, **kw)
+    if args.model == "regression":
+        return fastep.EPGaussianProcessRegressor(kernel, likelihood=args.likelihood, **kw)
+    if args.model == "multiclass":
+        return fastep.GWIClassifier(kernel, n_inducing=m or min(100, args.n_rows),
+                                    random_state=args.seed)
+    cls = getattr(fastep, MODELS[args.model][0])
+    return cls(kernel, **kw)
+
+
+def _targets(args, T):
+    """The target columns checked for the model (labels, limits, annotators)."""
+    if args.model == "annotators":
+        return T
+    y = T[:, 0]
+    if args.model in ("classifier", "multiclass"):
+        if np.all(np.isfinite(y)) and np.all(y == np.round(y)):
+            y = y.astype(np.int64)            # integer labels keep their names (p_1, not p_1.0)
+        if np.any(np.isnan(y)):
+            raise ValueError(f"--target: {int(np.sum(np.isnan(y)))} rows have no label "
+                             "(empty or not a number); drop them or choose another column.")
+        k = np.unique(y).size
+        if y.dtype.kind == "f" or k < 2 or (args.model == "classifier" and k > 20):
+            raise ValueError(f"--target holds {k} distinct value(s)"
+                             f"{' that are not integers' * (y.dtype.kind == 'f')}; --model "
+                             f"{args.model} needs 2"
+                             f"{'-20' if args.model == 'classifier' else ' or more'} integer "
+                             "class labels. Is it the label column?")
+    if args.model == "censored" and args.lower is not None and args.upper is not None \
+            and args.lower >= args.upper:
+        raise ValueError(f"--lower {args.lower} must be below --upper {args.upper}.")
+    if args.model == "censored":
+        lo = -np.inf if args.lower is None else args.lower
+        up = np.inf if args.upper is None else args.upper
+        bad = np.sum((y < lo) | (y > up))
+        if bad:
+            raise ValueError(f"{int(bad)} targets lie outside [--lower {lo}, --upper {up}]: "
+                             "censored values are recorded at the limit; check the limits.")
+    return y
+
+
 def cmd_fit(args):
     import fastep
-    from fastep.kernels import RBF
+    from fastep.io import column_names, read_table
 
-    import logging
-    logging.basicConfig(level=logging.INFO, format="  %(message)s", stream=sys.stderr)
-    X, y = _load_table(args.data, has_target=True)
-    print(f"fastep fit: {X.shape[0]} rows, {X.shape[1]} features, "
-          f"{len(np.unique(y))} classes", file=sys.stderr)
-    clf = fastep.EPGaussianProcessClassifier(
-        RBF(lengthscale=args.lengthscale), method=args.method,
-        optimizer=None if args.no_optimize else "L-BFGS-B", max_iter=args.max_iter)
+    names = column_names(args.data)
+    features, target = _columns(args, names)
+    X = read_table(args.data, features)
+    T = read_table(args.data, target)
+    args.n_rows = X.shape[0]
+    if not np.all(np.isfinite(X)):
+        i = int(np.argwhere(~np.isfinite(X))[0, 0])
+        raise ValueError(f"DATA: feature row {i} holds an empty or non-numeric cell; drop "
+                         "such rows or choose the columns with --features.")
+    y = _targets(args, T)
+    m = _needs_inducing(X.shape[0], args)
+    est = _estimator(args, X.shape[1], m)
+    print(f"fastep fit: {MODELS[args.model][0]} on {X.shape[0]} rows, {X.shape[1]} features"
+          f"{f', {m} inducing points' if m else ''}", file=sys.stderr)
     t0 = time.perf_counter()
-    clf.fit(X, y)
-    fastep.save_model(clf, args.output)
-    print(f"fitted in {time.perf_counter() - t0:.2f} s: kernel {clf.kernel_}, log Z_EP "
-          f"{clf.log_marginal_likelihood_value_:.4f}, sweeps {clf.n_iter_}; saved {args.output}",
+    if args.scheduler:
+        X, y = _on_cluster(args.scheduler, X, y)
+    progress = _FitProgress()
+    try:
+        est.fit(X, y)
+    finally:
+        progress.close()
+    fastep.save_model(est, args.output)
+    lz = getattr(est, "log_marginal_likelihood_value_", None)
+    print(f"fitted in {time.perf_counter() - t0:.2f} s"
+          f"{f', log evidence {lz:.4f}' if lz is not None else ''}; saved {args.output}",
           file=sys.stderr)
     return 0
 
 
+def _on_cluster(address, X, y):
+    """X, y as dask arrays on the Dask scheduler at ``address`` (``--scheduler``)."""
+    try:
+        import dask.array as da
+        from distributed import Client
+    except ImportError:
+        raise ValueError("--scheduler needs dask: pip install \"fastep[dask]\"") from None
+    Client(address)
+    chunk = max(1, -(-X.shape[0] // 8))
+    return da.from_array(X, chunks=(chunk, -1)), da.from_array(y, chunks=chunk)
+
+
 def cmd_predict(args):
     from fastep import load_model
+    from fastep.io import TableWriter, column_names, iter_rows, n_rows, resolve_columns
 
-    clf = load_model(args.model)
-    X, _ = _load_table(args.data, has_target=args.has_target)
-    out = []
-    step = max(1, args.chunk)
-    for start in range(0, X.shape[0], step):
-        out.append(clf.predict_proba(X[start:start + step]))
-        if X.shape[0] > step:
-            print(f"  predicted {min(start + step, X.shape[0])}/{X.shape[0]}", file=sys.stderr)
-    proba = np.vstack(out)
-    header = ",".join(f"p_{c}" for c in clf.classes_)
-    if args.output.endswith(".npy"):
-        np.save(args.output, proba)
+    est = load_model(args.model)
+    d = est.n_features_in_
+    names = column_names(args.data)
+    if args.features:
+        columns = resolve_columns(args.features, names, "--features")
     else:
-        np.savetxt(args.output, proba, delimiter=",", header=header, comments="")
-    print(f"wrote {proba.shape[0]} rows to {args.output}", file=sys.stderr)
+        columns = list(range(d)) if len(names) >= d else None
+    if columns is None or len(columns) != d:
+        raise ValueError(f"the model was fitted on {d} features; DATA has {len(names)} "
+                         "columns. Name the feature columns with --features.")
+    classes = getattr(est, "classes_", None)
+    if classes is not None:
+        header = [f"p_{c}" for c in classes]
+        predict = est.predict_proba
+    else:
+        header = ["mean", "std"]
+        def predict(Xc):
+            mean, std = est.predict_latent(Xc, return_std=True)
+            return np.column_stack([mean, std])
+    total = n_rows(args.data)
+    writer = TableWriter(args.output, header, total)
+    done = 0
+    for block in _progress(iter_rows(args.data, columns, args.chunk), total, args.chunk,
+                           "predict"):
+        if not np.all(np.isfinite(block)):
+            i = done + int(np.argwhere(~np.isfinite(block))[0, 0])
+            raise ValueError(f"DATA: row {i} holds an empty or non-numeric cell.")
+        writer.write(predict(block))
+        done += block.shape[0]
+    writer.close()
+    print(f"wrote {done} rows ({', '.join(header)}) to {args.output}", file=sys.stderr)
     return 0
+
+
+def _tqdm():
+    """tqdm's progress bar class when stderr is a terminal and tqdm is installed, else
+    None (quiet in pipes and logs)."""
+    if not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm
+
+
+def _progress(chunks, total, size, what):
+    """A progress bar over the chunks on a terminal; the chunks as they are elsewhere."""
+    bar = _tqdm()
+    if bar is None:
+        return chunks
+    return bar(chunks, total=-(-total // size), desc=f"fastep {what}", unit="chunk")
+
+
+class _FitProgress:
+    """Progress bars of a fit on a terminal, fed by fastep's logging: ML-II steps (logger
+    ``fastep``, INFO) and EP sweeps (``fastep.sweeps``, DEBUG).  A no-op in a pipe."""
+
+    def __init__(self):
+        import logging
+        self.bar, self.handler = _tqdm(), None
+        if self.bar is None:
+            return
+        self.steps = self.bar(desc="ML-II steps", unit="step", position=0)
+        self.sweeps = self.bar(desc="EP sweeps", unit="sweep", position=1)
+        outer = self
+
+        class Handler(logging.Handler):
+            def emit(self, record):
+                msg = record.getMessage()
+                if record.name == "fastep" and not msg.startswith("ML-II step"):
+                    return
+                bar = outer.sweeps if record.name == "fastep.sweeps" else outer.steps
+                bar.update(1)
+                bar.set_postfix_str(msg.split(":", 1)[-1].strip()[:40], refresh=False)
+
+        self.handler = Handler()
+        for name, level in (("fastep", logging.INFO), ("fastep.sweeps", logging.DEBUG)):
+            log = logging.getLogger(name)
+            log.addHandler(self.handler)
+            log.setLevel(level)
+        logging.getLogger("fastep.sweeps").propagate = False
+
+    def close(self):
+        if self.handler is None:
+            return
+        import logging
+        for name in ("fastep", "fastep.sweeps"):
+            logging.getLogger(name).removeHandler(self.handler)
+        logging.getLogger("fastep.sweeps").propagate = True
+        self.steps.close()
+        self.sweeps.close()
 
 
 def cmd_bench(args):
@@ -290,20 +480,35 @@ def main(argv=None):
     p.add_argument("--method", choices=["parallel", "sequential"], default="parallel")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_demo)
-    p = sub.add_parser("fit", help="fit a classifier on a CSV/.npy table (last column = label)")
-    p.add_argument("data")
+    p = sub.add_parser("fit", help="fit a model on a table (CSV, .npy, Parquet, Zarr)")
+    p.add_argument("data", help="table: .csv, .csv.gz, .npy, .parquet or .zarr")
     p.add_argument("-o", "--output", required=True, help="model file (.npz)")
-    p.add_argument("--method", choices=["parallel", "sequential"], default="parallel")
-    p.add_argument("--lengthscale", type=float, default=1.0)
-    p.add_argument("--max-iter", type=int, default=100)
+    p.add_argument("--model", choices=sorted(MODELS), default="classifier")
+    p.add_argument("--target", help="label / target column (name or 0-based index; "
+                   "default: the last column)")
+    p.add_argument("--features", help="comma-separated feature columns (default: the rest)")
+    p.add_argument("--annotator-columns", help="annotators: the columns of their labels")
+    p.add_argument("--lower", type=float, help="censored: lower censoring limit")
+    p.add_argument("--upper", type=float, help="censored: upper censoring limit")
+    p.add_argument("--likelihood", choices=["student_t", "gaussian"], default="student_t",
+                   help="regression: the noise model")
+    p.add_argument("--kernel", choices=["rbf", "matern32", "matern52"], default="rbf")
+    p.add_argument("--lengthscale", type=float, help="initial lengthscale (default sqrt(d))")
+    p.add_argument("--n-inducing", type=int, help="sparse EP with this many inducing points "
+                   f"(default: dense, or {AUTO_INDUCING} when dense EP would not fit in "
+                   "memory)")
+    p.add_argument("--max-iter", type=int, default=100, help="most EP sweeps")
     p.add_argument("--no-optimize", action="store_true", help="keep the kernel fixed")
+    p.add_argument("--scheduler", help="run on the Dask scheduler at this address")
+    p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_fit)
-    p = sub.add_parser("predict", help="class probabilities for a CSV/.npy table")
+    p = sub.add_parser("predict", help="stream predictions for a table, chunk by chunk")
     p.add_argument("model")
     p.add_argument("data")
     p.add_argument("-o", "--output", required=True, help="CSV or .npy output")
-    p.add_argument("--has-target", action="store_true", help="the last column is a label")
-    p.add_argument("--chunk", type=int, default=100000)
+    p.add_argument("--features", help="comma-separated feature columns (default: the first "
+                   "n_features columns)")
+    p.add_argument("--chunk", type=int, default=100000, help="rows per chunk")
     p.set_defaults(func=cmd_predict)
     p = sub.add_parser("bench", help="EP sweep time against one Cholesky")
     p.add_argument("-n", type=int, default=2000)

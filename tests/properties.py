@@ -711,7 +711,7 @@ def prop_cli(data):
         return
     out = os.path.join(folder, "p.csv")
     with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
-        rc = call(main, ["predict", model, table, "-o", out, "--has-target"])
+        rc = call(main, ["predict", model, table, "-o", out])
     if rc not in (0, 2) or "Traceback" in stderr.getvalue():
         raise Violation("cli", f"predict: status {rc}: {stderr.getvalue()[-500:]}")
     if rc == 0:

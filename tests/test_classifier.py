@@ -113,8 +113,8 @@ def test_cli_fit_predict_and_demo(tmp_path, data):
     r = subprocess.run(run + ["fit", str(train), "-o", str(model)], capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run(run + ["predict", str(model), str(train), "-o", str(out),
-                              "--has-target"], capture_output=True, text=True)
+    r = subprocess.run(run + ["predict", str(model), str(train), "-o", str(out)],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     p = np.loadtxt(out, delimiter=",", skiprows=1)
     np.testing.assert_allclose(p, load_model(model).predict_proba(X), rtol=1e-12)

@@ -1,0 +1,195 @@
+"""Tables for the ``fastep`` command: CSV, .npy, Parquet and Zarr, by extension.
+
+:func:`read_table` returns the columns a model needs as NumPy arrays (a .npy file is
+memory-mapped, so only the columns asked for are read); :func:`iter_rows` streams the
+rows of a table in chunks (prediction of inputs larger than memory); :class:`TableWriter`
+appends chunks of results to a CSV or .npy file.  Parquet needs pyarrow and Zarr needs
+zarr (``pip install "fastep[dask]"``); neither is imported unless such a file is read.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+FORMATS = (".csv", ".csv.gz", ".npy", ".parquet", ".zarr")
+
+
+def _kind(path):
+    p = str(path).lower().rstrip("/")
+    for ext in FORMATS:
+        if p.endswith(ext):
+            return ext
+    raise ValueError(f"DATA {path!r}: unknown format; expected one of {', '.join(FORMATS)} "
+                     "(by extension).")
+
+
+def _csv_header(path):
+    import gzip
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as fh:
+        first = fh.readline().strip()
+    cells = [c.strip() for c in first.split(",")]
+    try:
+        [float(c) for c in cells if c]
+        return None, len(cells)
+    except ValueError:
+        return cells, len(cells)
+
+
+def column_names(path):
+    """The table's column names (``"0", "1", ...`` where the file has none)."""
+    kind = _kind(path)
+    if kind in (".csv", ".csv.gz"):
+        names, width = _csv_header(path)
+        return names or [str(i) for i in range(width)]
+    if kind == ".npy":
+        a = np.load(path, mmap_mode="r")
+        return [str(i) for i in range(a.shape[1] if a.ndim == 2 else 1)]
+    if kind == ".parquet":
+        import pyarrow.parquet as pq
+        return list(pq.read_schema(path).names)
+    import zarr
+    root = zarr.open(path, mode="r")
+    if hasattr(root, "shape"):
+        return [str(i) for i in range(root.shape[1])]
+    return sorted(root.array_keys())
+
+
+def resolve_columns(spec, names, option):
+    """Column indices of a comma-separated list of names or 0-based positions; a
+    ValueError naming ``option`` and the columns there are when one is missing."""
+    out = []
+    for item in [s.strip() for s in spec.split(",") if s.strip()]:
+        if item in names:
+            out.append(names.index(item))
+        elif item.lstrip("-").isdigit() and -len(names) <= int(item) < len(names):
+            out.append(int(item) % len(names))
+        else:
+            raise ValueError(f"{option} {item!r}: no such column; the table has "
+                             f"{', '.join(names[:20])}{' ...' if len(names) > 20 else ''}.")
+    return out
+
+
+def read_table(path, columns=None):
+    """The table at ``path`` as a float (n, k) array of the given column indices (all by
+    default).  Non-numeric cells are NaN in CSV, and an error in the other formats."""
+    kind = _kind(path)
+    if not os.path.exists(path):
+        raise ValueError(f"DATA {path!r}: no such file.")
+    if kind in (".csv", ".csv.gz"):
+        names, width = _csv_header(path)
+        data = np.genfromtxt(path, delimiter=",", skip_header=1 if names else 0,
+                             usecols=columns, ndmin=2, dtype=float)
+        return data.reshape(-1, len(columns) if columns is not None else width)
+    if kind == ".npy":
+        a = np.load(path, mmap_mode="r")
+        a = a[:, None] if a.ndim == 1 else a
+        return np.asarray(a if columns is None else a[:, columns], dtype=float)
+    names = column_names(path)
+    use = names if columns is None else [names[i] for i in columns]
+    if kind == ".parquet":
+        import pyarrow.parquet as pq
+        t = pq.read_table(path, columns=use)
+        return np.column_stack([t.column(c).to_numpy(zero_copy_only=False).astype(float)
+                                for c in use])
+    import zarr
+    root = zarr.open(path, mode="r")
+    if hasattr(root, "shape"):
+        a = root[:]
+        return np.asarray(a if columns is None else a[:, columns], dtype=float)
+    return np.column_stack([np.asarray(root[c][:], dtype=float) for c in use])
+
+
+def n_rows(path):
+    """Rows of the table (without reading it for .npy, Parquet and Zarr)."""
+    kind = _kind(path)
+    if kind == ".npy":
+        return np.load(path, mmap_mode="r").shape[0]
+    if kind == ".parquet":
+        import pyarrow.parquet as pq
+        return pq.ParquetFile(path).metadata.num_rows
+    if kind == ".zarr":
+        import zarr
+        root = zarr.open(path, mode="r")
+        return root.shape[0] if hasattr(root, "shape") else root[column_names(path)[0]].shape[0]
+    names, _ = _csv_header(path)
+    with open(path, "rb") as fh:
+        return sum(1 for _ in fh) - (1 if names else 0)
+
+
+def iter_rows(path, columns, chunk):
+    """Chunks of at most ``chunk`` rows of the given columns, read one at a time: memory
+    is O(chunk) whatever the table's size."""
+    kind = _kind(path)
+    if kind == ".npy":
+        a = np.load(path, mmap_mode="r")
+        a = a[:, None] if a.ndim == 1 else a
+        for start in range(0, a.shape[0], chunk):
+            block = a[start:start + chunk]
+            yield np.asarray(block if columns is None else block[:, columns], dtype=float)
+        return
+    if kind in (".csv", ".csv.gz"):
+        import gzip
+        names, width = _csv_header(path)
+        opener = gzip.open if kind == ".csv.gz" else open
+        k = width if columns is None else len(columns)
+        with opener(path, "rt") as fh:
+            if names:
+                fh.readline()
+            while True:
+                lines = [line for _, line in zip(range(chunk), fh)]
+                if not lines:
+                    return
+                yield np.genfromtxt(lines, delimiter=",", usecols=columns, ndmin=2,
+                                    dtype=float).reshape(-1, k)
+    if kind == ".parquet":
+        import pyarrow.parquet as pq
+        names = column_names(path)
+        use = names if columns is None else [names[i] for i in columns]
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk, columns=use):
+            yield np.column_stack([batch.column(i).to_numpy(zero_copy_only=False)
+                                   .astype(float) for i in range(len(use))])
+        return
+    if kind == ".zarr":
+        total = n_rows(path)
+        import zarr
+        root = zarr.open(path, mode="r")
+        names = column_names(path)
+        for start in range(0, total, chunk):
+            if hasattr(root, "shape"):
+                block = root[start:start + chunk]
+                yield np.asarray(block if columns is None else block[:, columns], dtype=float)
+            else:
+                use = names if columns is None else [names[i] for i in columns]
+                yield np.column_stack([np.asarray(root[c][start:start + chunk], dtype=float)
+                                       for c in use])
+
+
+class TableWriter:
+    """Appends chunks of an (n, k) result to a CSV (with a header) or .npy file (written
+    through a memory map of the final size, so nothing is held in memory)."""
+
+    def __init__(self, path, header, n_total):
+        self.path, self.header, self.n_total, self.at = path, list(header), n_total, 0
+        if str(path).endswith(".npy"):
+            self.out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64,
+                                                 shape=(n_total, len(self.header)))
+        else:
+            self.out = open(path, "w")
+            self.out.write(",".join(self.header) + "\n")
+
+    def write(self, block):
+        block = np.asarray(block, dtype=float).reshape(-1, len(self.header))
+        if isinstance(self.out, np.memmap):
+            self.out[self.at:self.at + block.shape[0]] = block
+        else:
+            np.savetxt(self.out, block, delimiter=",", fmt="%.17g")
+        self.at += block.shape[0]
+
+    def close(self):
+        if isinstance(self.out, np.memmap):
+            self.out.flush()
+            del self.out
+        else:
+            self.out.close()

@@ -1,0 +1,186 @@
+"""The batch CLI for every model: fit, save, predict round trips on CSV, .npy, Parquet
+and Zarr tables, and bad input that names the option to fix."""
+import numpy as np
+import pytest
+
+from fastep import load_model
+from fastep.cli import main
+
+N = 160
+
+
+def _table(tmp_path, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N, 2))
+    f = np.sin(2 * X[:, 0]) + X[:, 1]
+    cols = {"x1": X[:, 0], "x2": X[:, 1], "label": (f > 0).astype(float),
+            "cls3": np.digitize(f, [-0.7, 0.7]).astype(float),
+            "ycens": np.clip(f + 0.2 * rng.normal(size=N), -0.5, None),
+            "yreg": f + 0.1 * rng.normal(size=N)}
+    A = np.where(rng.random((N, 3)) < 0.8, cols["label"][:, None], 1 - cols["label"][:, None])
+    A[rng.random((N, 3)) < 0.2] = np.nan
+    for r in range(3):
+        cols[f"a{r}"] = A[:, r]
+    path = tmp_path / "train.csv"
+    with open(path, "w") as fh:
+        fh.write(",".join(cols) + "\n")
+        for i in range(N):
+            fh.write(",".join("" if np.isnan(c[i]) else repr(float(c[i]))
+                              for c in cols.values()) + "\n")
+    Xt = rng.normal(size=(250, 2))
+    np.save(tmp_path / "test.npy", Xt)
+    return path, cols, Xt
+
+
+KINDS = {
+    "classifier": ["--target", "label"],
+    "multiclass": ["--target", "cls3"],
+    "censored": ["--target", "ycens", "--lower", "-0.5"],
+    "regression": ["--target", "yreg", "--likelihood", "gaussian"],
+    "annotators": ["--annotator-columns", "a0,a1,a2"],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_fit_save_predict_round_trip(tmp_path, kind):
+    train, cols, Xt = _table(tmp_path)
+    model, out = tmp_path / "m.npz", tmp_path / "p.npy"
+    assert main(["fit", str(train), "-o", str(model), "--model", kind, "--features",
+                 "x1,x2", "--no-optimize", *KINDS[kind]]) == 0
+    assert main(["predict", str(model), str(tmp_path / "test.npy"), "-o", str(out),
+                 "--chunk", "64"]) == 0
+    est = load_model(model)
+    got = np.load(out)
+    if hasattr(est, "classes_"):
+        np.testing.assert_allclose(got, est.predict_proba(Xt), rtol=1e-10, atol=1e-14)
+        assert got.shape[1] == len(est.classes_)
+    else:
+        mean, std = est.predict_latent(Xt, return_std=True)
+        np.testing.assert_allclose(got, np.column_stack([mean, std]), rtol=1e-10)
+    if kind == "classifier":        # the same model predicts a CSV input to a CSV output
+        csv_out = tmp_path / "p.csv"
+        assert main(["predict", str(model), str(train), "-o", str(csv_out)]) == 0
+        header = csv_out.read_text().splitlines()[0]
+        assert header == "p_0,p_1"
+        X = np.column_stack([cols["x1"], cols["x2"]])
+        np.testing.assert_allclose(np.loadtxt(csv_out, delimiter=",", skiprows=1),
+                                   est.predict_proba(X), rtol=1e-8)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "zarr"])
+def test_parquet_and_zarr_tables(tmp_path, fmt):
+    train, cols, Xt = _table(tmp_path)
+    path = tmp_path / f"train.{fmt}"
+    if fmt == "parquet":
+        pa = pytest.importorskip("pyarrow")
+        import pyarrow.parquet as pq
+        pq.write_table(pa.table({k: cols[k] for k in ("x1", "x2", "label")}), path)
+    else:
+        zarr = pytest.importorskip("zarr")
+        root = zarr.open_group(str(path), mode="w")
+        for k in ("x1", "x2", "label"):
+            root.create_array(k, data=cols[k]) if hasattr(root, "create_array") else \
+                root.array(k, cols[k])
+    model, out = tmp_path / "m.npz", tmp_path / "p.csv"
+    assert main(["fit", str(path), "-o", str(model), "--target", "label",
+                 "--no-optimize"]) == 0
+    assert main(["predict", str(model), str(path), "-o", str(out), "--features",
+                 "x1,x2"]) == 0
+    X = np.column_stack([cols["x1"], cols["x2"]])
+    np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1),
+                               load_model(model).predict_proba(X), rtol=1e-8)
+
+
+BAD = [
+    ("classifier", ["--target", "nope"], "--target 'nope': no such column"),
+    ("classifier", ["--target", "yreg"], "--target holds"),
+    ("multiclass", ["--target", "x1", "--features", "x2"], "--target holds"),
+    ("censored", ["--target", "ycens", "--lower", "0.5", "--upper", "0.1"], "--lower 0.5 must"),
+    ("censored", ["--target", "ycens", "--lower", "0.0"], "outside \\[--lower"),
+    ("annotators", [], "--annotator-columns"),
+    ("annotators", ["--annotator-columns", "a0,zz"], "--annotator-columns 'zz'"),
+    ("regression", ["--target", "yreg", "--features", "x1,missing"], "--features 'missing'"),
+    ("regression", ["--target", "yreg", "--n-inducing", "100000"], "--n-inducing"),
+]
+
+
+@pytest.mark.parametrize("kind,extra,message", BAD)
+def test_bad_input_names_the_option(tmp_path, capsys, kind, extra, message):
+    train, _, _ = _table(tmp_path)
+    features = [] if "--features" in extra else ["--features", "x1,x2"]
+    code = main(["fit", str(train), "-o", str(tmp_path / "m.npz"), "--model", kind,
+                 "--no-optimize", *features, *extra])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "error" in err
+    import re
+    assert re.search(message, err), err
+    assert not (tmp_path / "m.npz").exists()
+
+
+def test_a_table_too_big_for_dense_ep_gets_inducing_points_before_any_allocation(
+        tmp_path, capsys, monkeypatch):
+    """At 60,000 rows dense EP needs tens of GiB: fit says it uses inducing points and
+    never builds an n x n matrix (the memory check runs before the estimator exists)."""
+    import fastep.cli as cli
+    rng = np.random.default_rng(0)
+    n = 60000
+    X = rng.normal(size=(n, 2))
+    table = np.column_stack([X, (X[:, 0] > 0).astype(float)])
+    np.save(tmp_path / "big.npy", table)
+    seen = {}
+    real = cli._estimator
+
+    def spy(args, d, m):
+        seen["m"] = m
+        est = real(args, d, m)
+        est.set_params(max_iter=3)
+        return est
+    monkeypatch.setattr(cli, "_estimator", spy)
+    monkeypatch.setattr(cli, "AUTO_INDUCING", 16)
+    import fastep._checks
+    monkeypatch.setattr(fastep._checks, "host_memory_available", lambda: 24 * 2 ** 30)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["fit", str(tmp_path / "big.npy"), "-o", str(tmp_path / "m.npz"),
+                     "--no-optimize"]) == 0
+    assert seen["m"] == 16
+    assert "inducing points instead" in capsys.readouterr().err
+
+
+def test_progress_bars_on_a_terminal_and_quiet_in_a_pipe(tmp_path, monkeypatch, capsys):
+    """On a terminal the fit shows ML-II steps and EP sweeps and predict its chunks (tqdm);
+    in a pipe (pytest's captured stderr is not a terminal) nothing but the summary."""
+    pytest.importorskip("tqdm")
+    import sys
+    train, _, _ = _table(tmp_path)
+    args = ["fit", str(train), "-o", str(tmp_path / "m.npz"), "--target", "label",
+            "--features", "x1,x2"]
+    assert main(args) == 0
+    quiet = capsys.readouterr().err
+    assert "ML-II steps" not in quiet and "EP sweeps" not in quiet
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert main(args) == 0
+    assert main(["predict", str(tmp_path / "m.npz"), str(tmp_path / "test.npy"), "-o",
+                 str(tmp_path / "p.npy"), "--chunk", "50"]) == 0
+    shown = capsys.readouterr().err
+    assert "ML-II steps" in shown and "EP sweeps" in shown and "fastep predict" in shown
+
+
+def test_fit_on_a_dask_scheduler(tmp_path):
+    """``--scheduler ADDRESS`` fits sparse EP on that cluster; the saved model predicts
+    as the same fit in this process does."""
+    distributed = pytest.importorskip("distributed")
+    train, cols, Xt = _table(tmp_path)
+    args = ["--target", "label", "--features", "x1,x2", "--n-inducing", "10",
+            "--no-optimize"]
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        assert main(["fit", str(train), "-o", str(tmp_path / "d.npz"), "--scheduler",
+                     cluster.scheduler_address, *args]) == 0
+        distributed.get_client().close()
+    assert main(["fit", str(train), "-o", str(tmp_path / "s.npz"), *args]) == 0
+    a, b = load_model(tmp_path / "d.npz"), load_model(tmp_path / "s.npz")
+    np.testing.assert_allclose(a.inducing_points_, b.inducing_points_)
+    np.testing.assert_allclose(a.predict_proba(Xt), b.predict_proba(Xt), rtol=1e-6)
