@@ -30,7 +30,7 @@ import numpy as np
 M, D = 256, 3
 
 
-def make_store(path, n, seed=0, block=2 ** 18):
+def make_store(path, n, seed=0, block=2 ** 16):
     """A Zarr group with X (n, 3) and y (n,) in row chunks of ``block``, written chunk by
     chunk (a probit-classification problem)."""
     import zarr
@@ -127,16 +127,23 @@ def main():
     ap.add_argument("--store", default="/tmp/fastep_dask_scaling")
     ap.add_argument("--single-sweeps", type=int, default=4)
     ap.add_argument("--max-iter", type=int, default=100)
-    ap.add_argument("--memory-fraction", type=float, default=0.75,
-                    help="each worker's memory_limit as a fraction of the data's bytes")
+    ap.add_argument("--memory-limit-mib", type=float,
+                    help="each worker's memory_limit in MiB (overrides --memory-limit)")
+    ap.add_argument("--dask-only", action="store_true",
+                    help="skip the single-process runs (e.g. a run under a memory limit)")
+    ap.add_argument("--memory-limit", type=float, default=0.95,
+                    help="each worker's memory_limit as a fraction of the bytes of the data "
+                         "at the largest n (X and y)")
     args = ap.parse_args()
     rows = []
+    limit = int(args.memory_limit * max(args.n) * (D + 1) * 8)
+    if args.memory_limit_mib is not None:
+        limit = int(args.memory_limit_mib * 2 ** 20)
     for n in [int(v) for v in args.n]:
         path = f"{args.store}_{n}.zarr"
         make_store(path, n)
         data_bytes = n * (D + 1) * 8
-        limit = int(args.memory_fraction * data_bytes)
-        single = single_process(path, args.single_sweeps)
+        single = math.nan if args.dask_only else single_process(path, args.single_sweeps)
         dask_run = on_dask(path, limit, args.max_iter)
         rows.append((n, data_bytes, limit, single, dask_run))
         print(f"n = {n:.0e}: data {data_bytes / 2**20:.0f} MiB, memory_limit {limit / 2**20:.0f}"
@@ -149,13 +156,15 @@ def main():
         b0, b1 = rows[0][4]["bytes_per_sweep"], rows[-1][4]["bytes_per_sweep"]
         print(f"bytes per sweep at n = {rows[-1][0]:.0e} / at n = {rows[0][0]:.0e}: "
               f"{b1 / b0:.3f}")
+    if args.dask_only:
+        return
     n, _, _, _, run = rows[-1]
     per_row = run["s_per_sweep"] * 2 / n           # worker-seconds per row per sweep
     workers, big = 100, 1e9
     compute = per_row * big / workers
     levels = math.ceil(math.log2(workers))
     reduce_s = 2 * levels * (8 * M * M / 1e9 + 1e-3)   # sums up, q down; 1 GB/s, 1 ms hops
-    tasks = 3 * big / 2 ** 18                           # sweep, report, sum per chunk
+    tasks = 3 * big / 2 ** 18             # sweep, report, sum per chunk of 2^18 rows
     sched = tasks * 2e-4                                # 0.2 ms of scheduler time a task
     print(f"projection n = 1e9 on {workers} workers (1e7 rows each): compute "
           f"{compute:.1f} s (measured {per_row * 1e6:.2f} worker-s per 1e6 rows) + tree "

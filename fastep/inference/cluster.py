@@ -41,6 +41,8 @@ Connect to a scheduler elsewhere with ``Client("tcp://scheduler:8786")`` instead
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -50,6 +52,7 @@ import numpy as np
 import dask
 import dask.array as da
 from dask.core import flatten
+from dask.sizeof import sizeof
 from distributed import Future, get_client, wait
 
 from ..backend.cpu import CPU
@@ -113,19 +116,48 @@ def _block_futures(client, a):
 @dataclass
 class _BlockSites:
     """The sites of one chunk of rows (on a worker): ``tau, nu`` and ``d_i`` (None before
-    the first sweep of a cold start); ``out``: the chunk's sums from the sweep that made
-    these sites, ``marginals``: the chunk's per-site vectors from an evaluation pass."""
+    the first sweep of a cold start); ``marginals``: the chunk's per-site vectors from an
+    evaluation pass."""
 
     tau: np.ndarray
     nu: np.ndarray
     resid: np.ndarray | None
-    out: object = None
     marginals: dict | None = None
 
 
-def _sites_from(tau, nu, n_rows):
-    tau = np.zeros(n_rows) if tau is None else np.array(tau, dtype=float)
-    nu = np.zeros(n_rows) if nu is None else np.array(nu, dtype=float)
+@dataclass
+class _Broadcast:
+    """What a sweep's tasks read of q(v): ``R^-1`` (m x m) and ``beta`` (m)."""
+
+    R_inv: np.ndarray
+    beta: np.ndarray
+
+
+def _nbytes(*arrays):
+    return int(sum(a.nbytes for a in arrays if isinstance(a, np.ndarray)))
+
+
+# Dask sizes what it holds and moves with ``sizeof`` (its memory manager spills by it, and
+# its transfer accounting counts it); objects it does not know count as a few dozen bytes
+@sizeof.register(_BlockSites)
+def _sizeof_sites(s):
+    return _nbytes(s.tau, s.nu, s.resid, *(s.marginals or {}).values())
+
+
+@sizeof.register(_Broadcast)
+def _sizeof_broadcast(b):
+    return _nbytes(b.R_inv, b.beta)
+
+
+@sizeof.register(SweepSums)
+def _sizeof_sums(s):
+    return _nbytes(s.P_G, s.b_G) + 32
+
+
+def _sites_from(y, tau, nu):
+    """A chunk's starting sites (zeros, or given), made where its targets ``y`` are."""
+    tau = np.zeros(y.shape[0]) if tau is None else np.array(tau, dtype=float)
+    nu = np.zeros(y.shape[0]) if nu is None else np.array(nu, dtype=float)
     return _BlockSites(tau, nu, None)
 
 
@@ -167,10 +199,10 @@ def _sweep_block(const, state, X, y, extra, offset, q, first, prior, damping, ev
     if evaluate:
         marginals = {k: getattr(ctx, k).copy() for k in
                      ("mean", "var", "mu_cav", "var_cav", "site_ev")}
-        return _BlockSites(state.tau, state.nu, ctx.resid, out, marginals)
+        return _BlockSites(state.tau, state.nu, ctx.resid, marginals), out
     out.P_G, out.b_G = part.P_G, part.b_G
     out.change = site_change(np, state.tau, state.nu, new_tau, new_nu)
-    return _BlockSites(new_tau, new_nu, ctx.resid, out)
+    return _BlockSites(new_tau, new_nu, ctx.resid), out
 
 
 def _warm_block(const, state, X, y, extra, offset, build):
@@ -183,7 +215,7 @@ def _warm_block(const, state, X, y, extra, offset, build):
     P_G, b_G = np.zeros((m, m), order="F"), np.zeros(m)
     if build:
         CPU.accumulate(P_G, b_G, V, state.tau, state.nu)
-    return _BlockSites(state.tau, state.nu, resid, SweepSums(0, 0.0, 0.0, P_G, b_G))
+    return _BlockSites(state.tau, state.nu, resid), SweepSums(0, 0.0, 0.0, P_G, b_G)
 
 
 def _halve(old, new):
@@ -195,8 +227,12 @@ def _zero(state):
     return _BlockSites(np.zeros_like(state.tau), np.zeros_like(state.nu), None)
 
 
-def _out_of(state):
-    return state.out
+def _first(pair):
+    return pair[0]
+
+
+def _second(pair):
+    return pair[1]
 
 
 def _field(state, name):
@@ -230,6 +266,36 @@ def _identity(value):
     return value
 
 
+async def _pause_stealing(dask_scheduler):
+    """Stop the scheduler's work stealing; whether it was running."""
+    stealing = dask_scheduler.extensions.get("stealing")
+    if stealing is None or "stealing" not in dask_scheduler.periodic_callbacks:
+        return False
+    await stealing.stop()
+    return True
+
+
+async def _resume_stealing(dask_scheduler):
+    started = dask_scheduler.extensions["stealing"].start()
+    if asyncio.iscoroutine(started):            # a coroutine in newer distributed
+        await started
+
+
+@contextlib.contextmanager
+def stealing_paused(client):
+    """Dask's work stealing off while sparse EP runs: a stolen chunk task drags the chunk's
+    rows and sites to another worker (a few MB each, more with n), where the sweep's tasks
+    are already balanced by construction (one per chunk, placed with their data).  It is
+    turned back on afterwards.  A worker that dies still has its tasks rescheduled (that
+    is not stealing)."""
+    paused = client.run_on_scheduler(_pause_stealing)
+    try:
+        yield
+    finally:
+        if paused:
+            client.run_on_scheduler(_resume_stealing)
+
+
 class ClusterSites:
     """The sites of a sparse EP run held on a Dask cluster's workers, chunk by chunk (see
     the module docstring); the methods are those :func:`~fastep.inference._sparse_core.drive`
@@ -257,13 +323,13 @@ class ClusterSites:
             kernel=kernel, likelihood=likelihood, Z=Z, L_uu=L_uu, alpha=float(alpha),
             chunk_size=chunk_size), pure=False)
         if tau is None:
-            self.states = [client.submit(_sites_from, None, None, r, pure=False)
-                           for r in rows]
+            self.states = [client.submit(_sites_from, yb, None, None, pure=False)
+                           for yb in self.y_blocks]
         else:
             tb = _block_futures(client, as_row_chunked(tau, "site_tau", self.n, rows, 1))[1]
             nb = _block_futures(client, as_row_chunked(nu, "site_nu", self.n, rows, 1))[1]
-            self.states = [client.submit(_sites_from, t, v, r, pure=False)
-                           for t, v, r in zip(tb, nb, rows)]
+            self.states = [client.submit(_sites_from, yb, t, v, pure=False)
+                           for yb, t, v in zip(self.y_blocks, tb, nb)]
         self.proposals = self.previous = None
 
     # --- the map and the reduction -------------------------------------------------
@@ -294,13 +360,19 @@ class ClusterSites:
     def _q(self, q):
         """q(v)'s m x m numbers as a task the workers read (recomputable: its value is in
         the task itself)."""
-        return self.client.submit(_identity, SimpleNamespace(R_inv=q.R_inv, beta=q.beta),
-                                  pure=False)
+        return self.client.submit(_identity, _Broadcast(q.R_inv, q.beta), pure=False)
 
     # --- what drive() calls --------------------------------------------------------
+    def _split(self, pairs):
+        """``(sites, report)`` tasks split into the chunks' sites (kept on their workers)
+        and their reports (summed, then released), so a chunk's m x m sums do not stay in
+        memory with its sites."""
+        sites = [self.client.submit(_first, p, pure=False) for p in pairs]
+        return sites, self._reduce([self.client.submit(_second, p, pure=False)
+                                    for p in pairs])
+
     def warm_pass(self, build):
-        self.states = self._map(_warm_block, build)
-        out = self._reduce([self.client.submit(_out_of, s, pure=False) for s in self.states])
+        self.states, out = self._split(self._map(_warm_block, build))
         return _symmetrise_lower(out.P_G), out.b_G
 
     def reset(self):
@@ -310,9 +382,9 @@ class ClusterSites:
         raise NotImplementedError("sparse EP on a cluster runs the parallel schedule")
 
     def sweep(self, q, prior, first, damping, sums=True, evaluate=False):
-        self.proposals = self._map(_sweep_block, self._q(q), first, prior, damping, evaluate)
-        return self._reduce([self.client.submit(_out_of, s, pure=False)
-                             for s in self.proposals])
+        self.proposals, out = self._split(
+            self._map(_sweep_block, self._q(q), first, prior, damping, evaluate))
+        return out
 
     def adopt(self):
         self.previous, self.states = self.states, self.proposals
@@ -337,12 +409,13 @@ class ClusterSites:
         """:func:`~fastep.inference.sparse_ep.sparse_ep_gradient` on the cluster: its two
         passes as maps over the chunks (at the result's sites) and sums."""
         c = gradient_constants(CPU, result, kernel, likelihood)
-        c_f = self.client.submit(_identity, c, pure=False)
-        first = self._reduce(self._map(_gradient_block, c_f, gradient_first))
-        gradient_second_constants(c, *first)
-        c_f = self.client.submit(_identity, c, pure=False)
-        return gradient_finish(c, *self._reduce(self._map(_gradient_block, c_f,
-                                                              gradient_second)))
+        with stealing_paused(self.client):
+            c_f = self.client.submit(_identity, c, pure=False)
+            first = self._reduce(self._map(_gradient_block, c_f, gradient_first))
+            gradient_second_constants(c, *first)
+            c_f = self.client.submit(_identity, c, pure=False)
+            sums = self._reduce(self._map(_gradient_block, c_f, gradient_second))
+        return gradient_finish(c, *sums)
 
 
 def sparse_ep_on_cluster(kernel, Z, X, y, likelihood, alpha, damping, adaptive, tol, max_iter,
@@ -352,11 +425,12 @@ def sparse_ep_on_cluster(kernel, Z, X, y, likelihood, alpha, damping, adaptive, 
     whose chunks stay there."""
     client = client_or_error("sparse_ep")
     L_uu = cholesky_uu(kernel(Z))
-    sites = ClusterSites(client, kernel, likelihood, Z, L_uu, X, y, extra, alpha, site_tau,
-                         site_nu, chunk_size)
-    q, ctl, log_ev, skipped = drive(sites, L_uu, None, site_tau is not None,
-                                    ("sparse EP", damping, adaptive, tol, max_iter, callback),
-                                    "parallel", robust)
+    with stealing_paused(client):
+        sites = ClusterSites(client, kernel, likelihood, Z, L_uu, X, y, extra, alpha, site_tau,
+                             site_nu, chunk_size)
+        q, ctl, log_ev, skipped = drive(sites, L_uu, None, site_tau is not None,
+                                        ("sparse EP", damping, adaptive, tol, max_iter,
+                                         callback), "parallel", robust)
     mean, var, resid = sites.array("mean"), sites.array("var"), sites.array("resid")
     ok = da.isfinite(sites.array("site_ev"))
     mu_cav, var_cav = ctl.finish(ok, sites.array("mu_cav"), sites.array("var_cav"), mean, var,
