@@ -335,8 +335,22 @@ def cmd_predict(args):
     if classes is not None:
         header = [f"p_{c}" for c in classes]
         predict = est.predict_proba
+    elif hasattr(est, "predict_censored_proba") and np.ndim(est.lower_) == 0 \
+            and np.ndim(est.upper_) == 0:
+        # censored: the latent f, the censored y, its probabilities at the limits and
+        # its quartiles
+        header = ["mean", "std", "y_mean", "y_std", "p_lower", "p_upper", "y_q25", "y_q50",
+                  "y_q75"]
+
+        def predict(Xc):
+            mean, std = est.predict_latent(Xc, return_std=True)
+            y_mean, y_std = est.predict(Xc, return_std=True)
+            quartiles = [est.predict_quantile(Xc, q) for q in (0.25, 0.5, 0.75)]
+            return np.column_stack([mean, std, y_mean, y_std,
+                                    *est.predict_censored_proba(Xc), *quartiles])
     else:
         header = ["mean", "std"]
+
         def predict(Xc):
             mean, std = est.predict_latent(Xc, return_std=True)
             return np.column_stack([mean, std])

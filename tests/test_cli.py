@@ -56,7 +56,15 @@ def test_fit_save_predict_round_trip(tmp_path, kind):
         assert got.shape[1] == len(est.classes_)
     else:
         mean, std = est.predict_latent(Xt, return_std=True)
-        np.testing.assert_allclose(got, np.column_stack([mean, std]), rtol=1e-10)
+        np.testing.assert_allclose(got[:, :2], np.column_stack([mean, std]), rtol=1e-10)
+        if kind == "censored":                       # the censored y as well
+            y_mean, y_std = est.predict(Xt, return_std=True)
+            np.testing.assert_allclose(got[:, 2:4], np.column_stack([y_mean, y_std]),
+                                       rtol=1e-10)
+            np.testing.assert_allclose(got[:, 4], est.predict_censored_proba(Xt)[0],
+                                       rtol=1e-10)
+            np.testing.assert_allclose(got[:, 7], est.predict_quantile(Xt, 0.5), rtol=1e-10)
+            assert np.all(got[:, 6] <= got[:, 7]) and np.all(got[:, 7] <= got[:, 8])
     if kind == "classifier":        # the same model predicts a CSV input to a CSV output
         csv_out = tmp_path / "p.csv"
         assert main(["predict", str(model), str(train), "-o", str(csv_out)]) == 0
