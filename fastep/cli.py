@@ -285,7 +285,15 @@ def cmd_fit(args):
         raise ValueError(f"DATA: feature row {i} holds an empty or non-numeric cell; drop "
                          "such rows or choose the columns with --features.")
     y = _targets(args, T)
+    if args.scheduler and args.model in ("regression", "multiclass"):
+        raise ValueError(f"--scheduler runs sparse EP on Dask for --model classifier, censored "
+                         f"or annotators; --model {args.model} fits in this process (drop "
+                         "--scheduler).")
     m = _needs_inducing(X.shape[0], args)
+    if args.scheduler and not m:
+        m = AUTO_INDUCING if X.shape[0] > AUTO_INDUCING else max(1, X.shape[0] // 2)
+        print(f"fastep fit: --scheduler runs sparse EP; using {m} inducing points (set "
+              "--n-inducing to choose)", file=sys.stderr)
     est = _estimator(args, X.shape[1], m)
     print(f"fastep fit: {MODELS[args.model][0]} on {X.shape[0]} rows, {X.shape[1]} features"
           f"{f', {m} inducing points' if m else ''}", file=sys.stderr)

@@ -113,9 +113,11 @@ def n_rows(path):
         import zarr
         root = zarr.open(path, mode="r")
         return root.shape[0] if hasattr(root, "shape") else root[column_names(path)[0]].shape[0]
+    import gzip
     names, _ = _csv_header(path)
-    with open(path, "rb") as fh:
-        return sum(1 for _ in fh) - (1 if names else 0)
+    opener = gzip.open if kind == ".csv.gz" else open
+    with opener(path, "rt") as fh:                  # the rows genfromtxt reads: not blank
+        return sum(1 for line in fh if line.strip()) - (1 if names else 0)
 
 
 def iter_rows(path, columns, chunk):
@@ -188,6 +190,9 @@ class TableWriter:
         self.at += block.shape[0]
 
     def close(self):
+        if self.at != self.n_total:
+            raise ValueError(f"DATA held {self.at} rows where {self.n_total} were counted; "
+                             "check it for blank or broken lines.")
         if isinstance(self.out, np.memmap):
             self.out.flush()
             del self.out

@@ -91,6 +91,9 @@ def as_row_chunked(a, name, n=None, row_chunks=None, ndim=None, min_chunks=1):
         a = da.from_array(a, chunks=(row_chunks or DEFAULT_BLOCK_ROWS,) + a.shape[1:])
     if ndim is not None and a.ndim != ndim:
         raise ValueError(f"{name} must be a {ndim}-d array; got shape {a.shape}.")
+    if any(math.isnan(c) for c in a.chunks[0]):
+        raise ValueError(f"{name} has chunks of unknown length (a dask array from a "
+                         f"DataFrame); use df.to_dask_array(lengths=True).")
     if n is not None and a.shape[0] != n:
         raise ValueError(f"{name} must have one row per row of X ({n}); got shape "
                          f"{a.shape}.")
@@ -206,15 +209,18 @@ def _sweep_block(const, state, X, y, extra, offset, q, first, prior, damping, ev
 
 
 def _warm_block(const, state, X, y, extra, offset, build):
-    """d_i of a chunk at given sites and (``build``) their sums in the prior's coordinates."""
+    """d_i of a chunk at given sites and (``build``) their sums in the prior's coordinates,
+    in sub-chunks of ``chunk_size`` rows (memory O(chunk_size m))."""
     ctx = _context(const, X, y, extra, offset, 1.0, cold=False, resid=None)
-    At = _gram_t(CPU, const.kernel, ctx.Z, np.ascontiguousarray(X))
-    V = CPU.trmm_lower(ctx.L_uu_inv, At)
-    resid = np.maximum(const.kernel.diag(X) - np.einsum("ij,ij->j", V, V), 0.0)
     m = const.Z.shape[0]
     P_G, b_G = np.zeros((m, m), order="F"), np.zeros(m)
-    if build:
-        CPU.accumulate(P_G, b_G, V, state.tau, state.nu)
+    resid = np.empty(X.shape[0])
+    for c0, c1 in _chunks(X.shape[0], const.chunk_size):
+        Xc = np.ascontiguousarray(X[c0:c1])
+        V = CPU.trmm_lower(ctx.L_uu_inv, _gram_t(CPU, const.kernel, ctx.Z, Xc))
+        resid[c0:c1] = np.maximum(const.kernel.diag(Xc) - np.einsum("ij,ij->j", V, V), 0.0)
+        if build:
+            CPU.accumulate(P_G, b_G, V, state.tau[c0:c1], state.nu[c0:c1])
     return _BlockSites(state.tau, state.nu, resid), SweepSums(0, 0.0, 0.0, P_G, b_G)
 
 
@@ -312,8 +318,7 @@ class ClusterSites:
         self.rows = rows
         self.X, self.x_blocks = _block_futures(client, X)
         _, self.y_blocks = _block_futures(client, as_row_chunked(y, "y", self.n, rows, 1))
-        if extra is None and likelihood.n_extra:      # per-site columns the likelihood holds
-            extra = likelihood.site_extra(self.n)
+        # extra=None: each chunk takes its columns from Likelihood.rows() on its worker
         if extra is not None:
             extra = as_row_chunked(extra, "extra", self.n, rows, 2)
             _, self.extra_blocks = _block_futures(client, extra)

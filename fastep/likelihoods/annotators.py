@@ -114,6 +114,12 @@ class MultiAnnotator(Likelihood):
         its own length)."""
         return np.ones(np.shape(y)[0] if np.ndim(y) else self.labels.shape[0])
 
+    def rows(self, start, stop):
+        """A copy holding the labels of the instances ``start:stop`` only."""
+        part = copy.copy(self)
+        part.labels, part._extra = self.labels[start:stop], self._extra[start:stop]
+        return part
+
     def site_extra(self, n):
         if n != self._extra.shape[0]:
             raise ValueError(f"MultiAnnotator holds labels for {self._extra.shape[0]} instances; "

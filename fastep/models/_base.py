@@ -157,9 +157,15 @@ class EPEstimator(BaseEstimator):
         if self.device != "cpu":
             raise ValueError(f"{cls} with dask arrays runs on the cluster's CPUs; set "
                              f"device='cpu' (got {self.device!r}).")
-        if X.ndim != 2 or X.dtype.kind not in "biuf":
-            raise ValueError(f"X must be a 2-d array of numbers; got shape {X.shape}, dtype "
-                             f"{X.dtype}.")
+        if not hasattr(X, "ndim") or X.ndim != 2 or X.dtype.kind not in "biuf":
+            raise ValueError(f"X must be a 2-d dask array of numbers (a DataFrame: "
+                             f"df.to_dask_array(lengths=True)); got {type(X).__name__} of "
+                             f"shape {getattr(X, 'shape', '?')}.")
+        if any(np.isnan(c) for c in X.chunks[0]):
+            raise ValueError("X has chunks of unknown length (from a DataFrame); use "
+                             "df.to_dask_array(lengths=True).")
+        if y is not None and not hasattr(y, "ndim"):
+            y = np.asarray(y)
         if y is not None and (y.ndim != 1 or y.shape[0] != X.shape[0]):
             raise ValueError(f"y must have one entry per row of X, shape ({X.shape[0]},); "
                              f"got shape {y.shape}.")

@@ -169,7 +169,12 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         dask_input = is_dask_array(X)
         if dask_input:                   # sparse EP on the active Dask client's workers
             X, y = self._dask_fit_data(X, y)
-            classes = np.unique(y.compute() if is_dask_array(y) else y)
+            if is_dask_array(y):
+                import dask.array as da
+                classes = da.unique(y).compute()            # the labels, not all of y
+            else:
+                classes = np.unique(y)
+            check_classification_targets(classes)
         else:
             X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
             check_classification_targets(y)
@@ -271,6 +276,10 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         means, variances = self._latent_moments(X)
         if len(means) == 1:
             return latent_output(means[0], variances[0], return_std)
+        if is_dask_array(means[0]):
+            import dask.array as da
+            return latent_output(da.stack(means, axis=1), da.stack(variances, axis=1),
+                                 return_std)
         return latent_output(np.column_stack(means), np.column_stack(variances), return_std)
 
     def predict_proba(self, X):
