@@ -95,6 +95,24 @@ def _precision_factor(P):
             "(negative site precisions); use smaller EP steps, e.g. damping=0.5.") from None
 
 
+def warm_rows(ctx, n, chunk_size, tau, nu, build):
+    """A warm start's pass over rows ``0:n`` of ``ctx`` (:func:`sweep_context`), in chunks:
+    d_i into ``ctx.resid`` and (``build``) the sums ``V T V^T``, ``V nu`` that make q from
+    the given sites (host arrays).  Run over all n rows in this process, or over one
+    chunk's rows on a Dask worker."""
+    be, xp = ctx.be, ctx.be.xp
+    m = ctx.Z.shape[0]
+    P_G, b_G = xp.zeros((m, m), order="F"), xp.zeros(m)
+    for c0, c1 in _chunks(n, chunk_size):
+        Xc = ctx.rows(c0, c1)
+        V = be.trmm_lower(ctx.L_uu_inv, _gram_t(be, ctx.kernel, ctx.Z, Xc))
+        ctx.resid[c0:c1] = xp.maximum(ctx.kernel.diag(Xc, backend=be)
+                                      - xp.einsum("ij,ij->j", V, V), 0.0)
+        if build:
+            be.accumulate(P_G, b_G, V, tau[c0:c1], nu[c0:c1])
+    return be.to_host(P_G), be.to_host(b_G)
+
+
 def _sum_parts(be, parts):
     """The workers' sums ``P_G``, ``b_G`` added in a fixed order, on the host."""
     return (be.to_host(parts[0].P_G + sum(part.P_G for part in parts[1:])),

@@ -56,10 +56,10 @@ from dask.sizeof import sizeof
 from distributed import Future, get_client, wait
 
 from ..backend.cpu import CPU
-from ._sparse_core import (SparseEPResult, SweepSums, _SweepPart, _add_all, _chunks, _gram_t,
-                           _symmetrise_lower, drive, gradient_constants, gradient_finish,
+from ._sparse_core import (_add_all, _chunks, drive, gradient_constants, gradient_finish,
                            gradient_first, gradient_second, gradient_second_constants,
-                           sweep_context)
+                           _on_backend, SparseEPResult, _sum_parts, sweep_context, _SweepPart,
+                           SweepSums, _symmetrise_lower, warm_rows)
 from ._sweep import site_change
 from .sparse import cholesky_uu
 
@@ -194,9 +194,8 @@ def _sweep_block(const, state, X, y, extra, offset, q, first, prior, damping, ev
     part = _SweepPart(CPU, 0, 1, n_rows, m, const.chunk_size)
     part.serial = True                       # one thread per worker: no nested threads
     new_tau, new_nu = np.empty(n_rows), np.empty(n_rows)
-    qd = SimpleNamespace(R_inv=q.R_inv, beta=q.beta, prior=prior)
-    skipped, _ = part.sweep(ctx, qd, state.tau, state.nu, new_tau, new_nu, first,
-                            sums=not evaluate)
+    skipped, _ = part.sweep(ctx, _on_backend(CPU, q, prior=prior), state.tau, state.nu,
+                            new_tau, new_nu, first, sums=not evaluate)
     ok = np.isfinite(ctx.site_ev)
     out = SweepSums(int(skipped), float(np.sum(ctx.site_ev[ok])), math.nan)
     if evaluate:
@@ -209,19 +208,11 @@ def _sweep_block(const, state, X, y, extra, offset, q, first, prior, damping, ev
 
 
 def _warm_block(const, state, X, y, extra, offset, build):
-    """d_i of a chunk at given sites and (``build``) their sums in the prior's coordinates,
-    in sub-chunks of ``chunk_size`` rows (memory O(chunk_size m))."""
+    """d_i of a chunk at given sites and (``build``) their sums in the prior's coordinates
+    (:func:`~fastep.inference._sparse_core.warm_rows` over the chunk's rows)."""
     ctx = _context(const, X, y, extra, offset, 1.0, cold=False, resid=None)
-    m = const.Z.shape[0]
-    P_G, b_G = np.zeros((m, m), order="F"), np.zeros(m)
-    resid = np.empty(X.shape[0])
-    for c0, c1 in _chunks(X.shape[0], const.chunk_size):
-        Xc = np.ascontiguousarray(X[c0:c1])
-        V = CPU.trmm_lower(ctx.L_uu_inv, _gram_t(CPU, const.kernel, ctx.Z, Xc))
-        resid[c0:c1] = np.maximum(const.kernel.diag(Xc) - np.einsum("ij,ij->j", V, V), 0.0)
-        if build:
-            CPU.accumulate(P_G, b_G, V, state.tau[c0:c1], state.nu[c0:c1])
-    return _BlockSites(state.tau, state.nu, resid), SweepSums(0, 0.0, 0.0, P_G, b_G)
+    P_G, b_G = warm_rows(ctx, X.shape[0], const.chunk_size, state.tau, state.nu, build)
+    return _BlockSites(state.tau, state.nu, ctx.resid), SweepSums(0, 0.0, 0.0, P_G, b_G)
 
 
 def _halve(old, new):
@@ -259,12 +250,9 @@ def _add(*parts):
     """Sum of the chunks' reports, in the order given: :class:`SweepSums` (sites skipped
     and site terms added, the largest change kept) or tuples of arrays."""
     if isinstance(parts[0], SweepSums):
-        P_G = parts[0].P_G if parts[0].P_G is None else sum(p.P_G for p in parts[1:]) \
-            + parts[0].P_G
-        b_G = parts[0].b_G if parts[0].b_G is None else sum(p.b_G for p in parts[1:]) \
-            + parts[0].b_G
+        sums = (None, None) if parts[0].P_G is None else _sum_parts(CPU, parts)
         return SweepSums(sum(p.skipped for p in parts), sum(p.site_ev for p in parts),
-                             max(p.change for p in parts), P_G, b_G)
+                         max(p.change for p in parts), *sums)
     return _add_all(parts)
 
 

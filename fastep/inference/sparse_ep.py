@@ -50,9 +50,10 @@ from ..backend import resolve
 from ..backend._base import CHUNK_ROWS
 from ..likelihoods._base import check_likelihood
 from ._sparse_core import (SparseEPResult, SweepSums, _InducingPosterior, _SweepPart, _add_all,
-                           _chunks, _gram_t, _on_backend, _sum_parts, drive, gradient_constants,
+                           _chunks, _on_backend, _sum_parts, drive, gradient_constants,
                            gradient_finish, gradient_first, gradient_second,
-                           gradient_second_constants, sweep_context)
+                           gradient_second_constants, sweep_context,
+                           warm_rows)
 from ._sweep import check_sweep_controls, halve_towards, initial_sites, site_change
 from .sparse import cholesky_uu
 
@@ -247,17 +248,7 @@ class _LocalSites:
 
     def warm_pass(self, build):
         """d_i at the given sites, and (``build``) the sums that make q from them."""
-        ctx, be, xp = self.ctx, self.ctx.be, self.ctx.be.xp
-        m = ctx.Z.shape[0]
-        P_G, b_G = xp.zeros((m, m), order="F"), xp.zeros(m)
-        for c0, c1 in _chunks(self.n, self.chunk_size):
-            Xc = ctx.rows(c0, c1)
-            V = be.trmm_lower(ctx.L_uu_inv, _gram_t(be, ctx.kernel, ctx.Z, Xc))
-            ctx.resid[c0:c1] = xp.maximum(ctx.kernel.diag(Xc, backend=be)
-                                          - xp.einsum("ij,ij->j", V, V), 0.0)
-            if build:
-                be.accumulate(P_G, b_G, V, self.tau[c0:c1], self.nu[c0:c1])
-        return be.to_host(P_G), be.to_host(b_G)
+        return warm_rows(self.ctx, self.n, self.chunk_size, self.tau, self.nu, build)
 
     def reset(self):
         """A cold start: zero sites, d_i recomputed in the first sweep."""
