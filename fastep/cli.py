@@ -241,17 +241,21 @@ def _estimator(args, d, m):
 
 
 def _targets(args, T):
-    """The target columns checked for the model (labels, limits, annotators)."""
-    if args.model == "annotators":
-        return T
+    """The target columns checked for the model (labels, limits, annotators).  Dask
+    columns (``--scheduler``) are checked by summaries computed on the cluster: the
+    distinct labels, counts of bad rows."""
+    if args.model == "annotators":          # the label matrix stays on the client (EM)
+        return T.compute() if hasattr(T, "compute") else T
     y = T[:, 0]
     if args.model in ("classifier", "multiclass"):
-        if np.all(np.isfinite(y)) and np.all(y == np.round(y)):
-            y = y.astype(np.int64)            # integer labels keep their names (p_1, not p_1.0)
-        if np.any(np.isnan(y)):
+        labels = np.asarray(y if not hasattr(y, "compute") else _dask_unique(y))
+        labels = np.unique(labels)
+        if np.any(np.isnan(labels)):
             raise ValueError(f"--target: {int(np.sum(np.isnan(y)))} rows have no label "
                              "(empty or not a number); drop them or choose another column.")
-        k = np.unique(y).size
+        if np.all(labels == np.round(labels)):
+            y = y.astype(np.int64)            # integer labels keep their names (p_1, not p_1.0)
+        k = labels.size
         if y.dtype.kind == "f" or k < 2 or (args.model == "classifier" and k > 20):
             raise ValueError(f"--target holds {k} distinct value(s)"
                              f"{' that are not integers' * (y.dtype.kind == 'f')}; --model "
@@ -264,31 +268,39 @@ def _targets(args, T):
     if args.model == "censored":
         lo = -np.inf if args.lower is None else args.lower
         up = np.inf if args.upper is None else args.upper
-        bad = np.sum((y < lo) | (y > up))
+        bad = int(np.sum((y < lo) | (y > up)))
         if bad:
-            raise ValueError(f"{int(bad)} targets lie outside [--lower {lo}, --upper {up}]: "
+            raise ValueError(f"{bad} targets lie outside [--lower {lo}, --upper {up}]: "
                              "censored values are recorded at the limit; check the limits.")
     return y
 
 
+def _dask_unique(y):
+    import dask.array as da
+    return da.unique(y).compute()
+
+
 def cmd_fit(args):
     import fastep
-    from fastep.io import column_names, read_table
+    from fastep.io import column_names, read_dask, read_table
 
     names = column_names(args.data)
     features, target = _columns(args, names)
-    X = read_table(args.data, features)
-    T = read_table(args.data, target)
+    if args.scheduler:
+        if args.model == "multiclass":
+            raise ValueError("--scheduler runs sparse EP on Dask for --model classifier, "
+                             "censored, annotators or regression; --model multiclass fits in "
+                             "this process (drop --scheduler).")
+        _connect(args.scheduler)             # the workers read DATA, chunk by chunk
+        X, T = read_dask(args.data, features), read_dask(args.data, target)
+    else:
+        X, T = read_table(args.data, features), read_table(args.data, target)
+        if not np.all(np.isfinite(X)):
+            i = int(np.argwhere(~np.isfinite(X))[0, 0])
+            raise ValueError(f"DATA: feature row {i} holds an empty or non-numeric cell; "
+                             "drop such rows or choose the columns with --features.")
     args.n_rows = X.shape[0]
-    if not np.all(np.isfinite(X)):
-        i = int(np.argwhere(~np.isfinite(X))[0, 0])
-        raise ValueError(f"DATA: feature row {i} holds an empty or non-numeric cell; drop "
-                         "such rows or choose the columns with --features.")
     y = _targets(args, T)
-    if args.scheduler and args.model in ("regression", "multiclass"):
-        raise ValueError(f"--scheduler runs sparse EP on Dask for --model classifier, censored "
-                         f"or annotators; --model {args.model} fits in this process (drop "
-                         "--scheduler).")
     m = _needs_inducing(X.shape[0], args)
     if args.scheduler and not m:
         m = AUTO_INDUCING if X.shape[0] > AUTO_INDUCING else max(1, X.shape[0] // 2)
@@ -296,10 +308,10 @@ def cmd_fit(args):
               "--n-inducing to choose)", file=sys.stderr)
     est = _estimator(args, X.shape[1], m)
     print(f"fastep fit: {MODELS[args.model][0]} on {X.shape[0]} rows, {X.shape[1]} features"
-          f"{f', {m} inducing points' if m else ''}", file=sys.stderr)
+          f"{f', {m} inducing points' if m else ''}"
+          f"{f' on the Dask cluster at {args.scheduler}' if args.scheduler else ''}",
+          file=sys.stderr)
     t0 = time.perf_counter()
-    if args.scheduler:
-        X, y = _on_cluster(args.scheduler, X, y)
     progress = _FitProgress()
     try:
         est.fit(X, y)
@@ -313,16 +325,14 @@ def cmd_fit(args):
     return 0
 
 
-def _on_cluster(address, X, y):
-    """X, y as dask arrays on the Dask scheduler at ``address`` (``--scheduler``)."""
+def _connect(address):
+    """A ``distributed.Client`` of the Dask scheduler at ``address`` (``--scheduler``),
+    made the default for what follows."""
     try:
-        import dask.array as da
         from distributed import Client
     except ImportError:
         raise ValueError("--scheduler needs dask: pip install \"fastep[dask]\"") from None
-    Client(address)
-    chunk = max(1, -(-X.shape[0] // 8))
-    return da.from_array(X, chunks=(chunk, -1)), da.from_array(y, chunks=chunk)
+    return Client(address)
 
 
 def cmd_predict(args):

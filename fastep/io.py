@@ -3,8 +3,10 @@
 :func:`read_table` returns the columns a model needs as NumPy arrays (a .npy file is
 memory-mapped, so only the columns asked for are read); :func:`iter_rows` streams the
 rows of a table in chunks (prediction of inputs larger than memory); :class:`TableWriter`
-appends chunks of results to a CSV or .npy file.  Parquet needs pyarrow and Zarr needs
-zarr (``pip install "fastep[dask]"``); neither is imported unless such a file is read.
+appends chunks of results to a CSV or .npy file; :func:`read_dask` gives a table as a lazy
+dask array whose chunks the workers of a Dask cluster read (``fastep fit --scheduler``).
+Parquet needs pyarrow, Zarr zarr and a Dask read of CSV or Parquet dask.dataframe
+(``pip install "fastep[dask]"``); none is imported unless such a file is read.
 """
 from __future__ import annotations
 
@@ -99,6 +101,82 @@ def read_table(path, columns=None):
         a = root[:]
         return np.asarray(a if columns is None else a[:, columns], dtype=float)
     return np.column_stack([np.asarray(root[c][:], dtype=float) for c in use])
+
+
+#: Rows per chunk of :func:`read_dask`.
+DASK_CHUNK_ROWS = 2 ** 18
+
+
+def read_dask(path, columns=None, chunk_rows=DASK_CHUNK_ROWS):
+    """The table at ``path`` as a lazy float dask array (n, k) of the given column
+    indices (all by default), in chunks of about ``chunk_rows`` rows that the workers
+    read themselves: the client reads only the header, so the workers of a cluster need
+    the same path (shared storage).  .npy chunks come from a memory map, Zarr through
+    :func:`dask.array.from_zarr`, Parquet and CSV through :mod:`dask.dataframe` (non-numeric
+    CSV cells are NaN, as in :func:`read_table`; a .csv.gz is one compressed stream, read
+    by one task).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.npy")
+    >>> np.save(path, np.arange(12.0).reshape(6, 2))
+    >>> X = read_dask(path, [1], chunk_rows=4)
+    >>> X.chunks, X.sum().compute()
+    (((4, 2), (1,)), np.float64(36.0))
+    """
+    kind = _kind(path)
+    if not os.path.exists(path):
+        raise ValueError(f"DATA {path!r}: no such file.")
+    try:
+        import dask.array as da
+        if kind in (".csv", ".csv.gz", ".parquet"):
+            import dask.dataframe as dd
+    except ImportError as e:
+        raise ValueError(f"reading {path!r} on a Dask cluster needs {e.name}: pip install "
+                         "\"fastep[dask]\"") from None
+    names = column_names(path)
+    columns = list(range(len(names))) if columns is None else list(columns)
+    if kind == ".npy":
+        import dask
+        n = n_rows(path)
+        return da.concatenate([
+            da.from_delayed(dask.delayed(_npy_rows)(path, start, min(start + chunk_rows, n),
+                                                    columns),
+                            shape=(min(start + chunk_rows, n) - start, len(columns)),
+                            dtype=float)
+            for start in range(0, n, chunk_rows)] or [da.zeros((0, len(columns)))])
+    if kind == ".zarr":
+        import zarr
+        if hasattr(zarr.open(path, mode="r"), "shape"):
+            a = da.from_zarr(path)
+            a = (a[:, None] if a.ndim == 1 else a)[:, columns]
+        else:
+            a = da.stack([da.from_zarr(path, component=names[i]) for i in columns], axis=1)
+        return a.astype(float).rechunk((chunk_rows, -1))
+    if kind == ".parquet":
+        frame = dd.read_parquet(path, columns=[names[i] for i in columns])
+    else:
+        header, _ = _csv_header(path)
+        frame = dd.read_csv(path, header=0 if header else None, usecols=columns,
+                            dtype=object, blocksize=None if kind == ".csv.gz" else "64MB",
+                            compression="gzip" if kind == ".csv.gz" else None)
+        frame = frame[[names[i] if header else i for i in columns]]   # (in this order)
+        frame = frame.map_partitions(_numeric_frame, meta={c: float for c in frame.columns})
+    return frame.to_dask_array(lengths=True).astype(float).rechunk((chunk_rows, -1))
+
+
+def _npy_rows(path, start, stop, columns):
+    """Rows ``start:stop`` of the given columns of a .npy file, through a memory map."""
+    a = np.load(path, mmap_mode="r")
+    a = a[:, None] if a.ndim == 1 else a
+    return np.asarray(a[start:stop][:, columns], dtype=float)
+
+
+def _numeric_frame(frame):
+    """A CSV chunk as floats: cells that are not numbers are NaN."""
+    import pandas as pd
+    return frame.apply(pd.to_numeric, errors="coerce").astype(float)
 
 
 def n_rows(path):

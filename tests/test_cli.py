@@ -192,3 +192,36 @@ def test_fit_on_a_dask_scheduler(tmp_path):
     a, b = load_model(tmp_path / "d.npz"), load_model(tmp_path / "s.npz")
     np.testing.assert_allclose(a.inducing_points_, b.inducing_points_)
     np.testing.assert_allclose(a.predict_proba(Xt), b.predict_proba(Xt), rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["regression", "censored", "annotators"])
+def test_scheduler_workers_read_the_table(tmp_path, capsys, kind):
+    """With ``--scheduler`` the client reads only the header: the workers read the rows
+    (a .npy here) chunk by chunk, and the fit is the one made in this process."""
+    distributed = pytest.importorskip("distributed")
+    train, cols, Xt = _table(tmp_path)
+    names = list(cols)
+    np.save(tmp_path / "train.npy", np.column_stack(list(cols.values())))
+    positional = {"--target": lambda v: str(names.index(v)),
+                  "--annotator-columns": lambda v: ",".join(str(names.index(c))
+                                                            for c in v.split(","))}
+    spec = KINDS[kind]
+    args = [a if i % 2 == 0 or spec[i - 1] not in positional else positional[spec[i - 1]](a)
+            for i, a in enumerate(spec)]
+    args += ["--model", kind, "--features", "0,1", "--n-inducing", "10", "--no-optimize"]
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        assert main(["fit", str(tmp_path / "train.npy"), "-o", str(tmp_path / "d.npz"),
+                     "--scheduler", cluster.scheduler_address, *args]) == 0
+        if kind == "censored":            # the checks of the targets, summed on the cluster
+            assert main(["fit", str(tmp_path / "train.npy"), "-o", str(tmp_path / "e.npz"),
+                         "--scheduler", cluster.scheduler_address, *args,
+                         "--upper", "0.2"]) == 2
+            assert "outside [--lower -0.5, --upper 0.2]" in capsys.readouterr().err
+        distributed.get_client().close()
+    assert main(["fit", str(tmp_path / "train.npy"), "-o", str(tmp_path / "s.npz"),
+                 *args]) == 0
+    a, b = load_model(tmp_path / "d.npz"), load_model(tmp_path / "s.npz")
+    # the cluster runs the parallel schedule, this process the chunk-sequential one: the
+    # same fixed point, each to EP's tolerance (tol=1e-6)
+    np.testing.assert_allclose(a.predict_latent(Xt), b.predict_latent(Xt), atol=1e-4)

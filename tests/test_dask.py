@@ -216,3 +216,70 @@ def test_censored_and_annotator_estimators_fit_and_predict_dask_arrays(client):
     p = est.predict_proba(Xtd)
     _close(ref.predict_proba(Xt), p.compute(), "class probabilities")
     assert list(est.predict(Xtd).compute()) == list(ref.predict(Xt))
+
+
+@pytest.mark.parametrize("likelihood", ["poisson", "student_t"])
+def test_regressor_fits_and_predicts_dask_arrays(client, likelihood):
+    """EPGaussianProcessRegressor on dask arrays: ML-II (Student-t from its two starts)
+    reaches the in-process fit, and predictions of y and its log density map over chunks."""
+    from fastep import EPGaussianProcessRegressor
+    rng = np.random.default_rng(11)
+    X = rng.uniform(-3, 3, (1500, 2))
+    f = np.sin(1.3 * X[:, 0]) + 0.5 * np.cos(X[:, 1])
+    if likelihood == "poisson":
+        y, data = rng.poisson(2.0 * np.exp(f)).astype(float), {"exposure": 2.0}
+    else:
+        y, data = f + 0.2 * rng.standard_t(3, size=X.shape[0]), {}
+    # Student-t: robust EP with the kernel fixed (its ML-II tries far-off scales, each a
+    # long damped run); its two ML-II starts are compared below
+    kw = dict(likelihood=likelihood, kernel=RBF(1.0, [1.0, 1.0]),
+              inducing_points=X[:12].copy(), method="parallel", tol=1e-9,
+              max_iter_optimizer=4, optimizer="L-BFGS-B" if likelihood == "poisson" else None)
+    ref = EPGaussianProcessRegressor(**kw).fit(X, y, **data)
+    est = EPGaussianProcessRegressor(**kw).fit(da.from_array(X, chunks=500),
+                                               da.from_array(y, chunks=500), **data)
+    _close(ref.kernel_.theta, est.kernel_.theta, "fitted kernel")
+    if ref.likelihood_.theta.size:                     # Student-t: df and scale
+        _close(ref.likelihood_.theta, est.likelihood_.theta, "fitted likelihood")
+    assert est.log_marginal_likelihood_value_ == pytest.approx(
+        ref.log_marginal_likelihood_value_, rel=1e-7)
+    Xt = rng.uniform(-3, 3, (400, 2))
+    yt = y[:400]
+    Xtd = da.from_array(Xt, chunks=150)
+    for a, b in zip(ref.predict(Xt, return_std=True, **data),
+                    est.predict(Xtd, return_std=True, **data)):
+        assert isinstance(b, da.Array)
+        np.testing.assert_allclose(b.compute(), a, rtol=1e-6)
+    np.testing.assert_allclose(est.log_predictive_density(Xtd, yt, **data).compute(),
+                               ref.log_predictive_density(Xt, yt, **data), rtol=1e-6)
+    if likelihood == "poisson":
+        with pytest.raises(ValueError, match=r"\['exposure'\] must be scalars"):
+            est.predict(Xtd, exposure=np.ones(400))
+    else:
+        ml2 = EPGaussianProcessRegressor(likelihood="student_t")
+        starts = [ml2._likelihood_starts(est.likelihood_, v) for v in (y, da.from_array(y))]
+        for a, b in zip(*starts):
+            _close(a.theta, b.theta, "Student-t ML-II starts")
+
+
+def test_ordinal_classifier_fits_and_predicts_dask_arrays(client):
+    """OrdinalGPClassifier on dask arrays: labels, cut points from the level counts (added
+    up on the workers), the same fit and lazily computed level probabilities."""
+    from fastep import OrdinalGPClassifier
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-3, 3, (1500, 2))
+    f = np.sin(1.3 * X[:, 0]) + 0.5 * np.cos(X[:, 1]) + 0.3 * rng.normal(size=1500)
+    y = np.array(["low", "mid", "top"])[np.digitize(f, [-0.4, 0.5])]  # sorted = level order
+    kw = dict(kernel=RBF(1.0, [1.0, 1.0]), inducing_points=X[:12].copy(), method="parallel",
+              tol=1e-9, max_iter_optimizer=8)
+    ref = OrdinalGPClassifier(**kw).fit(X, y)
+    est = OrdinalGPClassifier(**kw).fit(da.from_array(X, chunks=500),
+                                        da.from_array(y, chunks=500))
+    assert list(est.classes_) == ["low", "mid", "top"]
+    _close(ref.cut_points_, est.cut_points_, "cut points")
+    _close(ref.kernel_.theta, est.kernel_.theta, "fitted kernel")
+    Xt = rng.uniform(-3, 3, (400, 2))
+    p = est.predict_proba(da.from_array(Xt, chunks=150))
+    assert isinstance(p, da.Array) and p.shape == (400, 3)
+    np.testing.assert_allclose(p.compute(), ref.predict_proba(Xt), rtol=1e-6, atol=1e-12)
+    assert list(est.predict(da.from_array(Xt, chunks=150)).compute()) == list(ref.predict(Xt))

@@ -25,6 +25,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, _fit_context
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 from sklearn.gaussian_process.kernels import Kernel as SklearnKernelBase
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -103,6 +104,17 @@ def latent_output(mean, var, return_std):
     return (mean, np.sqrt(var)) if return_std else mean
 
 
+def da_map_rows(fn, *columns, width=None):
+    """``fn`` applied chunk by chunk (lazily, on the workers) to dask vectors of one row
+    chunking and any other arguments as they are: a dask vector, or with ``width`` a dask
+    array of shape (n, width)."""
+    import dask.array as da
+    if width is None:
+        return da.map_blocks(fn, *columns, dtype=float)
+    return da.map_blocks(fn, *columns, dtype=float, new_axis=1,
+                         chunks=(columns[0].chunks[0], (width,)))
+
+
 class EPEstimator(BaseEstimator):
     """Base of the estimators that run EP on latent GPs (see the module docstring)."""
 
@@ -172,6 +184,17 @@ class EPEstimator(BaseEstimator):
         self.n_features_in_ = X.shape[1]
         X = X.astype(np.float64)
         return X.rechunk({1: -1}), y
+
+    def _dask_classes(self, y):
+        """The sorted distinct labels of a dask (or NumPy) y of a dask fit, checked as
+        scikit-learn checks classification targets; only the labels reach the client."""
+        if is_dask_array(y):
+            import dask.array as da
+            classes = da.unique(y).compute()
+        else:
+            classes = np.unique(y)
+        check_classification_targets(classes)
+        return classes
 
     def _predict_inputs(self, X):
         """X at prediction: scikit-learn's checks, or for a dask X those of its shape (the

@@ -169,12 +169,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         dask_input = is_dask_array(X)
         if dask_input:                   # sparse EP on the active Dask client's workers
             X, y = self._dask_fit_data(X, y)
-            if is_dask_array(y):
-                import dask.array as da
-                classes = da.unique(y).compute()            # the labels, not all of y
-            else:
-                classes = np.unique(y)
-            check_classification_targets(classes)
+            classes = self._dask_classes(y)
         else:
             X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
             check_classification_targets(y)

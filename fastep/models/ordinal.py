@@ -7,22 +7,30 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._checks import is_dask_array
 from ..backend import resolve
 from ..likelihoods import OrdinalProbit
-from ._base import SingleLatentEstimator, as_generator, fit_entry, fresh_kernel, shared
+from ._base import (SingleLatentEstimator, as_generator, da_map_rows, fit_entry, fresh_kernel,
+                    shared)
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
 
 
-def initial_cut_points(levels, n_levels):
-    """Cut points that reproduce the label frequencies under the prior f ~ N(0, 1) with
-    unit probit noise: ``sqrt(2) Phi^-1(cumulative frequency)``, kept strictly increasing."""
-    counts = np.bincount(levels.astype(np.int64), minlength=n_levels)
+def initial_cut_points(counts):
+    """Cut points that reproduce the label frequencies ``counts`` (one per level) under
+    the prior f ~ N(0, 1) with unit probit noise: ``sqrt(2) Phi^-1(cumulative frequency)``,
+    kept strictly increasing."""
+    counts = np.asarray(counts, dtype=float)
     cum = np.clip(np.cumsum(counts)[:-1] / counts.sum(), 1e-3, 1.0 - 1e-3)
     cuts = np.sqrt(2.0) * ndtri(cum)
     for j in range(1, cuts.size):
         cuts[j] = max(cuts[j], cuts[j - 1] + 1e-2)
     return cuts
+
+
+def _levels_block(labels, classes):
+    """The level (index in the sorted ``classes``) of each label of a chunk, as floats."""
+    return np.searchsorted(classes, labels).astype(float)
 
 
 class OrdinalGPClassifier(ClassifierMixin, SingleLatentEstimator):
@@ -97,15 +105,25 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         -------
         self
         """
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
-        check_classification_targets(y)
-        classes, levels = np.unique(y, return_inverse=True)
+        dask_input = is_dask_array(X)
+        if dask_input:                   # sparse EP on the active Dask client's workers
+            import dask.array as da
+            X, y = self._dask_fit_data(X, y)
+            classes = self._dask_classes(y)
+            y = y if is_dask_array(y) else da.from_array(y, chunks=(X.chunks[0],))
+            levels = y.map_blocks(_levels_block, classes, dtype=float)
+            counts = da.bincount(levels.astype(np.int64), minlength=classes.size).compute()
+        else:
+            X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
+            check_classification_targets(y)
+            classes, levels = np.unique(y, return_inverse=True)
+            levels = levels.astype(float)
+            counts = np.bincount(levels.astype(np.int64), minlength=classes.size)
         if classes.size < 2:
             raise ValueError(f"OrdinalGPClassifier requires at least 2 classes (ordered "
                              f"levels) in y; got only one class: {classes[0]!r}.")
-        levels = levels.astype(float)
         if self.cut_points is None:
-            cuts = initial_cut_points(levels, classes.size)
+            cuts = initial_cut_points(counts)
         else:
             cuts = np.asarray(self.cut_points, dtype=float).ravel()
             if cuts.size != classes.size - 1:
@@ -115,7 +133,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         backend = resolve(self.device, type(self).__name__)
         config = self._ep_config(backend, likelihood)
         rng = as_generator(self.random_state)
-        X = np.ascontiguousarray(X)
+        X = X if dask_input else np.ascontiguousarray(X)
         latent = LatentGP(X, levels, fresh_kernel(self.kernel), likelihood, config,
                           self._inducing_inputs(X, rng))
         latent, result = self._fit_latent(latent, rng)
@@ -150,14 +168,22 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
 
 
     def predict_proba(self, X):
-        """P(y = level k) for every level, shape (n_samples, K)."""
+        """P(y = level k) for every level, shape (n_samples, K) (a lazy dask array,
+        computed chunk by chunk, for a dask X)."""
         mean, std = self.predict_latent(X, return_std=True)
+        if is_dask_array(mean):
+            return da_map_rows(self.likelihood_.predict_proba, mean, std ** 2,
+                               width=self.classes_.size)
         return self.likelihood_.predict_proba(mean, std ** 2)
 
     def predict(self, X):
         """The most probable level."""
         check_is_fitted(self)
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)
+        if is_dask_array(proba):
+            return proba.argmax(axis=1).map_blocks(self.classes_.take,
+                                                   dtype=self.classes_.dtype)
+        return self.classes_[np.argmax(proba, axis=1)]
 
     def _loo(self):
         mean, var = self._latent.loo_cavity(self.result_)

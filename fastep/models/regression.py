@@ -10,10 +10,12 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import (check_consistent_length, column_or_1d,
                                       validate_data)
 
+from .._checks import is_dask_array
 from ..backend import resolve
 from ..likelihoods import (Gaussian, Likelihood, NegativeBinomial, OrdinalProbit, Poisson,
                            StudentT, Tobit)
-from ._base import SingleLatentEstimator, as_generator, fit_entry, fresh_kernel, shared
+from ._base import (SingleLatentEstimator, as_generator, da_map_rows, fit_entry, fresh_kernel,
+                    shared)
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
 
@@ -145,16 +147,21 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         if y is None:
             raise ValueError("EPGaussianProcessRegressor requires y to be passed, but the "
                              "target y is None.")
-        X = validate_data(self, X, dtype=np.float64)
-        y = column_or_1d(y, dtype=np.float64, warn=True)   # NaN allowed: Tobit intervals
-        check_consistent_length(X, y)
-        n = X.shape[0]
-        likelihood = self._data(self._make_likelihood(), n, data)
-        y = likelihood.encode_targets(y)
+        dask_input = is_dask_array(X)
+        if dask_input:           # sparse EP on the Dask client's workers, y checked there
+            X, y = self._dask_fit_data(X, y)
+            likelihood = self._data(self._make_likelihood(), 1, _scalar_data(data))
+            y = y.astype(np.float64)
+        else:
+            X = validate_data(self, X, dtype=np.float64)
+            y = column_or_1d(y, dtype=np.float64, warn=True)  # NaN allowed: Tobit intervals
+            check_consistent_length(X, y)
+            likelihood = self._data(self._make_likelihood(), X.shape[0], data)
+            y = likelihood.encode_targets(y)
+            X = np.ascontiguousarray(X)
         backend = resolve(self.device, type(self).__name__)
         config = self._ep_config(backend, likelihood)
         rng = as_generator(self.random_state)
-        X = np.ascontiguousarray(X)
         Z = self._inducing_inputs(X, rng)
         best = None
         for start in self._likelihood_starts(likelihood, y):
@@ -175,7 +182,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         ``"student_t"`` a broad and a narrow scale (see the class docstring)."""
         if self.likelihood != "student_t" or self.optimizer is None:
             return [likelihood]
-        s = float(np.std(y)) or 1.0
+        s = float(y.std().compute() if is_dask_array(y) else np.std(y)) or 1.0
         low, high = np.exp(likelihood.bounds[1])
         return [likelihood.clone_with_theta(np.log([likelihood.df,
                                                     np.clip(scale, low, high)]))
@@ -215,23 +222,67 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
 
     # --- prediction --------------------------------------------------------------------
 
+    def _predictive_likelihood(self, n, data, dask_input):
+        """The fitted likelihood with the per-observation data of n predictions (scalars
+        only for a dask X: the same for every chunk)."""
+        if dask_input:
+            return self._data(self.likelihood_, 1, _scalar_data(data))
+        return self._data(self.likelihood_, n, data)
+
     def predict(self, X, return_std=False, **data):
         """Mean (and standard deviation) of y itself at X (``exposure=``, ``lower=``,
-        ``upper=`` as in ``fit``; defaults: exposure 1, the likelihood's own limits)."""
+        ``upper=`` as in ``fit``; defaults: exposure 1, the likelihood's own limits).
+        A dask X gives lazy dask arrays, computed chunk by chunk on the workers."""
         mean, std = self.predict_latent(X, return_std=True)
-        lik = self._data(self.likelihood_, mean.shape[0], data)
+        if is_dask_array(mean):
+            lik = self._predictive_likelihood(None, data, True)
+            mean_y = da_map_rows(_y_moments_block, mean, std, lik, 0)
+            return ((mean_y, da_map_rows(_y_moments_block, mean, std, lik, 1))
+                    if return_std else mean_y)
+        lik = self._predictive_likelihood(mean.shape[0], data, False)
         mean_y, var_y = lik.predict_y(mean, std ** 2)
         return (mean_y, np.sqrt(var_y)) if return_std else mean_y
 
     def log_predictive_density(self, X, y, **data):
-        """log p(y* | data) of observed targets y at X, one value per point."""
+        """log p(y* | data) of observed targets y at X, one value per point (lazily, chunk
+        by chunk, for a dask X)."""
         mean, std = self.predict_latent(X, return_std=True)
-        lik = self._data(self.likelihood_, mean.shape[0], data)
-        y = lik.encode_targets(y)
-        return lik.tilted(y, mean, np.maximum(std ** 2, 1e-300),
-                          extra=lik.site_extra(y.size))[0]
+        if is_dask_array(mean):
+            import dask.array as da
+            lik = self._predictive_likelihood(None, data, True)
+            y = y if is_dask_array(y) else da.from_array(np.asarray(y), chunks=mean.chunks)
+            if y.shape != mean.shape:
+                raise ValueError(f"y must have one entry per row of X, shape {mean.shape}; "
+                                 f"got shape {y.shape}.")
+            return da_map_rows(_log_density_block, mean, std, y.rechunk(mean.chunks), lik)
+        lik = self._predictive_likelihood(mean.shape[0], data, False)
+        return _log_density_block(mean, std, y, lik)
 
     def _loo(self):
         mean, var = self._latent.loo_cavity(self.result_)
         return (self._latent.loo_log_density(mean, var),
                 self.likelihood_.predict_y(mean, var)[0])
+
+
+def _scalar_data(data):
+    """The per-observation data of a fit or prediction on dask arrays: scalars only (each
+    chunk reads the same), else a ValueError naming them."""
+    arrays = sorted(k for k, v in data.items() if v is not None and np.ndim(v))
+    if arrays:
+        raise ValueError(f"With a dask X the per-observation data {arrays} must be scalars "
+                         f"(the same for every row); got arrays. Fit a NumPy X to give "
+                         f"per-row values.")
+    return data
+
+
+def _y_moments_block(mean, std, likelihood, which):
+    """One chunk of the predictive of y: its mean (``which=0``) or std (``which=1``)."""
+    moment = likelihood.predict_y(mean, std * std)[which]
+    return np.sqrt(moment) if which else moment
+
+
+def _log_density_block(mean, std, y, likelihood):
+    """log p(y | data) of one chunk: the tilted normaliser at the latent predictive."""
+    y = likelihood.encode_targets(y)
+    return likelihood.tilted(y, mean, np.maximum(std * std, 1e-300),
+                             extra=likelihood.site_extra(y.size))[0]
