@@ -99,6 +99,25 @@ def test_warm_start_on_dask_takes_dask_sites(client):
                                                           rel=RTOL)
 
 
+def _sent(dask_worker):
+    return dask_worker.transfer_outgoing_bytes_total
+
+
+def test_a_sweep_moves_m_by_m_numbers_not_rows(client):
+    """Each chunk's tasks run where its rows are: after the first sweep, what the workers
+    send per sweep is q(u) and the sums (a few m x m matrices), not a chunk of rows or
+    sites (6000 rows: 96 kB of X, 144 kB of sites), which Dask's own placement would move
+    to whichever worker is free first."""
+    X, y, lik, _, Z = _problem("probit", n=60000, seed=3)
+    sent = []
+    sparse_ep(RBF(1.2, [0.9, 1.4]), Z, da.from_array(X, chunks=6000),
+              da.from_array(y, chunks=6000), lik, tol=1e-9, max_iter=300,
+              callback=lambda i, lz: sent.append(sum(client.run(_sent).values())))
+    per_sweep = np.diff(sent)
+    assert len(per_sweep) >= 4
+    assert per_sweep.max() < 20 * 8 * Z.shape[0] ** 2, per_sweep
+
+
 def test_a_worker_killed_in_the_third_sweep_changes_nothing(client):
     """The scheduler recomputes the lost chunks' sites from their lineage (module docstring
     of fastep.inference.cluster); the fit ends where the undisturbed one does."""

@@ -116,6 +116,27 @@ def _block_futures(client, a):
     return a, [Future(key, client) for key in flatten(a.__dask_keys__())]
 
 
+def _on(worker):
+    """Submit options that place a task on ``worker`` (None: anywhere), loosely."""
+    return {"workers": [worker], "allow_other_workers": True} if worker else {}
+
+
+def _colocated(client, blocks, anchors):
+    """Futures of ``blocks``, each on the worker that holds the same chunk of ``anchors``
+    (a copy moved there once where Dask put it elsewhere): a chunk's rows, targets and
+    sites are then read by one task on one worker, sweep after sweep, without transfers."""
+    wait(list(blocks) + list(anchors))
+    who = client.who_has(list(blocks) + list(anchors))
+    out = []
+    for block, anchor in zip(blocks, anchors):
+        home = who.get(anchor.key) or ()
+        if not home or home[0] in (who.get(block.key) or ()):
+            out.append(block)
+        else:
+            out.append(client.submit(_identity, block, pure=False, **_on(home[0])))
+    return out
+
+
 @dataclass
 class _BlockSites:
     """The sites of one chunk of rows (on a worker): ``tau, nu`` and ``d_i`` (None before
@@ -306,32 +327,44 @@ class ClusterSites:
         self.rows = rows
         self.X, self.x_blocks = _block_futures(client, X)
         _, self.y_blocks = _block_futures(client, as_row_chunked(y, "y", self.n, rows, 1))
+        self.y_blocks = _colocated(client, self.y_blocks, self.x_blocks)
         # extra=None: each chunk takes its columns from Likelihood.rows() on its worker
         if extra is not None:
             extra = as_row_chunked(extra, "extra", self.n, rows, 2)
-            _, self.extra_blocks = _block_futures(client, extra)
+            self.extra_blocks = _colocated(client, _block_futures(client, extra)[1],
+                                           self.x_blocks)
         else:
             self.extra_blocks = [None] * len(rows)
         self.const = client.submit(_identity, SimpleNamespace(
             kernel=kernel, likelihood=likelihood, Z=Z, L_uu=L_uu, alpha=float(alpha),
             chunk_size=chunk_size), pure=False)
         if tau is None:
-            self.states = [client.submit(_sites_from, yb, None, None, pure=False)
-                           for yb in self.y_blocks]
+            self.states = self._per_chunk(_sites_from, ((yb, None, None)
+                                                        for yb in self.y_blocks))
         else:
-            tb = _block_futures(client, as_row_chunked(tau, "site_tau", self.n, rows, 1))[1]
-            nb = _block_futures(client, as_row_chunked(nu, "site_nu", self.n, rows, 1))[1]
-            self.states = [client.submit(_sites_from, yb, t, v, pure=False)
-                           for yb, t, v in zip(self.y_blocks, tb, nb)]
+            tb, nb = (_colocated(client, _block_futures(client, as_row_chunked(
+                v, name, self.n, rows, 1))[1], self.x_blocks)
+                for v, name in ((tau, "site_tau"), (nu, "site_nu")))
+            self.states = self._per_chunk(_sites_from, zip(self.y_blocks, tb, nb))
         self.proposals = self.previous = None
 
     # --- the map and the reduction -------------------------------------------------
     def _map(self, fn, *args):
         """One task per chunk, ``fn(const, state, X, y, extra, offset, *args)``: placed
         where the chunk's sites and rows are."""
-        return [self.client.submit(fn, self.const, st, x, y, e, o, *args, pure=False)
-                for st, x, y, e, o in zip(self.states, self.x_blocks, self.y_blocks,
-                                          self.extra_blocks, self.offsets)]
+        return self._per_chunk(fn, ((self.const, st, x, y, e, o, *args) for st, x, y, e, o in
+                                    zip(self.states, self.x_blocks, self.y_blocks,
+                                        self.extra_blocks, self.offsets)))
+
+    def _per_chunk(self, fn, arg_rows):
+        """``fn(*args)`` for each chunk's row of ``arg_rows``, on the worker that holds the
+        chunk's rows.  Dask alone would run a task where it could start soonest and move
+        the chunk (megabytes) there, sweep after sweep; the restriction is loose, so if
+        that worker dies another one takes over (and recomputes what it lost)."""
+        who = self.client.who_has(self.x_blocks)
+        homes = [(who.get(f.key) or (None,))[0] for f in self.x_blocks]
+        return [self.client.submit(fn, *args, pure=False, **_on(home))
+                for home, args in zip(homes, arg_rows)]
 
     def _reduce(self, futures):
         """Sum the chunks' reports: on each worker first (in chunk order), then across
@@ -342,9 +375,7 @@ class ClusterSites:
         for f in futures:
             holders = who.get(f.key) or ("",)
             groups.setdefault(holders[0], []).append(f)
-        partials = [self.client.submit(_add, *g, pure=False,
-                                       **({"workers": [w], "allow_other_workers": True}
-                                          if w else {}))
+        partials = [self.client.submit(_add, *g, pure=False, **_on(w))
                     for w, g in groups.items()]
         if len(partials) == 1:
             return partials[0].result()
@@ -360,16 +391,15 @@ class ClusterSites:
         """``(sites, report)`` tasks split into the chunks' sites (kept on their workers)
         and their reports (summed, then released), so a chunk's m x m sums do not stay in
         memory with its sites."""
-        sites = [self.client.submit(_first, p, pure=False) for p in pairs]
-        return sites, self._reduce([self.client.submit(_second, p, pure=False)
-                                    for p in pairs])
+        sites = self._per_chunk(_first, ((p,) for p in pairs))
+        return sites, self._reduce(self._per_chunk(_second, ((p,) for p in pairs)))
 
     def warm_pass(self, build):
         self.states, out = self._split(self._map(_warm_block, build))
         return _symmetrise_lower(out.P_G), out.b_G
 
     def reset(self):
-        self.states = [self.client.submit(_zero, s, pure=False) for s in self.states]
+        self.states = self._per_chunk(_zero, ((s,) for s in self.states))
 
     def sequential_passes(self, ctl, q, prior):   # pragma: no cover - drive() never asks
         raise NotImplementedError("sparse EP on a cluster runs the parallel schedule")
@@ -383,8 +413,7 @@ class ClusterSites:
         self.previous, self.states = self.states, self.proposals
 
     def shrink(self):
-        self.states = [self.client.submit(_halve, o, s, pure=False)
-                       for o, s in zip(self.previous, self.states)]
+        self.states = self._per_chunk(_halve, zip(self.previous, self.states))
 
     def keep_marginals(self, q, out):
         """An evaluation pass at the final sites (the marginals are not kept in every
