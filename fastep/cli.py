@@ -250,9 +250,10 @@ def _targets(args, T):
     if args.model in ("classifier", "multiclass"):
         labels = np.asarray(y if not hasattr(y, "compute") else _dask_unique(y))
         labels = np.unique(labels)
-        if np.any(np.isnan(labels)):
-            raise ValueError(f"--target: {int(np.sum(np.isnan(y)))} rows have no label "
-                             "(empty or not a number); drop them or choose another column.")
+        if not np.all(np.isfinite(labels)):
+            raise ValueError(f"--target: {int(np.sum(~np.isfinite(y)))} rows have no finite "
+                             "label (empty, not a number or infinite); drop them or choose "
+                             "another column.")
         if np.all(labels == np.round(labels)):
             y = y.astype(np.int64)            # integer labels keep their names (p_1, not p_1.0)
         k = labels.size
@@ -275,6 +276,20 @@ def _targets(args, T):
     return y
 
 
+def _check_features(X):
+    """Every feature cell a number (for dask columns: the first bad row, found on the
+    cluster)."""
+    bad = ~np.all(np.isfinite(X), axis=1)
+    if hasattr(bad, "compute"):
+        import dask.array as da
+        i = int(da.argmax(bad).compute()) if bool(bad.any().compute()) else -1
+    else:
+        i = int(np.argmax(bad)) if bad.any() else -1
+    if i >= 0:
+        raise ValueError(f"DATA: feature row {i} holds an empty or non-numeric cell; drop "
+                         "such rows or choose the columns with --features.")
+
+
 def _dask_unique(y):
     import dask.array as da
     return da.unique(y).compute()
@@ -291,14 +306,11 @@ def cmd_fit(args):
             raise ValueError("--scheduler runs sparse EP on Dask for --model classifier, "
                              "censored, annotators or regression; --model multiclass fits in "
                              "this process (drop --scheduler).")
-        _connect(args.scheduler)             # the workers read DATA, chunk by chunk
-        X, T = read_dask(args.data, features), read_dask(args.data, target)
+        client = _connect(args.scheduler)    # the workers read DATA, chunk by chunk, once
+        X, T = client.persist([read_dask(args.data, features), read_dask(args.data, target)])
     else:
         X, T = read_table(args.data, features), read_table(args.data, target)
-        if not np.all(np.isfinite(X)):
-            i = int(np.argwhere(~np.isfinite(X))[0, 0])
-            raise ValueError(f"DATA: feature row {i} holds an empty or non-numeric cell; "
-                             "drop such rows or choose the columns with --features.")
+    _check_features(X)
     args.n_rows = X.shape[0]
     y = _targets(args, T)
     m = _needs_inducing(X.shape[0], args)

@@ -54,7 +54,7 @@ def column_names(path):
     import zarr
     root = zarr.open(path, mode="r")
     if hasattr(root, "shape"):
-        return [str(i) for i in range(root.shape[1])]
+        return [str(i) for i in range(root.shape[1] if len(root.shape) == 2 else 1)]
     return sorted(root.array_keys())
 
 
@@ -108,9 +108,10 @@ DASK_CHUNK_ROWS = 2 ** 18
 
 
 def read_dask(path, columns=None, chunk_rows=DASK_CHUNK_ROWS):
-    """The table at ``path`` as a lazy float dask array (n, k) of the given column
-    indices (all by default), in chunks of about ``chunk_rows`` rows that the workers
-    read themselves: the client reads only the header, so the workers of a cluster need
+    """The table at ``path`` as a float dask array (n, k) of the given column indices
+    (all by default), in chunks of about ``chunk_rows`` rows that the workers read
+    themselves: the client reads only the header (a CSV or Parquet table is read once on
+    the workers to count its rows), so the workers of a cluster need
     the same path (shared storage).  .npy chunks come from a memory map, Zarr through
     :func:`dask.array.from_zarr`, Parquet and CSV through :mod:`dask.dataframe` (non-numeric
     CSV cells are NaN, as in :func:`read_table`; a .csv.gz is one compressed stream, read
@@ -135,6 +136,7 @@ def read_dask(path, columns=None, chunk_rows=DASK_CHUNK_ROWS):
     except ImportError as e:
         raise ValueError(f"reading {path!r} on a Dask cluster needs {e.name}: pip install "
                          "\"fastep[dask]\"") from None
+    path = os.path.abspath(path)                  # the workers' working folder may differ
     names = column_names(path)
     columns = list(range(len(names))) if columns is None else list(columns)
     if kind == ".npy":
@@ -152,16 +154,18 @@ def read_dask(path, columns=None, chunk_rows=DASK_CHUNK_ROWS):
             a = da.from_zarr(path)
             a = (a[:, None] if a.ndim == 1 else a)[:, columns]
         else:
-            a = da.stack([da.from_zarr(path, component=names[i]) for i in columns], axis=1)
+            parts = [da.from_zarr(path, component=names[i]) for i in columns]
+            a = da.concatenate([p if p.ndim == 2 else p[:, None] for p in parts], axis=1)
         return a.astype(float).rechunk((chunk_rows, -1))
     if kind == ".parquet":
         frame = dd.read_parquet(path, columns=[names[i] for i in columns])
     else:
         header, _ = _csv_header(path)
-        frame = dd.read_csv(path, header=0 if header else None, usecols=columns,
-                            dtype=object, blocksize=None if kind == ".csv.gz" else "64MB",
+        frame = dd.read_csv(path, header=None, skiprows=1 if header else 0,
+                            usecols=columns, dtype=object,
+                            blocksize=None if kind == ".csv.gz" else "64MB",
                             compression="gzip" if kind == ".csv.gz" else None)
-        frame = frame[[names[i] if header else i for i in columns]]   # (in this order)
+        frame = frame[columns]            # by position (names as read_table spells them)
         frame = frame.map_partitions(_numeric_frame, meta={c: float for c in frame.columns})
     return frame.to_dask_array(lengths=True).astype(float).rechunk((chunk_rows, -1))
 

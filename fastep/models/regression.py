@@ -250,10 +250,13 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         if is_dask_array(mean):
             import dask.array as da
             lik = self._predictive_likelihood(None, data, True)
-            y = y if is_dask_array(y) else da.from_array(np.asarray(y), chunks=mean.chunks)
+            if not is_dask_array(y):
+                y = np.asarray(y)
+                y = y[:, 0] if y.ndim == 2 and y.shape[1] == 1 else y
             if y.shape != mean.shape:
                 raise ValueError(f"y must have one entry per row of X, shape {mean.shape}; "
                                  f"got shape {y.shape}.")
+            y = y if is_dask_array(y) else da.from_array(y, chunks=mean.chunks)
             return da_map_rows(_log_density_block, mean, std, y.rechunk(mean.chunks), lik)
         lik = self._predictive_likelihood(mean.shape[0], data, False)
         return _log_density_block(mean, std, y, lik)
