@@ -180,6 +180,7 @@ def test_fit_on_a_dask_scheduler(tmp_path):
     """``--scheduler ADDRESS`` fits sparse EP on that cluster; the saved model predicts
     as the same fit in this process does."""
     distributed = pytest.importorskip("distributed")
+    pytest.importorskip("dask.dataframe")       # the workers read a CSV through it
     train, cols, Xt = _table(tmp_path)
     args = ["--target", "label", "--features", "x1,x2", "--n-inducing", "10",
             "--no-optimize"]
