@@ -207,6 +207,26 @@ def check_dense_memory(n, n_matrices, available, where="this machine"):
         f"line); its memory grows as n x n_inducing.")
 
 
+def distinct_values(y):
+    """The sorted distinct values of a NumPy or dask vector (for a dask one, computed on
+    the workers: only the distinct values reach the caller)."""
+    if is_dask_array(y):
+        import dask.array as da
+        return np.asarray(da.unique(y).compute())
+    return np.unique(y)
+
+
+def scalar_data(data):
+    """Per-observation data (name -> value) of a fit or prediction on dask arrays, which
+    every chunk reads alike: scalars (or None) only, else a ValueError naming the arrays."""
+    arrays = sorted(k for k, v in data.items() if v is not None and np.ndim(v))
+    if arrays:
+        raise ValueError(f"With a dask X the per-observation data {arrays} must be scalars "
+                         f"(the same for every row); got arrays. Give per-row values with "
+                         f"a NumPy X.")
+    return data
+
+
 def is_dask_array(a):
     """Whether ``a`` is a ``dask.array.Array`` (or dask collection with a shape), told
     without importing dask."""

@@ -244,12 +244,12 @@ def _targets(args, T):
     """The target columns checked for the model (labels, limits, annotators).  Dask
     columns (``--scheduler``) are checked by summaries computed on the cluster: the
     distinct labels, counts of bad rows."""
+    from fastep._checks import distinct_values
     if args.model == "annotators":          # the label matrix stays on the client (EM)
         return T.compute() if hasattr(T, "compute") else T
     y = T[:, 0]
     if args.model in ("classifier", "multiclass"):
-        labels = np.asarray(y if not hasattr(y, "compute") else _dask_unique(y))
-        labels = np.unique(labels)
+        labels = distinct_values(y)
         if not np.all(np.isfinite(labels)):
             raise ValueError(f"--target: {int(np.sum(~np.isfinite(y)))} rows have no finite "
                              "label (empty, not a number or infinite); drop them or choose "
@@ -280,19 +280,13 @@ def _check_features(X):
     """Every feature cell a number (for dask columns: the first bad row, found on the
     cluster)."""
     bad = ~np.all(np.isfinite(X), axis=1)
-    if hasattr(bad, "compute"):
-        import dask.array as da
-        i = int(da.argmax(bad).compute()) if bool(bad.any().compute()) else -1
-    else:
-        i = int(np.argmax(bad)) if bad.any() else -1
-    if i >= 0:
+    found, i = bad.any(), bad.argmax()
+    if hasattr(bad, "compute"):                     # one pass over the dask columns
+        import dask
+        found, i = dask.compute(found, i)
+    if found:
         raise ValueError(f"DATA: feature row {i} holds an empty or non-numeric cell; drop "
                          "such rows or choose the columns with --features.")
-
-
-def _dask_unique(y):
-    import dask.array as da
-    return da.unique(y).compute()
 
 
 def cmd_fit(args):

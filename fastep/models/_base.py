@@ -30,7 +30,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from sklearn.gaussian_process.kernels import Kernel as SklearnKernelBase
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._checks import is_dask_array
+from .._checks import distinct_values, is_dask_array
 from ..kernels import RBF, Kernel, as_kernel
 from ..inference.sparse import check_inducing
 from ._latent import EPConfig
@@ -188,11 +188,7 @@ class EPEstimator(BaseEstimator):
     def _dask_classes(self, y):
         """The sorted distinct labels of a dask (or NumPy) y of a dask fit, checked as
         scikit-learn checks classification targets; only the labels reach the client."""
-        if is_dask_array(y):
-            import dask.array as da
-            classes = da.unique(y).compute()
-        else:
-            classes = np.unique(y)
+        classes = distinct_values(y)
         check_classification_targets(classes)
         return classes
 

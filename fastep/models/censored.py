@@ -9,11 +9,12 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (check_consistent_length, column_or_1d,
                                       validate_data)
 
-from .._checks import is_dask_array
+from .._checks import is_dask_array, scalar_data
 from ..backend import resolve
 from ..likelihoods.tobit import (Tobit, censored_predictive, censored_quantile,
                                  check_censored_data, check_limits)
-from ._base import SingleLatentEstimator, as_generator, fit_entry, fresh_kernel, shared
+from ._base import (SingleLatentEstimator, as_generator, da_map_rows, fit_entry, fresh_kernel,
+                    shared)
 from ..kernels import kernel_from_dict
 from ._latent import LaplaceGP, LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
@@ -130,9 +131,7 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         up = self.upper if upper is None else upper
         if is_dask_array(X):         # sparse EP on the Dask client's workers
             X, y = self._dask_fit_data(X, y)
-            if np.ndim(lo) or np.ndim(up):
-                raise ValueError("With dask arrays the censoring limits lower/upper must be "
-                                 f"scalars (or None); got lower={lo!r}, upper={up!r}.")
+            scalar_data({"lower": lo, "upper": up})
             check_limits(lo, up, 1)
             lo_arr, up_arr = lo, up          # y is checked against them chunk by chunk
         else:
@@ -230,15 +229,11 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
     def _on_chunks(self, X, lower, upper, what, q=None):
         """``what`` of the censored predictive at a dask X (:func:`_censored_block`),
         lazily, chunk by chunk on the workers (scalar limits)."""
-        import dask.array as da
         mean, std = self.predict_latent(X, return_std=True)
         lo, up = (fitted if given is None else given for given, fitted in
                   ((lower, self.lower_), (upper, self.upper_)))
-        if np.ndim(lo) or np.ndim(up):
-            raise ValueError("For a dask X the limits must be scalars; pass lower=/upper= "
-                             "as numbers.")
-        return da.map_blocks(_censored_block, mean, std, lo, up, self.noise_variance_, what,
-                             q, dtype=float)
+        scalar_data({"lower": lo, "upper": up})
+        return da_map_rows(_censored_block, mean, std, lo, up, self.noise_variance_, what, q)
 
     def _predictive(self, X, lower, upper):
         mean, std = self.predict_latent(X, return_std=True)

@@ -10,7 +10,7 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import (check_consistent_length, column_or_1d,
                                       validate_data)
 
-from .._checks import is_dask_array
+from .._checks import is_dask_array, scalar_data
 from ..backend import resolve
 from ..likelihoods import (Gaussian, Likelihood, NegativeBinomial, OrdinalProbit, Poisson,
                            StudentT, Tobit)
@@ -150,7 +150,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         dask_input = is_dask_array(X)
         if dask_input:           # sparse EP on the Dask client's workers, y checked there
             X, y = self._dask_fit_data(X, y)
-            likelihood = self._data(self._make_likelihood(), 1, _scalar_data(data))
+            likelihood = self._data(self._make_likelihood(), 1, scalar_data(data))
             y = y.astype(np.float64)
         else:
             X = validate_data(self, X, dtype=np.float64)
@@ -222,34 +222,32 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
 
     # --- prediction --------------------------------------------------------------------
 
-    def _predictive_likelihood(self, n, data, dask_input):
-        """The fitted likelihood with the per-observation data of n predictions (scalars
-        only for a dask X: the same for every chunk)."""
-        if dask_input:
-            return self._data(self.likelihood_, 1, _scalar_data(data))
-        return self._data(self.likelihood_, n, data)
+    def _predictive_likelihood(self, mean, data):
+        """The fitted likelihood with the per-observation data of the predictions at the
+        latent ``mean`` (scalars only for a dask one: the same for every chunk)."""
+        if is_dask_array(mean):
+            return self._data(self.likelihood_, 1, scalar_data(data))
+        return self._data(self.likelihood_, mean.shape[0], data)
 
     def predict(self, X, return_std=False, **data):
         """Mean (and standard deviation) of y itself at X (``exposure=``, ``lower=``,
         ``upper=`` as in ``fit``; defaults: exposure 1, the likelihood's own limits).
         A dask X gives lazy dask arrays, computed chunk by chunk on the workers."""
         mean, std = self.predict_latent(X, return_std=True)
+        lik = self._predictive_likelihood(mean, data)
         if is_dask_array(mean):
-            lik = self._predictive_likelihood(None, data, True)
-            mean_y = da_map_rows(_y_moments_block, mean, std, lik, 0)
-            return ((mean_y, da_map_rows(_y_moments_block, mean, std, lik, 1))
-                    if return_std else mean_y)
-        lik = self._predictive_likelihood(mean.shape[0], data, False)
-        mean_y, var_y = lik.predict_y(mean, std ** 2)
-        return (mean_y, np.sqrt(var_y)) if return_std else mean_y
+            both = da_map_rows(_y_moments_block, mean, std, lik, width=2)
+            return (both[:, 0], both[:, 1]) if return_std else both[:, 0]
+        mean_y, std_y = _y_moments_block(mean, std, lik).T
+        return (mean_y, std_y) if return_std else mean_y
 
     def log_predictive_density(self, X, y, **data):
         """log p(y* | data) of observed targets y at X, one value per point (lazily, chunk
         by chunk, for a dask X)."""
         mean, std = self.predict_latent(X, return_std=True)
+        lik = self._predictive_likelihood(mean, data)
         if is_dask_array(mean):
             import dask.array as da
-            lik = self._predictive_likelihood(None, data, True)
             if not is_dask_array(y):
                 y = np.asarray(y)
                 y = y[:, 0] if y.ndim == 2 and y.shape[1] == 1 else y
@@ -258,7 +256,6 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                                  f"got shape {y.shape}.")
             y = y if is_dask_array(y) else da.from_array(y, chunks=mean.chunks)
             return da_map_rows(_log_density_block, mean, std, y.rechunk(mean.chunks), lik)
-        lik = self._predictive_likelihood(mean.shape[0], data, False)
         return _log_density_block(mean, std, y, lik)
 
     def _loo(self):
@@ -267,21 +264,10 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                 self.likelihood_.predict_y(mean, var)[0])
 
 
-def _scalar_data(data):
-    """The per-observation data of a fit or prediction on dask arrays: scalars only (each
-    chunk reads the same), else a ValueError naming them."""
-    arrays = sorted(k for k, v in data.items() if v is not None and np.ndim(v))
-    if arrays:
-        raise ValueError(f"With a dask X the per-observation data {arrays} must be scalars "
-                         f"(the same for every row); got arrays. Fit a NumPy X to give "
-                         f"per-row values.")
-    return data
-
-
-def _y_moments_block(mean, std, likelihood, which):
-    """One chunk of the predictive of y: its mean (``which=0``) or std (``which=1``)."""
-    moment = likelihood.predict_y(mean, std * std)[which]
-    return np.sqrt(moment) if which else moment
+def _y_moments_block(mean, std, likelihood):
+    """The predictive of y at latent moments (a chunk's): columns mean and std."""
+    mean_y, var_y = likelihood.predict_y(mean, std * std)
+    return np.column_stack([mean_y, np.sqrt(var_y)])
 
 
 def _log_density_block(mean, std, y, likelihood):
