@@ -94,6 +94,35 @@ def test_negative_site_precisions_occur_and_are_handled(simulated):
     np.testing.assert_allclose(res.mean, sigma @ res.site_nu, rtol=1e-7, atol=1e-9)
 
 
+def test_em_inside_the_sweep_loop_reaches_the_em_fixed_point(simulated):
+    """Dense GPC-MA runs its M-steps inside EP's sweep loop.  Its result must be a fixed
+    point of both: plain EP at the fitted reliabilities (cold start) gives the same
+    evidence and marginals, an M-step from that run's cavities gives the same
+    reliabilities, and sparse GPC-MA with every input an inducing input (the same model,
+    EM in rounds between EP runs) finds the same reliabilities."""
+    from fastep import ep
+    from fastep.models.annotators import m_step, true_label_posterior
+    X, z, Y = simulated
+    X, Y = X[:250], Y[:250]
+    kernel = RBF(1.0, 0.7)
+    tight = dict(optimizer=None, tol=1e-10, em_tol=1e-9, max_iter=500, max_em_iter=500)
+    clf = MultiAnnotatorGPClassifier(kernel, **tight).fit(X, Y)
+    assert clf.converged_
+    lik = MultiAnnotator(Y, clf.sensitivity_, clf.specificity_)
+    plain = ep(kernel(X), np.ones(len(X)), lik, damping=0.8, tol=1e-12, max_iter=1000)
+    assert plain.log_marginal_likelihood == pytest.approx(clf.log_marginal_likelihood_value_,
+                                                          rel=1e-9)
+    np.testing.assert_allclose(clf.result_.mean, plain.mean, rtol=1e-6, atol=1e-8)
+    p = true_label_posterior(lik.site_extra(len(X)), plain.cavity_mean, plain.cavity_var)
+    sens, spec = m_step(Y, p)
+    np.testing.assert_allclose(clf.sensitivity_, sens, atol=1e-8)
+    np.testing.assert_allclose(clf.specificity_, spec, atol=1e-8)
+    rounds = MultiAnnotatorGPClassifier(kernel, inducing_points=X, method="parallel",
+                                        **tight).fit(X, Y)
+    np.testing.assert_allclose(rounds.sensitivity_, clf.sensitivity_, atol=1e-6)
+    np.testing.assert_allclose(rounds.specificity_, clf.specificity_, atol=1e-6)
+
+
 def test_active_learning_query(simulated):
     X, z, Y = simulated
     clf = MultiAnnotatorGPClassifier(RBF(1.0, 0.7), optimizer=None).fit(X[:300], Y[:300])

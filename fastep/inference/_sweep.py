@@ -150,9 +150,11 @@ class SweepControl:
         self.change = self.last_raw = math.inf
         self.history, self.sweeps, self.converged = [], 0, False
 
-    def done(self, log_ev):
+    def done(self, log_ev, settled=True):
         """Record the current sweep's log Z; True when the loop is to stop.  (With
-        ``max_iter=0`` the loop only evaluates given sites: nothing is to converge.)"""
+        ``max_iter=0`` the loop only evaluates given sites: nothing is to converge.)
+        ``settled=False``: an outer update (e.g. EM of likelihood data) still moves, so EP
+        has not converged yet."""
         self.log_ev = log_ev
         self.history.append(log_ev)
         if SWEEP_LOG.isEnabledFor(logging.DEBUG):
@@ -160,7 +162,8 @@ class SweepControl:
         if self.callback is not None and self.sweeps:
             self.callback(self.sweeps, log_ev)
         if self.max_iter == 0 or (
-                self.sweeps >= 2 and abs(log_ev - self.prev) < self.tol * max(1.0, abs(log_ev))
+                settled and self.sweeps >= 2
+                and abs(log_ev - self.prev) < self.tol * max(1.0, abs(log_ev))
                 and self.change < self.tol):
             self.converged = True
         return self.converged or self.sweeps >= self.max_iter

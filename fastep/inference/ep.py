@@ -301,7 +301,7 @@ def _prepare(be, K, y, likelihood, method, extra):
 
 def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100,
        site_tau=None, site_nu=None, extra=None, check_psd=True, callback=None, device="cpu",
-       robust=None):
+       robust=None, outer=None):
     """Run Expectation Propagation for ``f ~ N(0, K)``, ``y_i ~ p(y_i | f_i)``.
 
     Parameters
@@ -348,6 +348,14 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
         and later sweeps keep the smaller damping.  Every iterate is then a proper
         Gaussian with proper cavities, and the fixed point is that of plain EP (plain EP
         stops with an error at an improper posterior).  Sequential EP is unaffected.
+    outer : object, optional
+        An outer fixed-point update of the likelihood's per-site data run inside the sweep
+        loop (e.g. EM for the reliabilities of annotators): after every evaluation
+        ``outer.propose(sweep, mu_cav, var_cav)`` (host arrays, the cavities at the
+        current posterior) returns new ``extra`` (n, k) or None when it has settled; a
+        proposal is adopted, and ``outer.accept()`` called, only when the loop goes on.
+        EP then converges only once ``outer`` has settled, and the result is that of the
+        last adopted ``extra``.
 
     Returns
     -------
@@ -371,11 +379,11 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
     robust = (not likelihood.log_concave) if robust is None else bool(robust)
     with be.threads_for(K.shape[0]):
         return _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, site_tau,
-                   site_nu, check_psd, callback, robust)
+                   site_nu, check_psd, callback, robust, outer)
 
 
 def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, site_tau, site_nu,
-        check_psd, callback, robust=False):
+        check_psd, callback, robust=False, outer=None):
     xp = be.xp
     n = K.shape[0]
     if check_psd:
@@ -403,8 +411,14 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
         skipped, ok, log_ev = _evaluate(be, tilted, y, extra, params, post, tau, nu,
                                         ctl.damping, clip, new_tau, new_nu, log_z, mu_cav,
                                         var_cav)
-        if ctl.done(log_ev):
+        proposal = None if outer is None else outer.propose(
+            ctl.sweeps, *(be.to_host(a) for a in fill_cavities(ok, mu_cav, var_cav, post.mean,
+                                                               post.var, xp)[:2]))
+        if ctl.done(log_ev, settled=proposal is None):
             break
+        if proposal is not None:
+            extra = be.site_inputs(likelihood, y, likelihood.check_extra(proposal, n))[1]
+            outer.accept()
         if method == "parallel":
             ctl.advance(site_change(xp, tau, nu, new_tau, new_nu))
             tau, new_tau = new_tau, tau

@@ -140,13 +140,17 @@ class LatentGP:
         return theta
 
     # --- inference ------------------------------------------------------------------
-    def run(self, sites=None, tol=None, max_iter=None):
-        """EP at the current parameters (warm-started from ``sites = (tau, nu)``)."""
+    def run(self, sites=None, tol=None, max_iter=None, outer=None):
+        """EP at the current parameters (warm-started from ``sites = (tau, nu)``); ``outer``
+        is an outer update of the likelihood data run inside dense EP's sweep loop
+        (:func:`fastep.ep`)."""
         c = self.config
         tau, nu = sites if sites is not None else (None, None)
         tol = c.tol if tol is None else tol
         max_iter = c.max_iter if max_iter is None else max_iter
         if self.sparse:
+            if outer is not None:
+                raise ValueError("an outer update inside the sweep loop needs dense EP.")
             return sparse_ep(self.kernel, self.Z, self.X, self.y, self.likelihood,
                              alpha=c.power, damping=c.damping, tol=tol, max_iter=max_iter,
                              site_tau=tau, site_nu=nu, device=c.backend, schedule=c.method)
@@ -154,7 +158,7 @@ class LatentGP:
         K = self.kernel(self.X, backend=c.backend)
         return ep(K, self.y, self.likelihood, method=c.method, damping=c.damping, tol=tol,
                   max_iter=max_iter, site_tau=tau, site_nu=nu, check_psd=False,
-                  device=c.backend)
+                  device=c.backend, outer=outer)
 
     def gradient(self, result):
         """d log Z / d theta at ``result`` (its fixed point), aligned with ``theta``."""

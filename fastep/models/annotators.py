@@ -121,6 +121,46 @@ def concatenate_labels(X, Y):
     return X[i], Y[i, r].astype(int)
 
 
+class _SweepEM:
+    """EM for the reliabilities inside dense EP's sweep loop (the ``outer`` of
+    :func:`fastep.ep`): every ``every`` sweeps, the M-step (:func:`m_step`) from the
+    true-label posterior at the current cavities; a step that moves a sensitivity or
+    specificity by ``tol`` or more is proposed as new ``(log a_i, log b_i)``.  EP cannot
+    converge until a step moves less than ``tol``, and at most ``max_steps`` steps are
+    adopted.  No refresh of the posterior is spent on EM: the new data enter the next
+    sweep's site updates."""
+
+    def __init__(self, likelihood, Y01, every, tol, max_steps):
+        self.likelihood, self.Y01 = likelihood, Y01
+        self.every, self.tol, self.max_steps = every, tol, max_steps
+        self.steps, self.pending = 0, None
+        self.converged = max_steps == 0
+        self.moving = not self.converged
+
+    def propose(self, sweep, cavity_mean, cavity_var):
+        if self.steps >= self.max_steps:
+            return None
+        lik = self.likelihood
+        if sweep % self.every:             # no M-step this sweep: keep the data, and the
+            self.pending = lik             # loop going while the last step still moved
+            return lik.site_extra(len(self.Y01)) if self.moving else None
+        p = true_label_posterior(lik.site_extra(len(self.Y01)), cavity_mean, cavity_var)
+        sens, spec = m_step(self.Y01, p)
+        change = max(np.max(np.abs(sens - lik.sensitivity)),
+                     np.max(np.abs(spec - lik.specificity)))
+        self.converged = change < self.tol
+        self.moving = not self.converged
+        if self.converged:
+            return None
+        self.pending = lik.with_reliabilities(sens, spec)
+        return self.pending.site_extra(len(self.Y01))
+
+    def accept(self):
+        if self.pending is not self.likelihood:
+            self.steps += 1
+        self.likelihood = self.pending
+
+
 class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     """GP classifier trained from several noisy annotators, by EP (GPC-MA).
 
@@ -128,7 +168,8 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     sensitivity alpha_r and specificity beta_r.  EP runs on the likelihood
     ``b_i + (a_i - b_i) Phi(f_i)`` (:class:`fastep.likelihoods.MultiAnnotator`),
     interleaved with closed-form updates of the reliabilities every ``em_every`` sweeps
-    (or sooner when log Z_EP changes by less than ``em_tol``).  The M-step uses
+    (dense EP: inside its sweep loop, from the cavities each sweep computes anyway; sparse
+    EP: between runs of ``em_every`` sweeps).  The M-step uses
     ``p(z_i = 1 | data)`` from the tilted distribution, ``a_i Phi(eta_i) / Z_i``
     (:func:`true_label_posterior`).  With an optimizer, ML-II of the kernel (and inducing
     inputs) runs between rounds of EM, with the reliabilities held fixed.
@@ -136,20 +177,23 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     Parameters
     ----------
     kernel : kernel, default=None (``RBF()``)
-    em_every : int, default=3
+    em_every : int, default=1
         EP sweeps between two reliability updates.
     em_tol : float, default=1e-4
-        Reliabilities are re-estimated when |d log Z_EP| < em_tol; EM stops when
-        they change by less than em_tol.
+        EM has converged when an M-step changes no sensitivity or specificity by
+        em_tol or more (dense EP converges only then; sparse EP also asks log Z_EP to
+        change by less than em_tol between rounds).
     max_em_iter : int, default=200
-        Most EM rounds.
+        Most M-steps (rounds of sparse EP).
     sensitivity, specificity : array (R,), optional
         Starting values (default: from soft majority vote).
     update_reliabilities : bool, default=True
         False holds ``sensitivity``/``specificity`` fixed.
-    damping : float in (0, 1], default=0.7
+    damping : float in (0, 1], default=0.9
         EP damping.  The likelihood is not log-concave (site precisions go negative), so
-        the default takes damped steps from the start; None is adaptive.
+        the default takes slightly damped steps from the start (robust EP shortens any
+        step that would make the posterior improper); None is adaptive, which the jumps
+        of the M-step tend to shrink too far.
     warm_start : bool, default=False
         Start from the previous fit's reliabilities and its EP sites for the rows of X
         it shares (active learning: append new rows and labels, then refit).
@@ -194,8 +238,8 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
 
     def __init__(self, kernel=None, *, method="auto", optimizer="L-BFGS-B",
                  n_restarts_optimizer=0, max_iter_optimizer=200,
-                 tol_optimizer=1e-6, em_every=3, em_tol=1e-4, max_em_iter=200,
-                 sensitivity=None, specificity=None, update_reliabilities=True, damping=0.7,
+                 tol_optimizer=1e-6, em_every=1, em_tol=1e-4, max_em_iter=200,
+                 sensitivity=None, specificity=None, update_reliabilities=True, damping=0.9,
                  tol=1e-6, max_iter=200, warm_start=False, n_inducing=None,
                  inducing_points=None, power=1.0, optimize_inducing=False, random_state=None,
                  device="cpu"):
@@ -228,11 +272,11 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         return tags
 
     @staticmethod
-    def _run(latent, sites, tol=None, max_iter=None):
+    def _run(latent, sites, tol=None, max_iter=None, outer=None):
         """EP without its own ConvergenceWarning (EM decides; the fit warns once)."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            return latent.run(sites, tol=tol, max_iter=max_iter)
+            return latent.run(sites, tol=tol, max_iter=max_iter, outer=outer)
 
     @fit_entry
     def fit(self, X, Y):
@@ -283,12 +327,15 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
             latent, sites = maximize_evidence(latent, self.optimizer, self.n_restarts_optimizer,
                                               rng, sites, type(self).__name__,
                                               self.max_iter_optimizer, self.tol_optimizer)
+            res = None                     # the kernel moved: EP at its final value below
             if np.max(np.abs(latent.theta - theta0), initial=0.0) < 1e-3:
                 break
-        res = self._run(latent, sites)
+        if res is None or latent.sparse:   # sparse EM ran EP to em_tol only
+            res = self._run(latent, sites)
+            sweeps += res.n_iter
         self.classes_ = classes
         self._Y01 = Y01
-        self._set_fitted(latent, res, sweeps + res.n_iter, bool(res.converged and em_converged))
+        self._set_fitted(latent, res, sweeps, bool(res.converged and em_converged))
         if not self.converged_:
             warnings.warn("MultiAnnotatorGPClassifier: EM/EP did not converge; increase "
                           "max_em_iter or max_iter, or lower damping.", ConvergenceWarning,
@@ -354,7 +401,15 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     def _em(self, latent, Y01, sites):
         """EP sweeps interleaved with closed-form reliability updates; returns the latent
         problem with the final reliabilities, the last EP result, whether EM converged and
-        the EP sweeps used."""
+        the EP sweeps used.  Dense EP runs the M-step inside its sweep loop (one EP run,
+        converged at ``tol`` at the final reliabilities); sparse EP alternates runs of
+        ``em_every`` sweeps with M-steps."""
+        if not latent.sparse:
+            em = _SweepEM(latent.likelihood, Y01, self.em_every, self.em_tol,
+                          self.max_em_iter if self.update_reliabilities else 0)
+            res = self._run(latent, sites, outer=em)
+            latent = dataclasses.replace(latent, likelihood=em.likelihood)
+            return latent, res, em.converged, res.n_iter
         lik = latent.likelihood
         sens, spec = lik.sensitivity, lik.specificity
         converged = not self.update_reliabilities
