@@ -442,6 +442,32 @@ def _student_t_outliers(seed=1, n=100):
     return x[:, None], y, StudentT(1.2, 0.07)
 
 
+def test_robust_ep_starts_cold_from_a_warm_start_with_an_improper_cavity():
+    """Warm-start sites (e.g. from another kernel during ML-II) can give a proper posterior
+    with an improper cavity: two almost identical inputs with site precisions +3 and -2
+    under a unit prior leave the first site a cavity precision of about 1 - 2 < 0.  No
+    shorter step from there is proper, so robust EP must start cold (as it does when the
+    warm posterior itself is improper) and reach the cold start's fixed point."""
+    from fastep.kernels import RBF
+    from fastep.likelihoods import MultiAnnotator
+    rng = np.random.default_rng(3)
+    X = np.vstack([[0.0], [1e-3], rng.uniform(3, 9, size=(18, 1))])
+    labels = (rng.random((20, 3)) < 0.7).astype(float)
+    lik = MultiAnnotator(labels, [0.8, 0.7, 0.6], [0.8, 0.7, 0.6])
+    K = RBF(1.0, 1.0)(X) + 1e-8 * np.eye(20)
+    tau, nu = np.zeros(20), np.zeros(20)
+    tau[:2] = 3.0, -2.0
+    var = np.diag(np.linalg.inv(np.linalg.inv(K) + np.diag(tau)))
+    assert np.all(var > 0) and 1.0 / var[0] - tau[0] < 0     # the premise
+    # small steps, so that no proposal from the warm start can leave the improper region
+    opts = dict(damping=0.05, tol=1e-10, max_iter=5000)
+    cold = fastep.ep(K, np.ones(20), lik, **opts)
+    warm = fastep.ep(K, np.ones(20), lik, site_tau=tau, site_nu=nu, **opts)
+    assert warm.converged and cold.converged
+    assert warm.log_marginal_likelihood == pytest.approx(cold.log_marginal_likelihood, abs=1e-8)
+    np.testing.assert_allclose(warm.mean, cold.mean, atol=1e-7)
+
+
 def test_robust_parallel_ep_converges_where_plain_ep_fails_to_the_same_fixed_point():
     """Robust EP (step halving) against two independent routes to EP's fixed point: the
     sequential schedule (dense) and the chunk-sequential schedule (sparse)."""

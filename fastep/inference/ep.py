@@ -398,6 +398,8 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
     need_cov = method == "sequential"
     try:
         post = _Posterior(be, K, kdiag, tau, nu, need_cov, work)
+        if robust and method == "parallel" and not bool(xp.all(_proper_cavities(post, tau))):
+            raise NotPositiveDefiniteError("a warm start with improper cavities")
     except NotPositiveDefiniteError:
         if not bool(xp.any(tau != 0.0)):
             raise
@@ -440,6 +442,11 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
                    var_cav, method, ctl.history)
 
 
+def _proper_cavities(post, tau):
+    """Whether every cavity of ``post`` (whose sites have precisions ``tau``) is proper."""
+    return 1.0 / post.var - tau > 0.0
+
+
 def _backtrack(be, K, kdiag, old_tau, old_nu, tau, nu, work, ctl):
     """Robust parallel EP (:func:`fastep.inference._sweep.backtrack`): the posterior at
     the proposed sites ``tau, nu`` if it is proper with a proper cavity at every site,
@@ -452,7 +459,7 @@ def _backtrack(be, K, kdiag, old_tau, old_nu, tau, nu, work, ctl):
             post = _Posterior(be, K, kdiag, tau, nu, False, work)
         except NotPositiveDefiniteError:
             return None
-        return post if bool(xp.all(1.0 / post.var - tau > 0.0)) else None
+        return post if bool(xp.all(_proper_cavities(post, tau))) else None
 
     return backtrack(attempt, halve_towards(old_tau, old_nu, tau, nu), ctl,
                      "robust EP: no step of at least {min_step:g} of the proposed site update "
