@@ -123,6 +123,30 @@ def test_em_inside_the_sweep_loop_reaches_the_em_fixed_point(simulated):
     np.testing.assert_allclose(rounds.specificity_, clf.specificity_, atol=1e-6)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_em_inside_the_loop_stops_at_sites_made_with_the_final_reliabilities(seed):
+    """After an M-step is adopted, EP must sweep once more with the new data before it
+    may report convergence: one undamped EP sweep from the returned sites at the reported
+    reliabilities moves them by less than ``tol`` (the convergence rule's site change).
+    Stopping right after an adoption left changes of about 7 tol here."""
+    from fastep import ep
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(40, 2))
+    z = (np.sin(2 * X[:, 0]) + X[:, 1] > 0).astype(int)
+    Y = simulate_annotators(z, SENS, SPEC, random_state=seed)
+    kernel, tol = RBF(1.0, 0.7), 1e-4
+    clf = MultiAnnotatorGPClassifier(kernel, optimizer=None, tol=tol).fit(X, Y)
+    res = clf.result_
+    lik = MultiAnnotator(Y, clf.sensitivity_, clf.specificity_)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = ep(kernel(X), np.ones(40), lik, damping=1.0, max_iter=1, tol=tol,
+                  site_tau=res.site_tau, site_nu=res.site_nu)
+    change = max(np.max(np.abs(step.site_tau - res.site_tau) / (1 + np.abs(res.site_tau))),
+                 np.max(np.abs(step.site_nu - res.site_nu) / (1 + np.abs(res.site_nu))))
+    assert clf.converged_ and change < tol
+
+
 def test_active_learning_query(simulated):
     X, z, Y = simulated
     clf = MultiAnnotatorGPClassifier(RBF(1.0, 0.7), optimizer=None).fit(X[:300], Y[:300])

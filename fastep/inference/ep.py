@@ -352,10 +352,10 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
         An outer fixed-point update of the likelihood's per-site data run inside the sweep
         loop (e.g. EM for the reliabilities of annotators): after every evaluation
         ``outer.propose(sweep, mu_cav, var_cav)`` (host arrays, the cavities at the
-        current posterior) returns new ``extra`` (n, k) or None when it has settled; a
-        proposal is adopted, and ``outer.accept()`` called, only when the loop goes on.
-        EP then converges only once ``outer`` has settled, and the result is that of the
-        last adopted ``extra``.
+        current posterior) returns ``(new extra (n, k) or None, settled)``; a new
+        ``extra`` is adopted, and ``outer.accept()`` called, only when the loop goes on.
+        EP converges only once ``outer`` has settled and a whole sweep has run with the
+        last adopted ``extra``, and the result is that of the last adopted ``extra``.
 
     Returns
     -------
@@ -409,16 +409,21 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
     new_tau, new_nu = xp.empty(n), xp.empty(n)
     log_z, mu_cav, var_cav = xp.empty(n), xp.empty(n), xp.empty(n)
     ctl = SweepControl("EP", damping, adaptive, tol, max_iter, callback)
+    proposal, settled, adopted = None, True, False
     while True:
         skipped, ok, log_ev = _evaluate(be, tilted, y, extra, params, post, tau, nu,
                                         ctl.damping, clip, new_tau, new_nu, log_z, mu_cav,
                                         var_cav)
-        proposal = None if outer is None else outer.propose(
-            ctl.sweeps, *(be.to_host(a) for a in fill_cavities(ok, mu_cav, var_cav, post.mean,
-                                                               post.var, xp)[:2]))
-        if ctl.done(log_ev, settled=proposal is None):
+        if outer is not None:
+            proposal, settled = outer.propose(
+                ctl.sweeps, *(be.to_host(a) for a in fill_cavities(ok, mu_cav, var_cav,
+                                                                   post.mean, post.var, xp)[:2]))
+            # the sweep after an adoption still moved sites made with the old data
+            settled = settled and not adopted
+        if ctl.done(log_ev, settled=settled):
             break
-        if proposal is not None:
+        adopted = proposal is not None
+        if adopted:
             extra = be.site_inputs(likelihood, y, likelihood.check_extra(proposal, n))[1]
             outer.accept()
         if method == "parallel":

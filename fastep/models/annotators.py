@@ -135,29 +135,26 @@ class _SweepEM:
         self.every, self.tol, self.max_steps = every, tol, max_steps
         self.steps, self.pending = 0, None
         self.converged = max_steps == 0
-        self.moving = not self.converged
 
     def propose(self, sweep, cavity_mean, cavity_var):
+        """``(new (log a_i, log b_i) or None, whether EM has settled)``."""
         if self.steps >= self.max_steps:
-            return None
+            return None, True
+        if sweep % self.every:             # no M-step this sweep
+            return None, self.converged
         lik = self.likelihood
-        if sweep % self.every:             # no M-step this sweep: keep the data, and the
-            self.pending = lik             # loop going while the last step still moved
-            return lik.site_extra(len(self.Y01)) if self.moving else None
         p = true_label_posterior(lik.site_extra(len(self.Y01)), cavity_mean, cavity_var)
         sens, spec = m_step(self.Y01, p)
         change = max(np.max(np.abs(sens - lik.sensitivity)),
                      np.max(np.abs(spec - lik.specificity)))
         self.converged = change < self.tol
-        self.moving = not self.converged
         if self.converged:
-            return None
+            return None, True
         self.pending = lik.with_reliabilities(sens, spec)
-        return self.pending.site_extra(len(self.Y01))
+        return self.pending.site_extra(len(self.Y01)), False
 
     def accept(self):
-        if self.pending is not self.likelihood:
-            self.steps += 1
+        self.steps += 1
         self.likelihood = self.pending
 
 
@@ -178,7 +175,9 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     ----------
     kernel : kernel, default=None (``RBF()``)
     em_every : int, default=1
-        EP sweeps between two reliability updates.
+        EP sweeps between two reliability updates.  Dense EP's one run may take
+        ``max_iter + max_em_iter * em_every`` sweeps (the budget of EM rounds and a final
+        run).
     em_tol : float, default=1e-4
         EM has converged when an M-step changes no sensitivity or specificity by
         em_tol or more (dense EP converges only then; sparse EP also asks log Z_EP to
@@ -212,7 +211,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     inducing_points_ (sparse EP only), result_ (the final EP run)
     classes_ : ndarray (2,)
     n_iter_ : int
-        EP sweeps in total (every EM round and the final run).
+        EP sweeps in total (EM included, and the run after ML-II).
 
     Examples
     --------
@@ -327,7 +326,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
             latent, sites = maximize_evidence(latent, self.optimizer, self.n_restarts_optimizer,
                                               rng, sites, type(self).__name__,
                                               self.max_iter_optimizer, self.tol_optimizer)
-            res = None                     # the kernel moved: EP at its final value below
+            res = None                     # EP at the final kernel below
             if np.max(np.abs(latent.theta - theta0), initial=0.0) < 1e-3:
                 break
         if res is None or latent.sparse:   # sparse EM ran EP to em_tol only
@@ -405,9 +404,11 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         converged at ``tol`` at the final reliabilities); sparse EP alternates runs of
         ``em_every`` sweeps with M-steps."""
         if not latent.sparse:
-            em = _SweepEM(latent.likelihood, Y01, self.em_every, self.em_tol,
-                          self.max_em_iter if self.update_reliabilities else 0)
-            res = self._run(latent, sites, outer=em)
+            steps = self.max_em_iter if self.update_reliabilities else 0
+            em = _SweepEM(latent.likelihood, Y01, self.em_every, self.em_tol, steps)
+            # the budget of EM rounds of em_every sweeps and of the final run, as before
+            res = self._run(latent, sites, max_iter=self.max_iter + steps * self.em_every,
+                            outer=em)
             latent = dataclasses.replace(latent, likelihood=em.likelihood)
             return latent, res, em.converged, res.n_iter
         lik = latent.likelihood
