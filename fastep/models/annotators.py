@@ -121,6 +121,16 @@ def concatenate_labels(X, Y):
     return X[i], Y[i, r].astype(int)
 
 
+def _reliability_step(likelihood, Y01, cavity_mean, cavity_var):
+    """One M-step from EP's cavities (:func:`true_label_posterior`, :func:`m_step`):
+    the new sensitivities and specificities (on the host) and the largest change."""
+    p = true_label_posterior(likelihood.site_extra(len(Y01)), cavity_mean, cavity_var)
+    sens, spec = _on_host(*m_step(Y01, p))
+    change = max(np.max(np.abs(sens - likelihood.sensitivity)),
+                 np.max(np.abs(spec - likelihood.specificity)))
+    return sens, spec, change
+
+
 class _SweepEM:
     """EM for the reliabilities inside dense EP's sweep loop (the ``outer`` of
     :func:`fastep.ep`): every ``every`` sweeps, the M-step (:func:`m_step`) from the
@@ -142,15 +152,12 @@ class _SweepEM:
             return None, True
         if sweep % self.every:             # no M-step this sweep
             return None, self.converged
-        lik = self.likelihood
-        p = true_label_posterior(lik.site_extra(len(self.Y01)), cavity_mean, cavity_var)
-        sens, spec = m_step(self.Y01, p)
-        change = max(np.max(np.abs(sens - lik.sensitivity)),
-                     np.max(np.abs(spec - lik.specificity)))
+        sens, spec, change = _reliability_step(self.likelihood, self.Y01, cavity_mean,
+                                               cavity_var)
         self.converged = change < self.tol
         if self.converged:
             return None, True
-        self.pending = lik.with_reliabilities(sens, spec)
+        self.pending = self.likelihood.with_reliabilities(sens, spec)
         return self.pending.site_extra(len(self.Y01)), False
 
     def accept(self):
@@ -423,11 +430,8 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
             sites = (res.site_tau, res.site_nu)
             if not self.update_reliabilities:
                 break
-            p = true_label_posterior(latent.likelihood.site_extra(len(Y01)), res.cavity_mean,
-                                     res.cavity_var)
-            new_sens, new_spec = _on_host(*m_step(Y01, p))
-            change = max(np.max(np.abs(new_sens - sens)), np.max(np.abs(new_spec - spec)))
-            sens, spec = new_sens, new_spec
+            sens, spec, change = _reliability_step(latent.likelihood, Y01, res.cavity_mean,
+                                                   res.cavity_var)
             if change < self.em_tol and abs(res.log_marginal_likelihood - prev) < self.em_tol * \
                     max(1.0, abs(prev)):
                 converged = True
