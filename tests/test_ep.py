@@ -468,6 +468,40 @@ def test_robust_ep_starts_cold_from_a_warm_start_with_an_improper_cavity():
     np.testing.assert_allclose(warm.mean, cold.mean, atol=1e-7)
 
 
+def test_auto_schedule_goes_on_sequentially_when_parallel_ep_stalls():
+    """Annotator sites (negative precisions) under a large kernel variance: damped
+    parallel EP oscillates for over a hundred sweeps.  method="auto" must notice the stall,
+    go on with sequential sweeps and stop at the same fixed point, which two independent
+    routes give: parallel EP run to tol 1e-10 and sequential EP from a cold start.  Where
+    parallel EP does not stall, "auto" is parallel EP, sweep for sweep."""
+    from fastep.datasets import simulate_annotators
+    from fastep.likelihoods import MultiAnnotator
+    sens = [0.9, 0.85, 0.8, 0.75, 0.5, 0.5, 0.3, 0.2]
+    spec = [0.85, 0.9, 0.75, 0.8, 0.5, 0.4, 0.3, 0.25]
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 2))
+    z = (np.sin(2 * X[:, 0]) + X[:, 1] > 0).astype(int)
+    lik = MultiAnnotator(simulate_annotators(z, sens, spec, random_state=1), sens, spec)
+    K = RBF(100.0, 1.0)(X) + 1e-6 * np.eye(60)
+    opts = dict(damping=0.9, tol=1e-10, max_iter=2000)
+    par = fastep.ep(K, np.ones(60), lik, method="parallel", **opts)
+    seq = fastep.ep(K, np.ones(60), lik, method="sequential", **opts)
+    auto = fastep.ep(K, np.ones(60), lik, method="auto", **opts)
+    assert par.converged and seq.converged and auto.converged
+    assert par.n_iter > 100                            # the premise: parallel EP crawls
+    assert auto.method == "sequential" and auto.n_iter < par.n_iter / 2
+    for other in (par, seq):
+        np.testing.assert_allclose(auto.mean, other.mean, atol=1e-7)
+        np.testing.assert_allclose(auto.var, other.var, rtol=1e-6)
+        assert auto.log_marginal_likelihood == pytest.approx(other.log_marginal_likelihood,
+                                                             abs=1e-7)
+    easy = RBF(1.0, 1.0)(X) + 1e-6 * np.eye(60)
+    a = fastep.ep(easy, np.ones(60), lik, method="auto", **opts)
+    b = fastep.ep(easy, np.ones(60), lik, method="parallel", **opts)
+    assert a.method == "parallel" and a.n_iter == b.n_iter
+    np.testing.assert_array_equal(a.site_tau, b.site_tau)
+
+
 def test_robust_parallel_ep_converges_where_plain_ep_fails_to_the_same_fixed_point():
     """Robust EP (step halving) against two independent routes to EP's fixed point: the
     sequential schedule (dense) and the chunk-sequential schedule (sparse)."""

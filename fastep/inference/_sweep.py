@@ -29,6 +29,9 @@ SWEEP_LOG = logging.getLogger("fastep.sweeps")
 #: Smallest fraction of a proposed step that robust EP tries before giving up.
 MIN_STEP = 2.0 ** -12
 
+#: Sweeps over which :meth:`SweepControl.stalled` asks the site change to halve.
+STALL_WINDOW = 5
+
 
 def backtrack(attempt, shrink, ctl, failure):
     """Robust EP's inner loop, shared by dense and sparse EP (every way of running it):
@@ -149,6 +152,7 @@ class SweepControl:
         self.prev = self.log_ev = math.nan
         self.change = self.last_raw = math.inf
         self.history, self.sweeps, self.converged = [], 0, False
+        self.changes = []
 
     def done(self, log_ev, settled=True):
         """Record the current sweep's log Z; True when the loop is to stop.  (With
@@ -168,9 +172,11 @@ class SweepControl:
             self.converged = True
         return self.converged or self.sweeps >= self.max_iter
 
-    def advance(self, change, damped=True):
+    def advance(self, change, damped=True, turn=None):
         """Count a sweep whose sites moved by ``change`` (``damped``: a parallel step
-        scaled by the current damping, whose undamped size drives adaptive damping)."""
+        scaled by the current damping, whose undamped size drives adaptive damping);
+        ``turn``: the cosine between this sweep's site step and the last one's
+        (:class:`StepTurn`), which :meth:`stalled` reads."""
         if damped:
             raw = change / self.damping
             change = raw
@@ -178,8 +184,24 @@ class SweepControl:
                 self.damping = max(min(0.1, self.damping), 0.7 * self.damping)
             self.last_raw = raw
         self.change = change
+        self.changes.append((change, math.nan if turn is None else turn))
         self.sweeps += 1
         self.prev = self.log_ev
+
+    def stalled(self, window=STALL_WINDOW):
+        """True when EP oscillates without getting anywhere: the largest site change of the
+        last sweep is more than half that of ``window`` sweeps before (a contraction slower
+        than ``2^(-1/window)`` per sweep; at least ``2 window`` sweeps since the last True)
+        and the site step turned back (negative cosine with the step before) at least
+        once in the last ``window`` sweeps.  Steps that keep their direction (e.g. an
+        outer EM update drifting the sites) are slow, not stalled.  A True starts the watch
+        afresh (the caller acts on it)."""
+        c = self.changes
+        if (len(c) >= 2 * window and c[-1][0] > 0.5 * c[-1 - window][0]
+                and any(turn < 0 for _, turn in c[-window:])):
+            self.changes = []
+            return True
+        return False
 
     def finish(self, ok, mu_cav, var_cav, mean, var, xp=np, stacklevel=3):
         """End of the loop: cavities of the sites left out (``~ok``, improper cavity) are
@@ -203,3 +225,22 @@ class SweepControl:
                           f"site change {self.change:.2e}, tol={self.tol:g}). Increase "
                           f"max_iter, or use a smaller damping (now {self.damping:g}) if EP "
                           "oscillates.", ConvergenceWarning, stacklevel=stacklevel + 1)
+
+
+class StepTurn:
+    """The cosine between successive site steps ``(d tau / (1 + |tau|), d nu / (1 + |nu|))``
+    (the relative steps of :func:`site_change`): near -1 when EP swings back and forth."""
+
+    def __init__(self):
+        self.last = None
+
+    def __call__(self, xp, tau0, nu0, tau1, nu1):
+        """The cosine of the step ``(tau0, nu0) -> (tau1, nu1)`` with the one before (None
+        for the first step, or a zero step)."""
+        step = xp.concatenate(((tau1 - tau0) / (1.0 + xp.abs(tau0)),
+                               (nu1 - nu0) / (1.0 + xp.abs(nu0))))
+        last, self.last = self.last, step
+        if last is None:
+            return None
+        size = float(xp.linalg.norm(step)) * float(xp.linalg.norm(last))
+        return float(step @ last) / size if size > 0 else None

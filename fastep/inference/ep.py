@@ -41,12 +41,15 @@ from .._linalg import NotPositiveDefiniteError
 from .._numerics import MIN_VARIANCE
 from ..backend import resolve
 from ..likelihoods._base import check_likelihood
-from ._sweep import (ConvergenceWarning, EPNumericalWarning, SweepControl, backtrack,
-                     check_kernel_matrix, check_sweep_controls, fill_cavities, halve_towards,
-                     initial_sites, site_change)
+from ._sweep import (SWEEP_LOG, ConvergenceWarning, EPNumericalWarning, StepTurn,
+                     SweepControl, backtrack, check_kernel_matrix, check_sweep_controls,
+                     fill_cavities, halve_towards, initial_sites, site_change)
 
 SEQUENTIAL_BLOCK = 256
-METHODS = ("parallel", "sequential")
+
+#: method="auto" halves the damping of its sequential sweeps while they stall, down to this
+MIN_SEQUENTIAL_DAMPING = 0.05
+METHODS = ("parallel", "sequential", "auto")
 
 __all__ = ["ep", "EPResult", "ep_gradient", "posterior_from_sites", "check_covariance",
            "ConvergenceWarning", "EPNumericalWarning"]
@@ -285,8 +288,9 @@ def check_covariance(K, name="K", device="cpu"):
 def _prepare(be, K, y, likelihood, method, extra):
     """Checked K (a C-ordered backend array), encoded targets and the site inputs."""
     if method not in METHODS:
-        raise ValueError(f"method must be 'parallel' or 'sequential'; got {method!r}.")
-    if method not in be.ep_methods:
+        raise ValueError(f"method must be 'parallel', 'sequential' or 'auto'; got "
+                         f"{method!r}.")
+    if method != "auto" and method not in be.ep_methods:
         raise ValueError(f"device={be.name!r} runs {' or '.join(be.ep_methods)} EP only; got "
                          f"method={method!r}. Use method='parallel', or device='cpu' for "
                          f"{method} EP.")
@@ -312,15 +316,21 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
     y : ndarray (n,)
         Targets in the likelihood's encoding (binary likelihoods: -1/+1).
     likelihood : fastep.likelihoods.Likelihood
-    method : {"parallel", "sequential"}
+    method : {"parallel", "sequential", "auto"}
         Parallel EP updates all sites from the same marginals (compiled
         ``prange`` loop) then refreshes the posterior with one Cholesky of B;
         sequential EP updates sites one at a time with rank-one updates applied
         in delayed blocks of 256 sites (BLAS-3), then refreshes from scratch
-        (CPU only).
+        (CPU only).  "auto" runs parallel sweeps and goes on with sequential ones
+        (on the CPU, at the given damping) once EP swings back and forth and the largest
+        site change fails to halve over 5 sweeps (:meth:`SweepControl.stalled`), and
+        halves their damping (down to 0.05) each time they stall in turn: parallel EP
+        with sites of negative precision in a strongly coupled prior (e.g. annotators,
+        large kernel variance) can oscillate for hundreds of sweeps where sequential EP
+        settles in a few tens.
     damping : float in (0, 1], optional
         Step in natural parameters (1 = full EP update).  None (the default) means
-        1.0 for sequential EP; for parallel EP it is adaptive: the step starts at 1.0
+        1.0 for sequential EP; for parallel EP (and "auto") it is adaptive: the step starts at 1.0
         and is multiplied by 0.7 (down to 0.1) whenever the undamped site change grows
         from one sweep to the next (oscillation).
     tol : float, default 1e-4
@@ -372,7 +382,7 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
     (True, True)
     """
     be = resolve(device, "fastep.ep")
-    adaptive = damping is None and method == "parallel"
+    adaptive = damping is None and method in ("parallel", "auto")
     damping = 1.0 if damping is None else damping
     check_sweep_controls(damping, tol, max_iter)
     K, inputs = _prepare(be, K, y, likelihood, method, extra)
@@ -395,7 +405,10 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
     work = be.dense_work(n)
 
     tau, nu = (be.asarray(a) for a in initial_sites(site_tau, site_nu, n, clip))
+    switch = method == "auto" and "sequential" in be.ep_methods     # parallel until stalled
+    method = "parallel" if method == "auto" else method
     need_cov = method == "sequential"
+    turn = StepTurn()
     try:
         post = _Posterior(be, K, kdiag, tau, nu, need_cov, work)
         if robust and method == "parallel" and not bool(xp.all(_proper_cavities(post, tau))):
@@ -427,19 +440,35 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
             extra = be.site_inputs(likelihood, y, likelihood.check_extra(proposal, n))[1]
             outer.accept()
         if method == "parallel":
-            ctl.advance(site_change(xp, tau, nu, new_tau, new_nu))
+            ctl.advance(site_change(xp, tau, nu, new_tau, new_nu),
+                        turn=turn(xp, tau, nu, new_tau, new_nu) if switch else None)
             tau, new_tau = new_tau, tau
             nu, new_nu = new_nu, nu
         else:
             old_tau, old_nu = tau.copy(), nu.copy()
             skipped = _sequential_sweep(be, tilted, y, extra, params, post, tau, nu,
                                         ctl.damping, clip)
-            ctl.advance(site_change(xp, old_tau, old_nu, tau, nu), damped=False)
+            # a damped sequential sweep moves each site by about damping x its EP update
+            ctl.advance(site_change(xp, old_tau, old_nu, tau, nu) / ctl.damping, damped=False,
+                        turn=turn(xp, old_tau, old_nu, tau, nu) if switch else None)
         post = None                                   # free the old factors first
         if robust and method == "parallel":
             post = _backtrack(be, K, kdiag, new_tau, new_nu, tau, nu, work, ctl)
         else:
             post = _Posterior(be, K, kdiag, tau, nu, need_cov, work)
+        if switch and ctl.stalled():
+            if method == "parallel":
+                # sequential steps keep q proper without robust EP's shortening: they
+                # start at the given damping, however far backtracking had cut it
+                SWEEP_LOG.debug("EP sweep %d: parallel EP stalled, going on sequentially",
+                                ctl.sweeps)
+                method, need_cov, post = "sequential", True, None
+                post = _Posterior(be, K, kdiag, tau, nu, need_cov, work)
+                ctl.damping = damping
+            else:
+                SWEEP_LOG.debug("EP sweep %d: sequential EP stalled, halving the damping",
+                                ctl.sweeps)
+                ctl.damping = max(MIN_SEQUENTIAL_DAMPING, 0.5 * ctl.damping)
 
     mu_cav, var_cav = ctl.finish(ok, mu_cav, var_cav, post.mean, post.var, xp)
     post.cov = None                                   # not needed after the sweeps

@@ -118,11 +118,13 @@ def da_map_rows(fn, *columns, width=None):
 class EPEstimator(BaseEstimator):
     """Base of the estimators that run EP on latent GPs (see the module docstring)."""
 
-    def _ep_config(self, backend, likelihood=None):
+    def _ep_config(self, backend, likelihood=None, dense_auto="parallel"):
         """The immutable EP configuration of this fit; checks the parameters that only
-        make sense together (sparse EP with its power; the schedule, "auto" resolved: parallel
-        dense EP, chunk-sequential sparse EP; dense EP for a ``likelihood`` that is not
-        log-concave is robust EP's sequential schedule where the backend runs it)."""
+        make sense together (sparse EP with its power; the schedule, "auto" resolved:
+        ``dense_auto`` for dense EP (:func:`fastep.ep`'s "auto" is parallel sweeps that go
+        on sequentially if they stall), chunk-sequential sparse EP; dense EP for a
+        ``likelihood`` that is not log-concave is robust EP's sequential schedule where the
+        backend runs it)."""
         cls = type(self).__name__
         sparse = self.n_inducing is not None or self.inducing_points is not None
         if not sparse and self.power != 1.0:
@@ -134,8 +136,8 @@ class EPEstimator(BaseEstimator):
         if method == "auto":
             robust = likelihood is not None and not likelihood.log_concave
             method = ("sequential" if sparse or (robust and "sequential" in backend.ep_methods)
-                      else "parallel")
-        if not sparse and method not in backend.ep_methods:
+                      else dense_auto)
+        if not sparse and method not in backend.ep_methods + ("auto",):
             raise ValueError(f"{cls} with device={backend.name!r} runs "
                              f"{' or '.join(backend.ep_methods)} dense EP only; set "
                              f"method='parallel' (got {self.method!r}), or device='cpu'.")

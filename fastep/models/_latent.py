@@ -34,8 +34,9 @@ class EPConfig:
     ----------
     backend : Backend
         Where EP runs (``device`` resolved once, in ``fit``).
-    method : {"parallel", "sequential"}
-        The schedule of dense EP, or of sparse EP (``sparse_ep``'s ``schedule``).
+    method : {"parallel", "sequential", "auto"}
+        The schedule of dense EP (:func:`fastep.ep`'s ``method``), or of sparse EP
+        (``sparse_ep``'s ``schedule``).
     damping : float or None
         None: adaptive (see :func:`fastep.ep`).
     tol : float

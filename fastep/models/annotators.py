@@ -205,7 +205,12 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         it shares (active learning: append new rows and labels, then refit).
     optimizer, n_restarts_optimizer, max_iter_optimizer, tol_optimizer :
         ML-II, as in :class:`~fastep.EPGaussianProcessClassifier`.
-    method, tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
+    method : {"auto", "parallel", "sequential"}, default="auto"
+        Dense EP's schedule; "auto" runs parallel sweeps and goes on sequentially (CPU)
+        if they stall (``fastep.ep(method="auto")``): with a large kernel variance,
+        parallel EP on these sites of negative precision can oscillate for hundreds of
+        sweeps.  Sparse EP: as in :class:`~fastep.EPGaussianProcessClassifier`.
+    tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
         As in :class:`~fastep.EPGaussianProcessClassifier` (the README's table of shared
         parameters).
 
@@ -315,7 +320,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
             sens = np.array(self.sensitivity, dtype=float).reshape(-1)
             spec = np.array(self.specificity, dtype=float).reshape(-1)
         backend = resolve(self.device, type(self).__name__)
-        config = self._ep_config(backend)
+        config = self._ep_config(backend, dense_auto="auto")
         rng = as_generator(self.random_state)
         X = X if is_dask_array(X) else np.ascontiguousarray(X)
         latent = LatentGP(X, np.ones(n), fresh_kernel(self.kernel),
