@@ -515,7 +515,8 @@ def main(argv=None):
                    choices=["classifier", "annotators", "censored", "multiclass"])
     p.add_argument("--dataset", choices=["digits", "iris"], default="digits",
                    help="data of the multiclass demo")
-    p.add_argument("--method", choices=["parallel", "sequential"], default="parallel")
+    p.add_argument("--method", choices=["auto", "parallel", "sequential"], default="auto",
+                   help="dense EP schedule (the estimators' 'method')")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("fit", help="fit a model on a table (CSV, .npy, Parquet, Zarr)")

@@ -346,7 +346,7 @@ def estimators():
         ("censored", CensoredGPRegressor(RBF(1.0, 0.8), noise_variance=0.05, lower=-0.3,
                                          max_iter=300), t),
         ("annotators", MultiAnnotatorGPClassifier(RBF(1.5, 0.8), optimizer=None, tol=1e-10,
-                                                  max_iter=500), Y),
+                                                  max_iter=500, method="parallel"), Y),
         ("annotators-sparse", MultiAnnotatorGPClassifier(RBF(1.5, 0.8), optimizer=None,
                                                          tol=1e-10, max_iter=500,
                                                          inducing_points=X[::4]), Y)]

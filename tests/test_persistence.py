@@ -123,6 +123,8 @@ def test_round_trip_predicts_the_same(fitted, name, tmp_path):
         else:
             np.testing.assert_array_equal(got, want)
     assert back.kernel_ == est.kernel_
+    if hasattr(getattr(est, "_latent", None), "config"):    # a loaded model runs EP alike
+        assert back._latent.config.method == est._latent.config.method
     for attr in ("log_marginal_likelihood_value_", "n_iter_", "converged_", "classes_",
                  "inducing_points_", "sensitivity_", "true_label_proba_", "noise_variance_",
                  "temperature_", "lower_"):

@@ -152,14 +152,14 @@ class SweepControl:
         self.prev = self.log_ev = math.nan
         self.change = self.last_raw = math.inf
         self.history, self.sweeps, self.converged = [], 0, False
-        self.changes = []
+        self.changes, self.settled = [], True
 
     def done(self, log_ev, settled=True):
         """Record the current sweep's log Z; True when the loop is to stop.  (With
         ``max_iter=0`` the loop only evaluates given sites: nothing is to converge.)
         ``settled=False``: an outer update (e.g. EM of likelihood data) still moves, so EP
         has not converged yet."""
-        self.log_ev = log_ev
+        self.log_ev, self.settled = log_ev, settled
         self.history.append(log_ev)
         if SWEEP_LOG.isEnabledFor(logging.DEBUG):
             SWEEP_LOG.debug("%s sweep %d: log Z %.6f", self.what, self.sweeps, log_ev)
@@ -184,21 +184,22 @@ class SweepControl:
                 self.damping = max(min(0.1, self.damping), 0.7 * self.damping)
             self.last_raw = raw
         self.change = change
-        self.changes.append((change, math.nan if turn is None else turn))
+        self.changes.append((change, math.nan if turn is None else turn, self.settled))
         self.sweeps += 1
         self.prev = self.log_ev
 
     def stalled(self, window=STALL_WINDOW):
-        """True when EP oscillates without getting anywhere: the largest site change of the
-        last sweep is more than half that of ``window`` sweeps before (a contraction slower
-        than ``2^(-1/window)`` per sweep; at least ``2 window`` sweeps since the last True)
-        and the site step turned back (negative cosine with the step before) at least
-        once in the last ``window`` sweeps.  Steps that keep their direction (e.g. an
-        outer EM update drifting the sites) are slow, not stalled.  A True starts the watch
-        afresh (the caller acts on it)."""
+        """True when EP gets nowhere: the largest site change of the last sweep is above
+        ``tol`` and more than half that of ``window`` sweeps before (a contraction slower than
+        ``2^(-1/window)`` per sweep; at least ``2 window`` sweeps since the last True).
+        While an outer update moved in the last ``window`` sweeps, the site step must also
+        have turned back (negative cosine with the step before) at least once: steps that
+        keep their direction there are the outer update (e.g. EM) drifting the sites, slow
+        but not stalled.  A True starts the watch afresh (the caller acts on it)."""
         c = self.changes
-        if (len(c) >= 2 * window and c[-1][0] > 0.5 * c[-1 - window][0]
-                and any(turn < 0 for _, turn in c[-window:])):
+        if (len(c) >= 2 * window and c[-1][0] > max(self.tol, 0.5 * c[-1 - window][0])
+                and (all(settled for _, _, settled in c[-window:])
+                     or any(turn < 0 for _, turn, _ in c[-window:]))):
             self.changes = []
             return True
         return False

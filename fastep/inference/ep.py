@@ -32,6 +32,7 @@ the per-site loops are the backend's compiled loops.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,13 +42,17 @@ from .._linalg import NotPositiveDefiniteError
 from .._numerics import MIN_VARIANCE
 from ..backend import resolve
 from ..likelihoods._base import check_likelihood
-from ._sweep import (SWEEP_LOG, ConvergenceWarning, EPNumericalWarning, StepTurn,
+from ._sweep import (ConvergenceWarning, EPNumericalWarning, StepTurn,
                      SweepControl, backtrack, check_kernel_matrix, check_sweep_controls,
                      fill_cavities, halve_towards, initial_sites, site_change)
 
 SEQUENTIAL_BLOCK = 256
 
+#: method="auto"'s schedule switches (DEBUG; not on ``fastep.sweeps``, which counts sweeps)
+LOG = logging.getLogger(__name__)
+
 #: method="auto" halves the damping of its sequential sweeps while they stall, down to this
+#: (or to the given damping, if smaller)
 MIN_SEQUENTIAL_DAMPING = 0.05
 METHODS = ("parallel", "sequential", "auto")
 
@@ -202,7 +207,8 @@ class EPResult:
     cavity_mean, cavity_var : ndarray (n,)
         Cavity moments at the returned posterior (used for likelihood gradients).
     method : str
-        The EP schedule that ran, ``"parallel"`` or ``"sequential"``.
+        The EP schedule of the last sweeps, ``"parallel"`` or ``"sequential"``
+        (``method="auto"`` reports the one it ended with).
     history : list of float
         log Z_EP after every sweep (the first entry is that of the starting sites).
 
@@ -330,9 +336,10 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
         settles in a few tens.
     damping : float in (0, 1], optional
         Step in natural parameters (1 = full EP update).  None (the default) means
-        1.0 for sequential EP; for parallel EP (and "auto") it is adaptive: the step starts at 1.0
-        and is multiplied by 0.7 (down to 0.1) whenever the undamped site change grows
-        from one sweep to the next (oscillation).
+        1.0 for sequential EP; for parallel EP (and "auto") it is adaptive: the step starts
+        at 1.0 and is multiplied by 0.7 (down to 0.1) whenever the undamped site change
+        grows from one sweep to the next (oscillation); "auto"'s sequential sweeps start
+        again at the given damping (1.0 for None).
     tol : float, default 1e-4
         Converged when the change of log Z_EP (relative to max(1, |log Z_EP|)) and the
         largest relative (undamped) site change
@@ -460,15 +467,15 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
             if method == "parallel":
                 # sequential steps keep q proper without robust EP's shortening: they
                 # start at the given damping, however far backtracking had cut it
-                SWEEP_LOG.debug("EP sweep %d: parallel EP stalled, going on sequentially",
-                                ctl.sweeps)
+                LOG.debug("EP sweep %d: parallel EP stalled, going on sequentially",
+                          ctl.sweeps)
                 method, need_cov, post = "sequential", True, None
                 post = _Posterior(be, K, kdiag, tau, nu, need_cov, work)
                 ctl.damping = damping
             else:
-                SWEEP_LOG.debug("EP sweep %d: sequential EP stalled, halving the damping",
-                                ctl.sweeps)
-                ctl.damping = max(MIN_SEQUENTIAL_DAMPING, 0.5 * ctl.damping)
+                LOG.debug("EP sweep %d: sequential EP stalled, halving the damping",
+                          ctl.sweeps)
+                ctl.damping = max(min(MIN_SEQUENTIAL_DAMPING, ctl.damping), 0.5 * ctl.damping)
 
     mu_cav, var_cav = ctl.finish(ok, mu_cav, var_cav, post.mean, post.var, xp)
     post.cov = None                                   # not needed after the sweeps

@@ -137,7 +137,7 @@ class EPEstimator(BaseEstimator):
             robust = likelihood is not None and not likelihood.log_concave
             method = ("sequential" if sparse or (robust and "sequential" in backend.ep_methods)
                       else dense_auto)
-        if not sparse and method not in backend.ep_methods + ("auto",):
+        if not sparse and method != "auto" and method not in backend.ep_methods:
             raise ValueError(f"{cls} with device={backend.name!r} runs "
                              f"{' or '.join(backend.ep_methods)} dense EP only; set "
                              f"method='parallel' (got {self.method!r}), or device='cpu'.")

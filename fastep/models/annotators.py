@@ -388,7 +388,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         R = Y01.shape[1]
         likelihood = MultiAnnotator(Y01, reader.array("sensitivity", (R,)),
                                     reader.array("specificity", (R,)))
-        config = self._ep_config(resolve("cpu"))
+        config = self._ep_config(resolve("cpu"), dense_auto="auto")
         latent, result = latent_from_state(reader, reader.meta, "f_", X, np.ones(n), likelihood,
                                            config)
         self.classes_, self._Y01 = classes, Y01
