@@ -328,9 +328,10 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
         sequential EP updates sites one at a time with rank-one updates applied
         in delayed blocks of 256 sites (BLAS-3), then refreshes from scratch
         (CPU only).  "auto" runs parallel sweeps and goes on with sequential ones
-        (on the CPU, at the given damping) once EP swings back and forth and the largest
-        site change fails to halve over 5 sweeps (:meth:`SweepControl.stalled`), and
-        halves their damping (down to 0.05) each time they stall in turn: parallel EP
+        (on the CPU, at the given damping) once the largest site change fails to halve
+        over 5 sweeps (while ``outer`` moves, the sites must also have swung back:
+        :meth:`SweepControl.stalled`), and halves their damping (down to 0.05) each
+        time they stall in turn: parallel EP
         with sites of negative precision in a strongly coupled prior (e.g. annotators,
         large kernel variance) can oscillate for hundreds of sweeps where sequential EP
         settles in a few tens.
