@@ -110,10 +110,16 @@ def initial_sites(site_tau, site_nu, n, clip=False):
     return (np.maximum(tau, 0.0) if clip else tau.copy()), nu.copy()
 
 
+def relative_step(xp, tau0, nu0, tau1, nu1):
+    """The site step ``(tau0, nu0) -> (tau1, nu1)`` relative to the old sites, as one
+    vector ``(d tau / (1 + |tau|), d nu / (1 + |nu|))``."""
+    return xp.concatenate(((tau1 - tau0) / (1.0 + xp.abs(tau0)),
+                           (nu1 - nu0) / (1.0 + xp.abs(nu0))))
+
+
 def site_change(xp, tau0, nu0, tau1, nu1):
     """The largest relative site change ``max(|d tau| / (1 + |tau|), |d nu| / (1 + |nu|))``."""
-    return float(max(float(xp.max(xp.abs(tau1 - tau0) / (1.0 + xp.abs(tau0)))),
-                     float(xp.max(xp.abs(nu1 - nu0) / (1.0 + xp.abs(nu0))))))
+    return float(xp.max(xp.abs(relative_step(xp, tau0, nu0, tau1, nu1))))
 
 
 def fill_cavities(ok, mu_cav, var_cav, mean, var, xp=np):
@@ -229,8 +235,8 @@ class SweepControl:
 
 
 class StepTurn:
-    """The cosine between successive site steps ``(d tau / (1 + |tau|), d nu / (1 + |nu|))``
-    (the relative steps of :func:`site_change`): near -1 when EP swings back and forth."""
+    """The cosine between successive relative site steps (:func:`relative_step`): near -1
+    when EP swings back and forth."""
 
     def __init__(self):
         self.last = None
@@ -238,8 +244,7 @@ class StepTurn:
     def __call__(self, xp, tau0, nu0, tau1, nu1):
         """The cosine of the step ``(tau0, nu0) -> (tau1, nu1)`` with the one before (None
         for the first step, or a zero step)."""
-        step = xp.concatenate(((tau1 - tau0) / (1.0 + xp.abs(tau0)),
-                               (nu1 - nu0) / (1.0 + xp.abs(nu0))))
+        step = relative_step(xp, tau0, nu0, tau1, nu1)
         last, self.last = self.last, step
         if last is None:
             return None

@@ -331,10 +331,9 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
         (on the CPU, at the given damping) once the largest site change fails to halve
         over 5 sweeps (while ``outer`` moves, the sites must also have swung back:
         :meth:`SweepControl.stalled`), and halves their damping (down to 0.05) each
-        time they stall in turn: parallel EP
-        with sites of negative precision in a strongly coupled prior (e.g. annotators,
-        large kernel variance) can oscillate for hundreds of sweeps where sequential EP
-        settles in a few tens.
+        time they stall in turn: parallel EP with sites of negative precision in a
+        strongly coupled prior (e.g. annotators, large kernel variance) can oscillate for
+        hundreds of sweeps where sequential EP settles in a few tens.
     damping : float in (0, 1], optional
         Step in natural parameters (1 = full EP update).  None (the default) means
         1.0 for sequential EP; for parallel EP (and "auto") it is adaptive: the step starts

@@ -118,13 +118,16 @@ def da_map_rows(fn, *columns, width=None):
 class EPEstimator(BaseEstimator):
     """Base of the estimators that run EP on latent GPs (see the module docstring)."""
 
-    def _ep_config(self, backend, likelihood=None, dense_auto="parallel"):
-        """The immutable EP configuration of this fit; checks the parameters that only
-        make sense together (sparse EP with its power; the schedule, "auto" resolved:
-        ``dense_auto`` for dense EP (:func:`fastep.ep`'s "auto" is parallel sweeps that go
-        on sequentially if they stall), chunk-sequential sparse EP; dense EP for a
-        ``likelihood`` that is not log-concave is robust EP's sequential schedule where the
-        backend runs it)."""
+    #: what ``method="auto"`` means for dense EP (a :func:`fastep.ep` method)
+    _dense_auto = "parallel"
+
+    def _ep_config(self, backend, likelihood=None):
+        """The immutable EP configuration of this fit (in ``fit`` and when loading); checks
+        the parameters that only make sense together (sparse EP with its power; the
+        schedule, "auto" resolved: ``_dense_auto`` for dense EP (:func:`fastep.ep`'s
+        "auto" is parallel sweeps that go on sequentially if they stall), chunk-sequential
+        sparse EP; dense EP for a ``likelihood`` that is not log-concave is robust EP's
+        sequential schedule where the backend runs it)."""
         cls = type(self).__name__
         sparse = self.n_inducing is not None or self.inducing_points is not None
         if not sparse and self.power != 1.0:
@@ -136,7 +139,7 @@ class EPEstimator(BaseEstimator):
         if method == "auto":
             robust = likelihood is not None and not likelihood.log_concave
             method = ("sequential" if sparse or (robust and "sequential" in backend.ep_methods)
-                      else dense_auto)
+                      else self._dense_auto)
         if not sparse and method != "auto" and method not in backend.ep_methods:
             raise ValueError(f"{cls} with device={backend.name!r} runs "
                              f"{' or '.join(backend.ep_methods)} dense EP only; set "

@@ -237,6 +237,8 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     True
     """
 
+    # parallel sweeps that go on sequentially if they stall (see the ``method`` parameter)
+    _dense_auto = "auto"
     _parameter_constraints = shared(
         "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
         "tol_optimizer", "damping", "tol", "max_iter",
@@ -320,7 +322,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
             sens = np.array(self.sensitivity, dtype=float).reshape(-1)
             spec = np.array(self.specificity, dtype=float).reshape(-1)
         backend = resolve(self.device, type(self).__name__)
-        config = self._ep_config(backend, dense_auto="auto")
+        config = self._ep_config(backend)
         rng = as_generator(self.random_state)
         X = X if is_dask_array(X) else np.ascontiguousarray(X)
         latent = LatentGP(X, np.ones(n), fresh_kernel(self.kernel),
@@ -388,7 +390,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         R = Y01.shape[1]
         likelihood = MultiAnnotator(Y01, reader.array("sensitivity", (R,)),
                                     reader.array("specificity", (R,)))
-        config = self._ep_config(resolve("cpu"), dense_auto="auto")
+        config = self._ep_config(resolve("cpu"))
         latent, result = latent_from_state(reader, reader.meta, "f_", X, np.ones(n), likelihood,
                                            config)
         self.classes_, self._Y01 = classes, Y01
