@@ -502,6 +502,55 @@ def test_auto_schedule_goes_on_sequentially_when_parallel_ep_stalls():
     np.testing.assert_array_equal(a.site_tau, b.site_tau)
 
 
+def test_auto_schedule_halves_the_damping_of_sequential_sweeps_that_stall(caplog):
+    """A crowd with spammers (n = 600, RBF(60, 1.2)): at damping 0.9 neither parallel nor
+    sequential EP converges in 1000 sweeps (measured when this test was written).
+    method="auto" must go on sequentially, halve the damping once those sweeps stall too,
+    and stop at the fixed point that parallel EP at damping 0.3 reaches on its own."""
+    import logging
+    from fastep.datasets import simulate_annotators
+    from fastep.likelihoods import MultiAnnotator
+    sens = [0.9, 0.85, 0.8, 0.75, 0.5, 0.5, 0.3, 0.2]
+    spec = [0.85, 0.9, 0.75, 0.8, 0.5, 0.4, 0.3, 0.25]
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 3))
+    z = (np.sin(2 * X[:, 0]) + X[:, 1] > 0).astype(int)
+    lik = MultiAnnotator(simulate_annotators(z, sens, spec, random_state=0), sens, spec)
+    K = RBF(60.0, 1.2)(X) + 1e-6 * np.eye(600)
+    with caplog.at_level(logging.DEBUG, logger="fastep.inference.ep"):
+        auto = fastep.ep(K, np.ones(600), lik, method="auto", damping=0.9, tol=1e-10,
+                         max_iter=300)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("going on sequentially" in m for m in messages)
+    assert any("halving the damping" in m for m in messages)
+    ref_ = fastep.ep(K, np.ones(600), lik, method="parallel", damping=0.3, tol=1e-10,
+                     max_iter=1000)
+    assert auto.converged and ref_.converged and auto.n_skipped == ref_.n_skipped == 0
+    np.testing.assert_allclose(auto.mean, ref_.mean, atol=1e-7)
+    np.testing.assert_allclose(auto.var, ref_.var, rtol=1e-6)
+    assert auto.log_marginal_likelihood == pytest.approx(ref_.log_marginal_likelihood, abs=1e-7)
+
+
+def test_damped_sequential_ep_converges_by_its_undamped_site_change():
+    """Converged at tol means one more undamped EP update would move no site by more than
+    tol: checked with the reference probit moments (R&W 3.58) at the returned posterior.
+    A rule on the damped change (step damping x update) would stop about 1/damping times
+    too early (about 9e-6 here at damping 0.1)."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(80, 2))
+    y = np.where(np.sin(2 * X[:, 0]) + X[:, 1] + 0.3 * rng.normal(size=80) > 0, 1.0, -1.0)
+    K = RBF(4.0, 1.0)(X) + 1e-8 * np.eye(80)
+    tol = 1e-6
+    res = fastep.ep(K, y, Probit(), method="sequential", damping=0.1, tol=tol, max_iter=5000)
+    assert res.converged
+    cav_var = 1.0 / (1.0 / res.var - res.site_tau)
+    cav_mean = cav_var * (res.mean / res.var - res.site_nu)
+    _, m_t, v_t = ref.probit_tilted_moments(y, cav_mean, cav_var)
+    tau, nu = 1.0 / v_t - 1.0 / cav_var, m_t / v_t - cav_mean / cav_var
+    assert np.max(np.abs(tau - res.site_tau) / (1.0 + np.abs(res.site_tau))) < tol
+    assert np.max(np.abs(nu - res.site_nu) / (1.0 + np.abs(res.site_nu))) < tol
+
+
 def test_robust_parallel_ep_converges_where_plain_ep_fails_to_the_same_fixed_point():
     """Robust EP (step halving) against two independent routes to EP's fixed point: the
     sequential schedule (dense) and the chunk-sequential schedule (sparse)."""
