@@ -96,7 +96,7 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         those of the best evaluation of the best run; the given ``sites`` if no
         evaluation succeeded).
     """
-    warm = {"sites": sites, "theta": None, "step": 0, "best": None}
+    warm = {"sites": sites, "theta": None, "grad": None, "step": 0, "best": None}
 
     def neg(theta, eval_gradient=True):
         theta = np.asarray(theta, dtype=float)
@@ -112,8 +112,9 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
             value, grad, result = _evaluate(problem, theta, None)      # retry cold
         if value != -_FAILED and hasattr(result, "site_tau"):
             warm["sites"], warm["theta"] = (result.site_tau, result.site_nu), theta.copy()
+            warm["grad"] = grad
             if warm["best"] is None or value > warm["best"][0]:
-                warm["best"] = (value, warm["theta"], warm["sites"])
+                warm["best"] = (value, warm["theta"], warm["sites"], grad)
         warm["step"] += 1
         _LOG.info("ML-II step %d: log evidence %.4f%s", warm["step"], value,
                   f" after {result.n_iter} EP sweeps" if hasattr(result, "n_iter") else "")
@@ -133,7 +134,8 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
     bounds = np.asarray(problem.bounds, dtype=float)
 
     def run(start):
-        """One optimiser run: (theta, -log evidence, the sites at theta)."""
+        """One optimiser run: (theta, -log evidence, the sites at theta, the gradient of
+        log evidence there or None)."""
         warm["best"] = None
         if callable(optimizer):
             theta, fmin = optimizer(neg, start, bounds)
@@ -153,9 +155,12 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
                     f"(max_iter_optimizer={max_iter}, tol_optimizer={tol:g}); increase "
                     f"max_iter_optimizer or tol_optimizer.", ConvergenceWarning, stacklevel=5)
         if warm["theta"] is not None and np.array_equal(warm["theta"], theta):
-            return theta, fmin, warm["sites"]
+            return theta, fmin, warm["sites"], warm["grad"]
         # the optimiser returned an earlier point (a grid, a line search that backed off)
-        return theta, fmin, warm["sites"] if warm["best"] is None else warm["best"][2]
+        if warm["best"] is None:
+            return theta, fmin, warm["sites"], None
+        best = warm["best"]
+        return theta, fmin, best[2], best[3] if np.array_equal(best[1], theta) else None
 
     best = run(problem.theta)
     if n_restarts > 0 and not np.all(np.isfinite(bounds)):
@@ -165,21 +170,40 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         cand = run(problem.draw(rng))
         if cand[1] < best[1]:
             best = cand
-    _warn_at_bounds(problem, best[0], bounds, owner)
+    _warn_at_bounds(problem, best[0], bounds, owner, best[3])
     return problem.with_theta(best[0]), best[2]
 
 
-def _warn_at_bounds(problem, theta, bounds, owner):
+#: A parameter at a bound is "flat" there when a 10x wider bound would raise the log
+#: evidence by less than this, to first order (|d log Z / d log theta| x ln 10).
+FLAT_GAIN = 0.1
+
+
+def _warn_at_bounds(problem, theta, bounds, owner, grad=None):
     """A ``ConvergenceWarning`` naming the kernel or likelihood parameters that ended at
-    one of their bounds (the evidence wants them further out)."""
+    one of their bounds.  With the gradient of log evidence there (``grad``, in the log
+    parameters ``theta``), it tells a parameter the evidence still pulls outwards (widen
+    the bound) from one where it has flattened out (an asymptote: the data do not
+    determine the parameter, and no bound will)."""
     names = list(getattr(problem, "theta_names", ()))
-    hits = []
+    pulled, flat = [], []
     for i, name in enumerate(names):
         lo, hi = bounds[i]
         for side, edge in (("lower", lo), ("upper", hi)):
             if np.isfinite(edge) and abs(theta[i] - edge) <= 1e-6 * max(1.0, abs(edge)):
-                hits.append(f"{name} at its {side} bound {np.exp(edge):.3g}")
-    if hits:
-        warnings.warn(f"{owner}: ML-II ended with {', '.join(hits)}; the evidence increases "
+                hit = f"{name} at its {side} bound {np.exp(edge):.3g}"
+                if grad is not None and abs(grad[i]) * np.log(10.0) < FLAT_GAIN:
+                    flat.append(f"{hit} (d log evidence / d log {name} = {grad[i]:.2g})")
+                else:
+                    pulled.append(hit)
+    if pulled:
+        warnings.warn(f"{owner}: ML-II ended with {', '.join(pulled)}; the evidence increases "
                       f"beyond it. Widen the parameter's bounds (e.g. RBF(variance_bounds="
                       f"...)) or rescale X / y.", ConvergenceWarning, stacklevel=4)
+    if flat:
+        warnings.warn(f"{owner}: ML-II ended with {', '.join(flat)}; the evidence is flat "
+                      f"there (a 10x wider bound would raise it by less than {FLAT_GAIN:g}), "
+                      f"so the data do not determine the parameter and a wider bound would "
+                      f"not help. Fix it at a value you believe (e.g. RBF(variance=10, "
+                      f"variance_bounds='fixed')) or keep the fit as it is.",
+                      ConvergenceWarning, stacklevel=4)
