@@ -337,9 +337,10 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
     damping : float in (0, 1], optional
         Step in natural parameters (1 = full EP update).  None (the default) means
         1.0 for sequential EP; for parallel EP (and "auto") it is adaptive: the step starts
-        at 1.0 and is multiplied by 0.7 (down to 0.1) whenever the undamped site change
-        grows from one sweep to the next (oscillation); "auto"'s sequential sweeps start
-        again at the given damping (1.0 for None).
+        at 1.0, is multiplied by 0.7 (down to 0.1) whenever the undamped site change
+        grows from one sweep to the next (oscillation) and divided by 0.7 (up to 1)
+        whenever it falls by 10% or more; "auto"'s sequential sweeps start again at the
+        given damping (1.0 for None).
     tol : float, default 1e-4
         Converged when the change of log Z_EP (relative to max(1, |log Z_EP|)) and the
         largest relative (undamped) site change
@@ -362,7 +363,8 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
         Robust parallel EP (default: when the likelihood is not log-concave, e.g.
         Student-t or multiple annotators): a proposed step that makes the posterior
         improper, or the cavity of any site improper, is halved until neither happens,
-        and later sweeps keep the smaller damping.  Every iterate is then a proper
+        and later sweeps start from the smaller damping (which grows back to the given
+        one while the site change falls).  Every iterate is then a proper
         Gaussian with proper cavities, and the fixed point is that of plain EP (plain EP
         stops with an error at an improper posterior).  Sequential EP is unaffected.
     outer : object, optional
