@@ -90,6 +90,40 @@ class EPConvergence:
     track_sweeps.unit = "sweeps"
 
 
+class AdaptiveDampingSweeps:
+    """Sweeps of adaptive parallel EP where its step must shrink and grow back (a shrunk
+    step that never regrew took 20-125 sweeps on these, ``scripts/damping_sweeps.py``):
+    Student-t with 15% gross outliers (n = 200) and logistic at kernel variance 100."""
+
+    params = (["student-t", "logistic-variance-100"],)
+    param_names = ["problem"]
+    timeout = 300
+
+    def setup_cache(self):
+        from fastep.likelihoods import StudentT
+        rng = np.random.default_rng(2)
+        x = rng.uniform(-3, 3, 200)
+        y = 0.5 * np.sin(2.7 * x) + 0.4 * x + 0.1 * rng.standard_normal(200)
+        gross = rng.random(200) < 0.15
+        y[gross] += rng.standard_normal(gross.sum())
+        X, t = make_data(1000)
+        cases = {"student-t": (RBF(1.5, 1.0)(x[:, None]), y, StudentT(1.2, 0.07), 1e-6),
+                 "logistic-variance-100": (RBF(100.0, 1.0)(X), t, Logistic(), 1e-6)}
+        out = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+            for name, (K, y_, lik, tol) in cases.items():
+                K = K + 1e-8 * np.eye(K.shape[0])
+                out[name] = fastep.ep(K, y_, lik, method="parallel", tol=tol,
+                                      max_iter=2000).n_iter
+        return out
+
+    def track_sweeps(self, cache, problem):
+        return cache[problem]
+
+    track_sweeps.unit = "sweeps"
+
+
 class Kernels:
     """ARD RBF Gram matrix and the contraction sum_jk G_jk dK_jk/dtheta."""
 
