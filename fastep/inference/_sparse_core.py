@@ -222,13 +222,16 @@ def sweep_context(be, kernel, likelihood, Z, L_uu, X, y, extra, alpha, damping, 
 class SweepSums:
     """What a parallel sweep reports to the driver: sites skipped, the site terms of log Z
     (over the finite ones), the largest relative site change, and the proposal's sums
-    ``P_G = G diag(tau) G^T``, ``b_G = G nu`` (host, lower triangle of P_G at least)."""
+    ``P_G = G diag(tau) G^T``, ``b_G = G nu`` (host, lower triangle of P_G at least);
+    ``turn``: the cosine of the proposed site step with the last one (:class:`StepTurn`),
+    None where the sites are not at hand (a Dask cluster)."""
 
     skipped: int
     site_ev: float
     change: float
     P_G: np.ndarray = None
     b_G: np.ndarray = None
+    turn: float = None
 
 
 def drive(sites, L_uu, q, warm, control, schedule, robust):
@@ -270,7 +273,7 @@ def drive(sites, L_uu, q, warm, control, schedule, robust):
             break
         if ctl.done(log_ev):
             break
-        ctl.advance(out.change)
+        ctl.advance(out.change, turn=out.turn)
         sites.adopt()
         P_G = _symmetrise_lower(out.P_G)
         if robust:

@@ -29,12 +29,14 @@ SWEEP_LOG = logging.getLogger("fastep.sweeps")
 #: Smallest fraction of a proposed step that robust EP tries before giving up.
 MIN_STEP = 2.0 ** -12
 
-#: Adaptive damping's factor on an oscillating sweep, and its inverse on a contracting
-#: one (:class:`SweepControl`).
+#: Adaptive damping's factor on an oscillating sweep, and its inverse when a shrunk step
+#: grows back (:meth:`SweepControl.advance`).
 DAMPING_SHRINK = 0.7
 
-#: Relative fall of the undamped site change that lets a shrunk step grow back.
-DAMPING_REGROW = 0.1
+#: A shrunk step grows back only after this many sweeps without a shrink, each of whose
+#: site steps kept the direction of the one before (cosine above :data:`REGROW_TURN`).
+REGROW_CALM = 3
+REGROW_TURN = 0.0
 
 #: Sweeps over which :meth:`SweepControl.stalled` asks the site change to halve.
 STALL_WINDOW = 5
@@ -45,8 +47,8 @@ def backtrack(attempt, shrink, ctl, failure):
     ``attempt(step)`` returns the posterior at the proposed sites (a fraction ``step`` of
     the way from the old ones), or None when it is not proper; on None ``shrink()`` halves
     the step of the proposed sites (wherever they live) and the step is tried again.  A
-    shorter step than 1 also shrinks the damping of later sweeps (``ctl``; it grows back
-    while EP contracts, :meth:`SweepControl.advance`).  Below
+    shorter step than 1 also shrinks the damping of later sweeps (``ctl``; it may grow
+    back, :meth:`SweepControl.advance`).  Below
     :data:`MIN_STEP` it raises :class:`NotPositiveDefiniteError` with the message
     ``failure``.
 
@@ -57,7 +59,7 @@ def backtrack(attempt, shrink, ctl, failure):
         post = attempt(step)
         if post is not None:
             if step < 1.0:
-                ctl.damping = max(MIN_STEP, ctl.damping * step)
+                ctl.shrink(step, floor=MIN_STEP)
             return post
         step *= 0.5
         if step < MIN_STEP:
@@ -145,13 +147,25 @@ class SweepControl:
 
     EP has converged when, after at least two sweeps, log Z changed by less than
     ``tol * max(1, |log Z|)`` and the largest relative site change is below ``tol``.
-    With adaptive damping the step starts at 1 and shrinks by :data:`DAMPING_SHRINK` (to
-    at least 0.1) whenever the undamped site change grows from one sweep to the next.  A
-    step shrunk by adaptive damping or by robust EP's backtracking grows back by
-    ``1 / DAMPING_SHRINK`` per sweep, up to the given damping (1 when adaptive), whenever
-    the undamped change fell by at least :data:`DAMPING_REGROW` (relative): one
-    oscillating sweep no longer slows every later one (Student-t parallel EP took 49-167
-    sweeps with the step stuck at 0.1 where it now takes 15-28).
+    Adaptive damping, read along one eigenvector of the damped iteration
+    ``x <- x + d (T x - x)`` (eigenvalue lambda of T), where the undamped change falls by
+    ``rho = |1 + d (lambda - 1)|`` per sweep and successive steps have cosine ``turn``
+    (+1: monotone, -1: swinging back):
+
+    * the step starts at 1 and shrinks by :data:`DAMPING_SHRINK` (to at least 0.1) when
+      the undamped change grows (``rho > 1``) unless the sites keep moving the same way
+      (``turn > 0.5``: a long way still to go, which a smaller step only slows), or when
+      the step swings back while the change falls by less than half
+      (``turn * rho < -0.5``: lambda < -1, where a smaller step converges faster);
+    * a step shrunk by adaptive damping or by robust EP's backtracking grows back by
+      ``1 / DAMPING_SHRINK``, up to the given damping (1 when adaptive), after
+      :data:`REGROW_CALM` sweeps without a shrink whose steps all kept their direction
+      and whose change fell (lambda < 1, monotone: the step ``d / 0.7`` still converges).
+
+    Without regrowth, one oscillating sweep kept later sweeps at the shrunk step: parallel
+    EP took 49-167 sweeps on Student-t data with outliers where it now takes 14-30
+    (``scripts/damping_sweeps.py``).  Without ``turn`` (chunk-sequential sparse EP, a Dask
+    cluster) a shrunk step stays shrunk.
 
     Use::
 
@@ -167,7 +181,7 @@ class SweepControl:
 
     def __init__(self, what, damping, adaptive, tol, max_iter, callback=None):
         self.what, self.damping, self.adaptive = what, damping, adaptive
-        self.ceiling = damping
+        self.ceiling, self.calm = damping, 0
         self.tol, self.max_iter, self.callback = tol, max_iter, callback
         self.prev = self.log_ev = math.nan
         self.change = self.last_raw = math.inf
@@ -196,19 +210,30 @@ class SweepControl:
         """Count a sweep whose sites moved by ``change`` (``damped``: a parallel step
         scaled by the current damping, whose undamped size drives adaptive damping);
         ``turn``: the cosine between this sweep's site step and the last one's
-        (:class:`StepTurn`), which :meth:`stalled` reads."""
+        (:class:`StepTurn`), which regrowth and :meth:`stalled` read."""
         if damped:
             raw = change / self.damping
             change = raw
-            if self.adaptive and raw > self.last_raw:
-                self.damping = max(min(0.1, self.damping), DAMPING_SHRINK * self.damping)
-            elif raw < (1.0 - DAMPING_REGROW) * self.last_raw and self.damping < self.ceiling:
+            swung_back = (turn is not None and self.last_raw > 0
+                          and turn * raw < -0.5 * self.last_raw)
+            grew = raw > self.last_raw and not (turn is not None and turn > 0.5)
+            kept = turn is not None and turn > REGROW_TURN and raw < self.last_raw
+            self.calm = self.calm + 1 if kept else 0
+            if self.adaptive and (grew or swung_back):
+                self.shrink(DAMPING_SHRINK, floor=min(0.1, self.damping))
+            elif self.calm >= REGROW_CALM and self.damping < self.ceiling:
                 self.damping = min(self.ceiling, self.damping / DAMPING_SHRINK)
             self.last_raw = raw
         self.change = change
         self.changes.append((change, math.nan if turn is None else turn, self.settled))
         self.sweeps += 1
         self.prev = self.log_ev
+
+    def shrink(self, factor, floor):
+        """Multiply the damping by ``factor``, to at least ``floor``, and restart the count
+        of calm sweeps before it may grow back."""
+        self.damping = max(floor, factor * self.damping)
+        self.calm = 0
 
     def stalled(self, window=STALL_WINDOW):
         """True when EP gets nowhere: the largest site change of the last sweep is above

@@ -337,10 +337,12 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
     damping : float in (0, 1], optional
         Step in natural parameters (1 = full EP update).  None (the default) means
         1.0 for sequential EP; for parallel EP (and "auto") it is adaptive: the step starts
-        at 1.0, is multiplied by 0.7 (down to 0.1) whenever the undamped site change
-        grows from one sweep to the next (oscillation) and divided by 0.7 (up to 1)
-        whenever it falls by 10% or more; "auto"'s sequential sweeps start again at the
-        given damping (1.0 for None).
+        at 1.0, is multiplied by 0.7 (down to 0.1) when the undamped site change grows
+        (unless the sites keep moving the same way) or the sites swing back without the
+        change halving, and is divided by 0.7 again (up to 1) after three sweeps that
+        kept their direction and shrank the change (:class:`SweepControl
+        <fastep.inference._sweep.SweepControl>`); "auto"'s sequential sweeps start again
+        at the given damping (1.0 for None).
     tol : float, default 1e-4
         Converged when the change of log Z_EP (relative to max(1, |log Z_EP|)) and the
         largest relative (undamped) site change
@@ -364,7 +366,7 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
         Student-t or multiple annotators): a proposed step that makes the posterior
         improper, or the cavity of any site improper, is halved until neither happens,
         and later sweeps start from the smaller damping (which grows back to the given
-        one while the site change falls).  Every iterate is then a proper
+        one once EP settles).  Every iterate is then a proper
         Gaussian with proper cavities, and the fixed point is that of plain EP (plain EP
         stops with an error at an improper posterior).  Sequential EP is unaffected.
     outer : object, optional
@@ -450,7 +452,7 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
             outer.accept()
         if method == "parallel":
             ctl.advance(site_change(xp, tau, nu, new_tau, new_nu),
-                        turn=turn(xp, tau, nu, new_tau, new_nu) if switch else None)
+                        turn=turn(xp, tau, nu, new_tau, new_nu))
             tau, new_tau = new_tau, tau
             nu, new_nu = new_nu, nu
         else:

@@ -54,7 +54,7 @@ from ._sparse_core import (SparseEPResult, SweepSums, _InducingPosterior, _Sweep
                            gradient_finish, gradient_first, gradient_second,
                            gradient_second_constants, sweep_context,
                            warm_rows)
-from ._sweep import check_sweep_controls, halve_towards, initial_sites, site_change
+from ._sweep import StepTurn, check_sweep_controls, halve_towards, initial_sites, site_change
 from .sparse import cholesky_uu
 
 CHUNK = CHUNK_ROWS
@@ -242,6 +242,7 @@ class _LocalSites:
         self.ctx, self.tau, self.nu, self.chunk_size = ctx, tau, nu, chunk_size
         self.n, m = tau.shape[0], ctx.Z.shape[0]
         self.new_tau, self.new_nu = xp.empty(self.n), xp.empty(self.n)
+        self.turn = StepTurn()
         n_workers = be.n_workers(self.n, m, chunk_size)
         self.parts = [_SweepPart(be, k, n_workers, self.n, m, chunk_size)
                       for k in range(n_workers)]
@@ -254,6 +255,7 @@ class _LocalSites:
         """A cold start: zero sites, d_i recomputed in the first sweep."""
         self.tau[...], self.nu[...] = 0.0, 0.0
         self.ctx.cold = True
+        self.turn = StepTurn()
 
     def sequential_passes(self, ctl, q, prior):
         return _sequential_passes(self.ctx, ctl, self.parts, q, self.tau, self.nu,
@@ -273,6 +275,7 @@ class _LocalSites:
         if sums:
             out.P_G, out.b_G = _sum_parts(be, self.parts)
             out.change = site_change(xp, self.tau, self.nu, self.new_tau, self.new_nu)
+            out.turn = self.turn(xp, self.tau, self.nu, self.new_tau, self.new_nu)
         return out
 
     def adopt(self):

@@ -110,9 +110,10 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         value, grad, result = _evaluate(problem, theta, start)
         if value == -_FAILED and start is not None:
             value, grad, result = _evaluate(problem, theta, None)      # retry cold
-        if value != -_FAILED and hasattr(result, "site_tau"):
-            warm["sites"], warm["theta"] = (result.site_tau, result.site_nu), theta.copy()
-            warm["grad"] = grad
+        if value != -_FAILED:
+            if hasattr(result, "site_tau"):
+                warm["sites"] = (result.site_tau, result.site_nu)
+            warm["theta"], warm["grad"] = theta.copy(), grad
             if warm["best"] is None or value > warm["best"][0]:
                 warm["best"] = (value, warm["theta"], warm["sites"], grad)
         warm["step"] += 1
@@ -189,10 +190,10 @@ def _warn_at_bounds(problem, theta, bounds, owner, grad=None):
     pulled, flat = [], []
     for i, name in enumerate(names):
         lo, hi = bounds[i]
-        for side, edge in (("lower", lo), ("upper", hi)):
+        for side, edge, outward in (("lower", lo, -1.0), ("upper", hi, 1.0)):
             if np.isfinite(edge) and abs(theta[i] - edge) <= 1e-6 * max(1.0, abs(edge)):
                 hit = f"{name} at its {side} bound {np.exp(edge):.3g}"
-                if grad is not None and abs(grad[i]) * np.log(10.0) < FLAT_GAIN:
+                if grad is not None and outward * grad[i] * np.log(10.0) < FLAT_GAIN:
                     flat.append(f"{hit} (d log evidence / d log {name} = {grad[i]:.2g})")
                 else:
                     pulled.append(hit)

@@ -51,7 +51,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         or the projected gradient is below ten times it (relative to the evidence).
     damping : float in (0, 1], default=None
         EP step in natural parameters; None is adaptive: parallel EP starts at full steps
-        and shrinks them by 0.7 when EP oscillates (growing back while it contracts),
+        and shrinks them by 0.7 when EP oscillates (growing back once it settles),
         sequential EP takes full steps.
     tol : float, default=1e-6
         EP convergence tolerance (change of log Z_EP and of the sites, see
