@@ -468,21 +468,28 @@ def test_robust_ep_starts_cold_from_a_warm_start_with_an_improper_cavity():
     np.testing.assert_allclose(warm.mean, cold.mean, atol=1e-7)
 
 
+def _spammer_crowd(n, d, seed, variance, lengthscale):
+    """Labels of 8 annotators, half at or below chance, for the boundary
+    sin(2 x0) + x1 > 0 of X ~ N(0, I_d): ``(K of RBF(variance, lengthscale), likelihood)``;
+    EP's sites get negative precisions, and parallel EP can oscillate."""
+    from fastep.datasets import simulate_annotators
+    from fastep.likelihoods import MultiAnnotator
+    sens = [0.9, 0.85, 0.8, 0.75, 0.5, 0.5, 0.3, 0.2]
+    spec = [0.85, 0.9, 0.75, 0.8, 0.5, 0.4, 0.3, 0.25]
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    z = (np.sin(2 * X[:, 0]) + X[:, 1] > 0).astype(int)
+    lik = MultiAnnotator(simulate_annotators(z, sens, spec, random_state=seed), sens, spec)
+    return RBF(variance, lengthscale)(X) + 1e-6 * np.eye(n), lik
+
+
 def test_auto_schedule_goes_on_sequentially_when_parallel_ep_stalls():
     """Annotator sites (negative precisions) under a large kernel variance: damped
     parallel EP oscillates for over a hundred sweeps.  method="auto" must notice the stall,
     go on with sequential sweeps and stop at the same fixed point, which two independent
     routes give: parallel EP run to tol 1e-10 and sequential EP from a cold start.  Where
     parallel EP does not stall, "auto" is parallel EP, sweep for sweep."""
-    from fastep.datasets import simulate_annotators
-    from fastep.likelihoods import MultiAnnotator
-    sens = [0.9, 0.85, 0.8, 0.75, 0.5, 0.5, 0.3, 0.2]
-    spec = [0.85, 0.9, 0.75, 0.8, 0.5, 0.4, 0.3, 0.25]
-    rng = np.random.default_rng(1)
-    X = rng.normal(size=(60, 2))
-    z = (np.sin(2 * X[:, 0]) + X[:, 1] > 0).astype(int)
-    lik = MultiAnnotator(simulate_annotators(z, sens, spec, random_state=1), sens, spec)
-    K = RBF(100.0, 1.0)(X) + 1e-6 * np.eye(60)
+    K, lik = _spammer_crowd(60, 2, 1, 100.0, 1.0)
     opts = dict(damping=0.9, tol=1e-10, max_iter=2000)
     par = fastep.ep(K, np.ones(60), lik, method="parallel", **opts)
     seq = fastep.ep(K, np.ones(60), lik, method="sequential", **opts)
@@ -495,7 +502,7 @@ def test_auto_schedule_goes_on_sequentially_when_parallel_ep_stalls():
         np.testing.assert_allclose(auto.var, other.var, rtol=1e-6)
         assert auto.log_marginal_likelihood == pytest.approx(other.log_marginal_likelihood,
                                                              abs=1e-7)
-    easy = RBF(1.0, 1.0)(X) + 1e-6 * np.eye(60)
+    easy, _ = _spammer_crowd(60, 2, 1, 1.0, 1.0)
     a = fastep.ep(easy, np.ones(60), lik, method="auto", **opts)
     b = fastep.ep(easy, np.ones(60), lik, method="parallel", **opts)
     assert a.method == "parallel" and a.n_iter == b.n_iter
@@ -508,15 +515,7 @@ def test_auto_schedule_halves_the_damping_of_sequential_sweeps_that_stall(caplog
     method="auto" must go on sequentially, halve the damping once those sweeps stall too,
     and stop at the fixed point that parallel EP at damping 0.3 reaches on its own."""
     import logging
-    from fastep.datasets import simulate_annotators
-    from fastep.likelihoods import MultiAnnotator
-    sens = [0.9, 0.85, 0.8, 0.75, 0.5, 0.5, 0.3, 0.2]
-    spec = [0.85, 0.9, 0.75, 0.8, 0.5, 0.4, 0.3, 0.25]
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(600, 3))
-    z = (np.sin(2 * X[:, 0]) + X[:, 1] > 0).astype(int)
-    lik = MultiAnnotator(simulate_annotators(z, sens, spec, random_state=0), sens, spec)
-    K = RBF(60.0, 1.2)(X) + 1e-6 * np.eye(600)
+    K, lik = _spammer_crowd(600, 3, 0, 60.0, 1.2)
     with caplog.at_level(logging.DEBUG, logger="fastep.inference.ep"):
         auto = fastep.ep(K, np.ones(600), lik, method="auto", damping=0.9, tol=1e-10,
                          max_iter=300)
@@ -559,9 +558,6 @@ def test_adaptive_damping_grows_back_after_an_oscillating_sweep():
     regrowth must not undo a needed shrink: on a crowd with spammers a rule that regrew
     after any 10% fall cycled between damping 0.35 and 1 (55 sweeps here, and no
     convergence in 1000 at n = 600), where never regrowing took 23."""
-    from fastep.datasets import simulate_annotators
-    from fastep.kernels import RBF
-    from fastep.likelihoods import MultiAnnotator
     kernel = RBF(1.5, 1.0)
     X, y, lik = _student_t_outliers(seed=1, n=200)
     K = kernel(X) + 1e-8 * np.eye(200)
@@ -581,13 +577,7 @@ def test_adaptive_damping_grows_back_after_an_oscillating_sweep():
     assert par.log_marginal_likelihood == pytest.approx(chunked.log_marginal_likelihood,
                                                         abs=1e-5)
 
-    sens = [0.9, 0.85, 0.8, 0.75, 0.5, 0.5, 0.3, 0.2]
-    spec = [0.85, 0.9, 0.75, 0.8, 0.5, 0.4, 0.3, 0.25]
-    rng = np.random.default_rng(1)
-    X = rng.normal(size=(300, 3))
-    z = (np.sin(2 * X[:, 0]) + X[:, 1] > 0).astype(int)
-    lik = MultiAnnotator(simulate_annotators(z, sens, spec, random_state=1), sens, spec)
-    K = RBF(60.0, 1.2)(X) + 1e-6 * np.eye(300)
+    K, lik = _spammer_crowd(300, 3, 1, 60.0, 1.2)
     par = fastep.ep(K, np.ones(300), lik, method="parallel", tol=1e-6, max_iter=500)
     ref_ = fastep.ep(K, np.ones(300), lik, method="parallel", damping=0.3, tol=1e-9,
                      max_iter=2000)
