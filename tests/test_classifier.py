@@ -169,6 +169,26 @@ def test_ml2_at_a_bound_where_the_evidence_is_flat_says_so():
     assert 0.0 <= log_z(1e5) - log_z(1e4) < 0.1
 
 
+def test_ml2_stopped_at_a_bound_the_evidence_falls_towards_says_so():
+    """A custom optimiser that stops at its start, the variance's upper bound, on noisy
+    labels: the evidence rises away from the bound (fixed-kernel EP at a tenth of the
+    variance is higher), so the warning must say the optimiser stopped early, not that
+    the bound pulls or that the evidence is flat."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(150, 2))
+    y = (X[:, 0] + 1.5 * rng.normal(size=150) > 0).astype(int)
+
+    def stop_at_start(obj, theta0, bounds):
+        return theta0, obj(theta0, eval_gradient=True)[0]
+    kernel = RBF(1e3, 1.0, variance_bounds=(1e-2, 1e3))
+    with pytest.warns(fastep.ConvergenceWarning, match="rises away from the bound") as rec:
+        EPGaussianProcessClassifier(kernel, optimizer=stop_at_start).fit(X, y)
+    assert not any("Widen" in str(w.message) or "flat" in str(w.message) for w in rec)
+    log_z = [fastep.ep(RBF(v, 1.0)(X), 2.0 * y - 1.0, Probit(), tol=1e-8).log_marginal_likelihood
+             for v in (1e2, 1e3)]
+    assert log_z[0] > log_z[1]
+
+
 def test_ml2_stops_on_the_relative_change_of_the_evidence(data):
     """The default stopping rule ends ML-II within a few dozen evaluations, at an
     evidence a 10x budget with a 100x tighter tolerance improves by less than 1e-3

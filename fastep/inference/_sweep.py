@@ -153,19 +153,20 @@ class SweepControl:
     (+1: monotone, -1: swinging back):
 
     * the step starts at 1 and shrinks by :data:`DAMPING_SHRINK` (to at least 0.1) when
-      the undamped change grows (``rho > 1``) unless the sites keep moving the same way
-      (``turn > 0.5``: a long way still to go, which a smaller step only slows), or when
-      the step swings back while the change falls by less than half
-      (``turn * rho < -0.5``: lambda < -1, where a smaller step converges faster);
+      the undamped change grows (``rho > 1``), or when the step swings back while the
+      change falls by less than half (``turn * rho < -0.5``: ``1 + d (lambda - 1) <
+      -0.5``, where a smaller step converges faster);
     * a step shrunk by adaptive damping or by robust EP's backtracking grows back by
-      ``1 / DAMPING_SHRINK``, up to the given damping (1 when adaptive), after
-      :data:`REGROW_CALM` sweeps without a shrink whose steps all kept their direction
-      and whose change fell (lambda < 1, monotone: the step ``d / 0.7`` still converges).
+      ``1 / DAMPING_SHRINK``, up to the given damping (1 when adaptive), once
+      :data:`REGROW_CALM` sweeps in a row kept their direction and shrank the change
+      (``0 < 1 + d (lambda - 1) < 1``: the step ``d / 0.7`` still converges there), and
+      again after each further run of such sweeps; a growth undone within two sweeps
+      doubles the length of the runs (so a step that swings between a size that
+      converges and one that does not spends ever fewer sweeps at the latter).
 
-    Without regrowth, one oscillating sweep kept later sweeps at the shrunk step: parallel
-    EP took 49-167 sweeps on Student-t data with outliers where it now takes 14-30
-    (``scripts/damping_sweeps.py``).  Without ``turn`` (chunk-sequential sparse EP, a Dask
-    cluster) a shrunk step stays shrunk.
+    fastep 0.1 never let a shrunk step grow back, so one oscillating sweep slowed every
+    later one (``scripts/damping_sweeps.py`` compares the two rules).  Without ``turn``
+    (chunk-sequential sparse EP, a Dask cluster) a shrunk step stays shrunk.
 
     Use::
 
@@ -181,7 +182,7 @@ class SweepControl:
 
     def __init__(self, what, damping, adaptive, tol, max_iter, callback=None):
         self.what, self.damping, self.adaptive = what, damping, adaptive
-        self.ceiling, self.calm = damping, 0
+        self.ceiling, self.calm, self.calm_needed, self.grown_at = damping, 0, REGROW_CALM, None
         self.tol, self.max_iter, self.callback = tol, max_iter, callback
         self.prev = self.log_ev = math.nan
         self.change = self.last_raw = math.inf
@@ -216,13 +217,14 @@ class SweepControl:
             change = raw
             swung_back = (turn is not None and self.last_raw > 0
                           and turn * raw < -0.5 * self.last_raw)
-            grew = raw > self.last_raw and not (turn is not None and turn > 0.5)
             kept = turn is not None and turn > REGROW_TURN and raw < self.last_raw
             self.calm = self.calm + 1 if kept else 0
-            if self.adaptive and (grew or swung_back):
+            if self.adaptive and (raw > self.last_raw or swung_back):
                 self.shrink(DAMPING_SHRINK, floor=min(0.1, self.damping))
-            elif self.calm >= REGROW_CALM and self.damping < self.ceiling:
+            elif self.calm >= self.calm_needed and self.damping < self.ceiling:
+                # one growth per run of calm sweeps: each is seen before the next
                 self.damping = min(self.ceiling, self.damping / DAMPING_SHRINK)
+                self.calm, self.grown_at = 0, self.sweeps
             self.last_raw = raw
         self.change = change
         self.changes.append((change, math.nan if turn is None else turn, self.settled))
@@ -231,9 +233,13 @@ class SweepControl:
 
     def shrink(self, factor, floor):
         """Multiply the damping by ``factor``, to at least ``floor``, and restart the count
-        of calm sweeps before it may grow back."""
+        of calm sweeps before it may grow back; a shrink in the two sweeps after a growth
+        (the growth failed) doubles the calm sweeps the next growth needs."""
         self.damping = max(floor, factor * self.damping)
         self.calm = 0
+        if self.grown_at is not None and self.sweeps - self.grown_at <= 1:
+            self.calm_needed += REGROW_CALM
+            self.grown_at = None
 
     def stalled(self, window=STALL_WINDOW):
         """True when EP gets nowhere: the largest site change of the last sweep is above

@@ -338,11 +338,10 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
         Step in natural parameters (1 = full EP update).  None (the default) means
         1.0 for sequential EP; for parallel EP (and "auto") it is adaptive: the step starts
         at 1.0, is multiplied by 0.7 (down to 0.1) when the undamped site change grows
-        (unless the sites keep moving the same way) or the sites swing back without the
-        change halving, and is divided by 0.7 again (up to 1) after three sweeps that
-        kept their direction and shrank the change (:class:`SweepControl
-        <fastep.inference._sweep.SweepControl>`); "auto"'s sequential sweeps start again
-        at the given damping (1.0 for None).
+        or the sites swing back without the change halving, and is divided by 0.7 again
+        (up to 1) once per run of three sweeps that kept their direction and shrank the
+        change (:class:`SweepControl <fastep.inference._sweep.SweepControl>`); "auto"'s
+        sequential sweeps start again at the given damping (1.0 for None).
     tol : float, default 1e-4
         Converged when the change of log Z_EP (relative to max(1, |log Z_EP|)) and the
         largest relative (undamped) site change

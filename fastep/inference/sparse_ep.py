@@ -130,7 +130,8 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     alpha : float in (0, 1]
         Power: 1 is EP (FITC-EP), alpha -> 0 approaches the variational (VFE) solution.
     damping, tol, max_iter, site_tau, site_nu, extra, callback :
-        as in :func:`fastep.ep` (adaptive damping when ``damping`` is None).
+        as in :func:`fastep.ep` (adaptive damping when ``damping`` is None; a shrunk
+        step grows back only in the parallel schedule, and not on a Dask cluster).
     chunk_size : int, optional
         Rows of X per block; memory is O(chunk_size m + m^2) plus the Gram cache.  None:
         the backend's choice (8192 on the CPU, about 2^25 / m on a GPU, whose sweeps are

@@ -185,18 +185,24 @@ def _warn_at_bounds(problem, theta, bounds, owner, grad=None):
     one of their bounds.  With the gradient of log evidence there (``grad``, in the log
     parameters ``theta``), it tells a parameter the evidence still pulls outwards (widen
     the bound) from one where it has flattened out (an asymptote: the data do not
-    determine the parameter, and no bound will)."""
+    determine the parameter, and no bound will) and from one where it rises inwards (the
+    optimiser stopped early)."""
     names = list(getattr(problem, "theta_names", ()))
-    pulled, flat = [], []
+    pulled, flat, inward = [], [], []
     for i, name in enumerate(names):
         lo, hi = bounds[i]
         for side, edge, outward in (("lower", lo, -1.0), ("upper", hi, 1.0)):
             if np.isfinite(edge) and abs(theta[i] - edge) <= 1e-6 * max(1.0, abs(edge)):
                 hit = f"{name} at its {side} bound {np.exp(edge):.3g}"
-                if grad is not None and outward * grad[i] * np.log(10.0) < FLAT_GAIN:
-                    flat.append(f"{hit} (d log evidence / d log {name} = {grad[i]:.2g})")
-                else:
+                gain = None if grad is None else outward * grad[i] * np.log(10.0)
+                slope = "" if grad is None else \
+                    f" (d log evidence / d log {name} = {grad[i]:.2g})"
+                if gain is None or gain >= FLAT_GAIN:
                     pulled.append(hit)
+                elif gain > -FLAT_GAIN:
+                    flat.append(hit + slope)
+                else:
+                    inward.append(hit + slope)
     if pulled:
         warnings.warn(f"{owner}: ML-II ended with {', '.join(pulled)}; the evidence increases "
                       f"beyond it. Widen the parameter's bounds (e.g. RBF(variance_bounds="
@@ -207,4 +213,9 @@ def _warn_at_bounds(problem, theta, bounds, owner, grad=None):
                       f"so the data do not determine the parameter and a wider bound would "
                       f"not help. Fix it at a value you believe (e.g. RBF(variance=10, "
                       f"variance_bounds='fixed')) or keep the fit as it is.",
+                      ConvergenceWarning, stacklevel=4)
+    if inward:
+        warnings.warn(f"{owner}: ML-II ended with {', '.join(inward)}, where the evidence "
+                      f"rises away from the bound: the optimiser stopped before the "
+                      f"optimum. Raise max_iter_optimizer, or check a custom optimizer.",
                       ConvergenceWarning, stacklevel=4)
