@@ -175,6 +175,10 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
     return problem.with_theta(best[0]), best[2]
 
 
+#: A parameter within this of a bound, in its log (0.1%), ended at the bound: on a flat
+#: evidence L-BFGS-B may stop a hair short of it.
+AT_BOUND = 1e-3
+
 #: A parameter at a bound is "flat" there when a 10x wider bound would raise the log
 #: evidence by less than this, to first order (|d log Z / d log theta| x ln 10).
 FLAT_GAIN = 0.1
@@ -192,7 +196,7 @@ def _warn_at_bounds(problem, theta, bounds, owner, grad=None):
     for i, name in enumerate(names):
         lo, hi = bounds[i]
         for side, edge, outward in (("lower", lo, -1.0), ("upper", hi, 1.0)):
-            if np.isfinite(edge) and abs(theta[i] - edge) <= 1e-6 * max(1.0, abs(edge)):
+            if np.isfinite(edge) and abs(theta[i] - edge) <= AT_BOUND:
                 hit = f"{name} at its {side} bound {np.exp(edge):.3g}"
                 gain = None if grad is None else outward * grad[i] * np.log(10.0)
                 slope = "" if grad is None else \
