@@ -160,9 +160,9 @@ class SweepControl:
       ``1 / DAMPING_SHRINK``, up to the given damping (1 when adaptive), once
       :data:`REGROW_CALM` sweeps in a row kept their direction and shrank the change
       (``0 < 1 + d (lambda - 1) < 1``: the step ``d / 0.7`` still converges there), and
-      again after each further run of such sweeps; a growth undone within two sweeps
-      doubles the length of the runs (so a step that swings between a size that
-      converges and one that does not spends ever fewer sweeps at the latter).
+      again after each further run of such sweeps; a growth undone in the next sweep
+      lengthens the runs by :data:`REGROW_CALM` (so a step that swings between a size
+      that converges and one that does not spends ever fewer sweeps at the latter).
 
     fastep 0.1 never let a shrunk step grow back, so one oscillating sweep slowed every
     later one (``scripts/damping_sweeps.py`` compares the two rules).  Without ``turn``
@@ -233,8 +233,8 @@ class SweepControl:
 
     def shrink(self, factor, floor):
         """Multiply the damping by ``factor``, to at least ``floor``, and restart the count
-        of calm sweeps before it may grow back; a shrink in the two sweeps after a growth
-        (the growth failed) doubles the calm sweeps the next growth needs."""
+        of calm sweeps before it may grow back; a shrink in the sweep after a growth (the
+        growth failed) makes the next growth wait :data:`REGROW_CALM` calm sweeps more."""
         self.damping = max(floor, factor * self.damping)
         self.calm = 0
         if self.grown_at is not None and self.sweeps - self.grown_at <= 1:
@@ -289,11 +289,13 @@ class StepTurn:
         self.last = None
 
     def __call__(self, xp, tau0, nu0, tau1, nu1):
-        """The cosine of the step ``(tau0, nu0) -> (tau1, nu1)`` with the one before (None
-        for the first step, or a zero step)."""
+        """``(change, turn)`` of the step ``(tau0, nu0) -> (tau1, nu1)``: its largest
+        relative entry (:func:`site_change`, from the same vector) and its cosine with the
+        step before (None for the first step, or a zero step)."""
         step = relative_step(xp, tau0, nu0, tau1, nu1)
+        change = float(xp.max(xp.abs(step)))
         last, self.last = self.last, step
         if last is None:
-            return None
+            return change, None
         size = float(xp.linalg.norm(step)) * float(xp.linalg.norm(last))
-        return float(step @ last) / size if size > 0 else None
+        return change, (float(step @ last) / size if size > 0 else None)

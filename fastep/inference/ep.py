@@ -44,7 +44,7 @@ from ..backend import resolve
 from ..likelihoods._base import check_likelihood
 from ._sweep import (ConvergenceWarning, EPNumericalWarning, StepTurn,
                      SweepControl, backtrack, check_kernel_matrix, check_sweep_controls,
-                     fill_cavities, halve_towards, initial_sites, site_change)
+                     fill_cavities, halve_towards, initial_sites)
 
 SEQUENTIAL_BLOCK = 256
 
@@ -450,8 +450,8 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
             extra = be.site_inputs(likelihood, y, likelihood.check_extra(proposal, n))[1]
             outer.accept()
         if method == "parallel":
-            ctl.advance(site_change(xp, tau, nu, new_tau, new_nu),
-                        turn=turn(xp, tau, nu, new_tau, new_nu))
+            change, cosine = turn(xp, tau, nu, new_tau, new_nu)
+            ctl.advance(change, turn=cosine)
             tau, new_tau = new_tau, tau
             nu, new_nu = new_nu, nu
         else:
@@ -459,8 +459,8 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
             skipped = _sequential_sweep(be, tilted, y, extra, params, post, tau, nu,
                                         ctl.damping, clip)
             # a damped sequential sweep moves each site by about damping x its EP update
-            ctl.advance(site_change(xp, old_tau, old_nu, tau, nu) / ctl.damping, damped=False,
-                        turn=turn(xp, old_tau, old_nu, tau, nu) if switch else None)
+            change, cosine = turn(xp, old_tau, old_nu, tau, nu)
+            ctl.advance(change / ctl.damping, damped=False, turn=cosine if switch else None)
         post = None                                   # free the old factors first
         if robust and method == "parallel":
             post = _backtrack(be, K, kdiag, new_tau, new_nu, tau, nu, work, ctl)

@@ -54,7 +54,7 @@ from ._sparse_core import (SparseEPResult, SweepSums, _InducingPosterior, _Sweep
                            gradient_finish, gradient_first, gradient_second,
                            gradient_second_constants, sweep_context,
                            warm_rows)
-from ._sweep import StepTurn, check_sweep_controls, halve_towards, initial_sites, site_change
+from ._sweep import StepTurn, check_sweep_controls, halve_towards, initial_sites
 from .sparse import cholesky_uu
 
 CHUNK = CHUNK_ROWS
@@ -275,8 +275,7 @@ class _LocalSites:
         out = SweepSums(skipped, float(xp.sum(ctx.site_ev[ok])), math.nan)
         if sums:
             out.P_G, out.b_G = _sum_parts(be, self.parts)
-            out.change = site_change(xp, self.tau, self.nu, self.new_tau, self.new_nu)
-            out.turn = self.turn(xp, self.tau, self.nu, self.new_tau, self.new_nu)
+            out.change, out.turn = self.turn(xp, self.tau, self.nu, self.new_tau, self.new_nu)
         return out
 
     def adopt(self):
