@@ -39,6 +39,7 @@ def _params_to_header(est, arrays):
     and arrays stored beside the header."""
     from .kernels import Kernel
     from .likelihoods import Likelihood
+    from .priors import LogNormal
     out = {}
     for name, value in est.get_params(deep=False).items():
         if value is None or isinstance(value, (bool, str)):
@@ -53,6 +54,8 @@ def _params_to_header(est, arrays):
             out[name] = {"kernel": value.to_dict()}
         elif isinstance(value, Likelihood):
             out[name] = {"likelihood": value.to_dict()}
+        elif isinstance(value, dict) and all(isinstance(p, LogNormal) for p in value.values()):
+            out[name] = {"priors": {str(k): p.to_dict() for k, p in value.items()}}
         elif callable(value) or isinstance(value, (np.random.RandomState, np.random.Generator)):
             out[name] = None        # a custom optimizer or a generator: not data; refits use
         else:                       # the defaults' behaviour (None)
@@ -69,6 +72,7 @@ def _params_to_header(est, arrays):
 def _params_from_header(params, arrays):
     from .kernels import kernel_from_dict
     from .likelihoods import likelihood_from_dict
+    from .priors import prior_from_dict
     if not isinstance(params, dict):
         raise ValueError("the header's 'params' must be a dict")
     out = {}
@@ -77,6 +81,10 @@ def _params_from_header(params, arrays):
             value = kernel_from_dict(value["kernel"])
         elif isinstance(value, dict) and set(value) == {"likelihood"}:
             value = likelihood_from_dict(value["likelihood"])
+        elif isinstance(value, dict) and set(value) == {"priors"}:
+            if not isinstance(value["priors"], dict):
+                raise ValueError(f"the parameter {name!r} must map names to priors")
+            value = {str(k): prior_from_dict(p) for k, p in value["priors"].items()}
         elif isinstance(value, dict) and set(value) == {"float"}:
             if value["float"] not in ("inf", "-inf", "nan"):
                 raise ValueError(f"the parameter {name!r} has an invalid value {value!r:.60}")

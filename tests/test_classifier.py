@@ -10,6 +10,7 @@ from fastep import EPGaussianProcessClassifier
 from fastep import load_model, save_model
 from fastep.kernels import RBF, Matern32
 from fastep.likelihoods import Probit
+from fastep.priors import AUTO
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +48,17 @@ def test_ml2_increases_evidence_and_gradient_matches_fd(data):
     fd = [(clf0.log_marginal_likelihood(theta + e) - clf0.log_marginal_likelihood(theta - e))
           / 2e-5 for e in np.eye(theta.size) * 1e-5]
     np.testing.assert_allclose(grad, fd, rtol=1e-5)
-    # at the optimum the gradient is (close to) zero inside the bounds
+    # at the optimum the gradient of log evidence + log prior (the default MAP-II's
+    # objective) is (close to) zero inside the bounds; without a prior, that of log Z
     _, g_opt = clf.log_marginal_likelihood(clf.kernel_.theta, eval_gradient=True)
-    assert np.max(np.abs(g_opt)) < 1e-2 * max(1.0, np.max(np.abs(grad)))
+    t = clf.kernel_.theta
+    g_prior = np.array([-(t[0] - np.log(AUTO["variance"].median)) / AUTO["variance"].sigma ** 2,
+                        0.0])
+    assert np.max(np.abs(g_opt + g_prior)) < 1e-2 * max(1.0, np.max(np.abs(grad)))
+    ml = EPGaussianProcessClassifier(RBF(), tol=1e-10, hyperprior=None).fit(X, y)
+    _, g_ml = ml.log_marginal_likelihood(ml.kernel_.theta, eval_gradient=True)
+    assert np.max(np.abs(g_ml)) < 1e-2 * max(1.0, np.max(np.abs(grad)))
+    assert ml.log_marginal_likelihood_value_ >= clf.log_marginal_likelihood_value_ - 1e-6
 
 
 def test_restarts_are_reproducible(data):
@@ -158,7 +167,7 @@ def test_ml2_at_a_bound_where_the_evidence_is_flat_says_so():
     y = (np.sin(2 * X[:, 0]) + X[:, 1] > 0).astype(int)
     kernel = RBF(1.0, 1.0, variance_bounds=(1e-2, 1e4))
     with pytest.warns(fastep.ConvergenceWarning, match="the evidence is flat there") as rec:
-        est = EPGaussianProcessClassifier(kernel).fit(X, y)
+        est = EPGaussianProcessClassifier(kernel, hyperprior=None).fit(X, y)
     assert not any("Widen" in str(w.message) for w in rec)
     assert est.kernel_.variance == pytest.approx(1e4)
 
@@ -206,10 +215,11 @@ def test_ml2_stops_on_the_relative_change_of_the_evidence(data):
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     try:
-        default = EPGaussianProcessClassifier().fit(X, y)
+        # plain ML-II: log_marginal_likelihood_value_ is then the objective itself
+        default = EPGaussianProcessClassifier(hyperprior=None).fit(X, y)
         n_default = sum(steps)
-        tight = EPGaussianProcessClassifier(max_iter_optimizer=2000,
-                                            tol_optimizer=1e-8).fit(X, y)
+        tight = EPGaussianProcessClassifier(max_iter_optimizer=2000, tol_optimizer=1e-8,
+                                            hyperprior=None).fit(X, y)
     finally:
         log.removeHandler(handler)
         log.setLevel(level)

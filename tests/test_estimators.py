@@ -223,7 +223,7 @@ class _MarkedProblem:
     def draw(self, rng):
         return rng.uniform(-10, 10, 1)
 
-    def evidence(self, sites):
+    def evidence(self, sites, tol=None):
         t = float(self.theta[0])
         result = type("R", (), {"site_tau": np.full(2, t), "site_nu": np.zeros(2),
                                 "n_iter": 1})()

@@ -346,7 +346,7 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
         Converged when the change of log Z_EP (relative to max(1, |log Z_EP|)) and the
         largest relative (undamped) site change
         ``|d tau| / (1 + |tau|)``, ``|d nu| / (1 + |nu|)`` both fall below ``tol``
-        (after at least 2 sweeps).
+        (after at least 2 sweeps from a cold start, 1 from warm-start sites).
     max_iter : int
         Maximum number of sweeps; a :class:`ConvergenceWarning` is issued if hit.
     site_tau, site_nu : ndarray (n,), optional
@@ -431,7 +431,9 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
 
     new_tau, new_nu = xp.empty(n), xp.empty(n)
     log_z, mu_cav, var_cav = xp.empty(n), xp.empty(n), xp.empty(n)
-    ctl = SweepControl("EP", damping, adaptive, tol, max_iter, callback)
+    warm = bool(xp.any(tau != 0.0)) or bool(xp.any(nu != 0.0))
+    ctl = SweepControl("EP", damping, adaptive, tol, max_iter, callback,
+                       min_sweeps=1 if warm else 2)
     proposal, settled, adopted = None, True, False
     while True:
         skipped, ok, log_ev = _evaluate(be, tilted, y, extra, params, post, tau, nu,

@@ -24,7 +24,7 @@ import functools
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, _fit_context
+from sklearn.base import BaseEstimator, _fit_context, clone
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 from sklearn.gaussian_process.kernels import Kernel as SklearnKernelBase
@@ -33,6 +33,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._checks import distinct_values, is_dask_array
 from ..kernels import RBF, Kernel, as_kernel
 from ..inference.sparse import check_inducing
+from ..priors import hyperprior_terms
+from ._jobs import run_jobs
 from ._latent import EPConfig
 from ._mlii import maximize_evidence
 
@@ -74,6 +76,8 @@ SHARED_PARAMETERS = {
     "optimize_inducing": ["boolean"],
     "random_state": ["random_state", np.random.Generator],
     "device": [StrOptions({"cpu", "cuda"})],
+    "hyperprior": [None, StrOptions({"auto"}), dict],
+    "n_jobs": [Integral, None],
 }
 
 
@@ -251,12 +255,40 @@ class EPEstimator(BaseEstimator):
         raise NotImplementedError
 
     def _fit_latent(self, latent, rng, sites=None):
-        """ML-II (when ``optimizer`` is set) and the final EP run: ``(latent, result)``."""
+        """ML-II (MAP-II with ``hyperprior``; when ``optimizer`` is set) and the final EP
+        run at the configured tolerance: ``(latent, result)``."""
         if self.optimizer is not None and latent.theta.size:
+            owner = type(self).__name__
+            prior = hyperprior_terms(getattr(self, "hyperprior", None), latent.theta_names,
+                                     latent.theta.size, owner)
             latent, sites = maximize_evidence(latent, self.optimizer, self.n_restarts_optimizer,
-                                              rng, sites, type(self).__name__,
-                                              self.max_iter_optimizer, self.tol_optimizer)
+                                              rng, sites, owner, self.max_iter_optimizer,
+                                              self.tol_optimizer, prior)
         return latent, latent.run(sites)
+
+    def _fit_latents(self, latents, rng):
+        """Fit independent problems (one-vs-rest): the first from the given parameters,
+        the others starting ML-II from the first's fitted ones (the classes of one table
+        share their scales; this halves their L-BFGS-B steps), ``n_jobs`` at a time in
+        worker processes, each with BLAS and Numba capped at its share of the cores.
+        Returns ``[(latent, result), ...]`` in the order given."""
+        first = self._fit_latent(latents[0], rng)
+        rest = latents[1:]
+        if not rest:
+            return [first]
+        if self.optimizer is not None and first[0].theta.size:
+            rest = [latent.with_theta(first[0].theta) for latent in rest]
+        seeds = rng.integers(2 ** 63, size=len(rest))
+        worker = clone(self)                     # the parameters, none of the fitted state
+        return [first] + run_jobs(_fit_one, [(worker, latent, seed)
+                                             for latent, seed in zip(rest, seeds)],
+                                  getattr(self, "n_jobs", None),
+                                  local=rest[0].config.backend.name != "cpu")
+
+
+def _fit_one(estimator, latent, seed):
+    """One problem of :meth:`EPEstimator._fit_latents` (a worker's job)."""
+    return estimator._fit_latent(latent, np.random.default_rng(seed))
 
 
 class SingleLatentEstimator(EPEstimator):

@@ -172,11 +172,12 @@ class LatentGP:
             gz = []
         return np.concatenate([gk, gl] + gz)
 
-    def evidence(self, sites=None):
-        """``(log Z, its gradient in theta, the EP result)``."""
+    def evidence(self, sites=None, tol=None):
+        """``(log Z, its gradient in theta, the EP result)``, EP run to ``tol`` (None, or
+        anything tighter than the configured tolerance: that one)."""
         if not self.sparse:
             self.config.backend.check_dense_memory(self.X.shape[0], DENSE_MLII_MATRICES)
-        result = self.run(sites)
+        result = self.run(sites, tol=None if tol is None else max(tol, self.config.tol))
         return result.log_marginal_likelihood, self.gradient(result), result
 
     def loo_cavity(self, result):

@@ -4,7 +4,8 @@ It maximises a problem's evidence over ``problem.theta`` (log kernel and likelih
 parameters, and inducing inputs where they move) with L-BFGS-B or a user optimiser,
 warm-starting EP at every evaluation from the sites of the previous one, with optional
 restarts from ``problem.draw(rng)``.  A problem is any object with ``theta``, ``bounds``,
-``with_theta(theta)``, ``evidence(sites) -> (value, gradient, result)`` and
+``with_theta(theta)``, ``evidence(sites, tol) -> (value, gradient, result)`` (EP warm-started
+from ``sites`` and run to ``tol``, None: the problem's own) and
 ``draw(rng)`` (:class:`fastep.models._latent.LatentGP` and the collapsed sparse
 regression problem of :class:`fastep.SparseGPRegressor`).
 """
@@ -28,6 +29,18 @@ _FAILED = 1e25          # -log Z of a trial point where EP or a factorisation fa
 MAX_ITER = 200
 TOL = 1e-6
 
+#: EP tolerance of ML-II's evaluations before the optimiser has made progress, and the
+#: factor on its last relative gain that sets the tolerance afterwards (see
+#: :func:`maximize_evidence`).
+LOOSE_EP_TOL = 1e-3
+EP_TOL_GAIN = 0.1
+
+#: The tightest EP tolerance of ML-II's evaluations: log Z is then within about 1e-8
+#: (relative) and the gradient within about 1e-4 of their values at the fixed point, more
+#: than L-BFGS-B can use; the final EP run at the returned theta goes to the estimator's
+#: own ``tol``.
+TIGHT_EP_TOL = 1e-4
+
 
 def theta_names(kernel, likelihood_names=()):
     """Names of the kernel's free log-parameters (``lengthscale[1]`` for ARD) followed by
@@ -41,16 +54,17 @@ def theta_names(kernel, likelihood_names=()):
     return names + list(likelihood_names)
 
 
-def _evaluate(problem, theta, sites):
-    """``(log Z, gradient, result)`` at theta from the given warm-start sites; a failed
-    evaluation (EP broke down, a non-finite value, or sites left out, whose log Z is not
-    comparable) gives ``(-_FAILED, 0, result)``."""
+def _evaluate(problem, theta, sites, ep_tol=None):
+    """``(log Z, gradient, result)`` at theta from the given warm-start sites, EP run to
+    ``ep_tol`` (None: the problem's own tolerance); a failed evaluation (EP broke down, a
+    non-finite value, or sites left out, whose log Z is not comparable) gives
+    ``(-_FAILED, 0, result)``."""
     try:
         # trial points far from the optimum may not converge; only the final fit warns
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.simplefilter("ignore", EPNumericalWarning)
-            value, grad, result = problem.with_theta(theta).evidence(sites)
+            value, grad, result = problem.with_theta(theta).evidence(sites, tol=ep_tol)
     except NotPositiveDefiniteError:
         return -_FAILED, np.zeros(theta.size), None
     if not (np.isfinite(value) and np.all(np.isfinite(grad))) or \
@@ -60,8 +74,19 @@ def _evaluate(problem, theta, sites):
 
 
 def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sites=None,
-                      owner="the estimator", max_iter=MAX_ITER, tol=TOL):
-    """Maximise ``problem.evidence`` over ``problem.theta``.
+                      owner="the estimator", max_iter=MAX_ITER, tol=TOL, prior=None):
+    """Maximise ``problem.evidence`` (plus ``prior``: MAP-II) over ``problem.theta``.
+
+    **EP tolerance that follows the optimiser.**  An evaluation far from the optimum
+    needs log Z only to the precision of the step the optimiser is about to take.  log
+    Z_EP is stationary in the sites at EP's fixed point (it is the EP free energy), so
+    sites within ``t`` (relative) of it give log Z within about ``t^2`` and the gradient
+    within about ``t``.  EP runs to ``LOOSE_EP_TOL`` until the optimiser has improved
+    the objective once, then to ``EP_TOL_GAIN`` times the last relative improvement,
+    never tighter than ``TIGHT_EP_TOL`` (nor than the problem's own tolerance).  Looser
+    rules (``t`` from the square root of the gain) cost fewer sweeps per evaluation
+    but, through the gradient's error, twice the evaluations.  The caller's final EP
+    run at the returned theta, at the problem's tolerance, certifies the evidence.
 
     L-BFGS-B minimises ``-log Z / s`` with ``s = 1 + |log Z|`` at the start, so that its
     two stopping rules are relative: the evidence changed by less than ``tol`` (relative)
@@ -87,6 +112,9 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         Most L-BFGS-B iterations per run (``max_iter_optimizer``).
     tol : float
         Relative tolerance of the stopping rules above (``tol_optimizer``).
+    prior : callable, optional
+        ``prior(theta) -> (log p(theta), gradient)`` (:func:`fastep.priors.hyperprior_terms`):
+        maximise log Z + log p(theta) instead of log Z.
 
     Returns
     -------
@@ -96,7 +124,8 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         those of the best evaluation of the best run; the given ``sites`` if no
         evaluation succeeded).
     """
-    warm = {"sites": sites, "theta": None, "grad": None, "step": 0, "best": None}
+    warm = {"sites": sites, "theta": None, "grad": None, "step": 0, "best": None,
+            "ep_tol": LOOSE_EP_TOL}
 
     def neg(theta, eval_gradient=True):
         theta = np.asarray(theta, dtype=float)
@@ -107,17 +136,24 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         # point is near it, while the last evaluation may be a wild first step whose
         # sites lead EP with a non-log-concave likelihood to a poor fixed point
         start = warm["sites"] if warm["best"] is None else warm["best"][2]
-        value, grad, result = _evaluate(problem, theta, start)
+        value, grad, result = _evaluate(problem, theta, start, warm["ep_tol"])
         if value == -_FAILED and start is not None:
-            value, grad, result = _evaluate(problem, theta, None)      # retry cold
+            value, grad, result = _evaluate(problem, theta, None, warm["ep_tol"])  # cold
+        if value != -_FAILED and prior is not None:
+            log_p, d_log_p = prior(theta)
+            value, grad = value + log_p, grad + d_log_p
         if value != -_FAILED:
+            if warm["best"] is not None and value > warm["best"][0]:
+                gain = (value - warm["best"][0]) / (1.0 + abs(value))
+                warm["ep_tol"] = min(LOOSE_EP_TOL, max(TIGHT_EP_TOL, EP_TOL_GAIN * gain))
             if hasattr(result, "site_tau"):
                 warm["sites"] = (result.site_tau, result.site_nu)
             warm["theta"], warm["grad"] = theta.copy(), grad
             if warm["best"] is None or value > warm["best"][0]:
                 warm["best"] = (value, warm["theta"], warm["sites"], grad)
         warm["step"] += 1
-        _LOG.info("ML-II step %d: log evidence %.4f%s", warm["step"], value,
+        _LOG.info("ML-II step %d: log %s %.4f%s", warm["step"],
+                  "evidence" if prior is None else "evidence + log prior", value,
                   f" after {result.n_iter} EP sweeps" if hasattr(result, "n_iter") else "")
         out, out_grad = -value, -grad
         if value == -_FAILED and warm["best"] is not None:
@@ -137,7 +173,7 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
     def run(start):
         """One optimiser run: (theta, -log evidence, the sites at theta, the gradient of
         log evidence there or None)."""
-        warm["best"] = None
+        warm["best"], warm["ep_tol"] = None, LOOSE_EP_TOL
         if callable(optimizer):
             theta, fmin = optimizer(neg, start, bounds)
             theta, fmin = np.asarray(theta, dtype=float), float(fmin)

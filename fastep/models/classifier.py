@@ -78,6 +78,16 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         Where EP runs: "cuda" puts parallel EP's sweeps, the Gram matrices and the evidence
         gradients (dense and sparse) on an NVIDIA GPU (needs the ``cuda`` extra); a fitted
         model predicts on the device it was fitted on.
+    hyperprior : "auto", dict or None, default="auto"
+        MAP-II: a prior on the log kernel (and likelihood) parameters added to the log
+        evidence (:mod:`fastep.priors`).  "auto" is a log-normal prior on the kernel
+        variance (median 1, sigma 3), which stops the walk of the variance towards its
+        bound on separable classes; a dict maps parameter names (``"variance"``,
+        ``"lengthscale"``) to :class:`fastep.priors.LogNormal`; None is plain ML-II.
+    n_jobs : int or None, default=None
+        One-vs-rest problems after the first fitted in this many worker processes (-1:
+        every core), each with BLAS and Numba capped at its share of the cores.  The
+        problems after the first start ML-II from the first one's fitted parameters.
 
     Attributes
     ----------
@@ -120,13 +130,16 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
         "tol_optimizer", "damping", "tol", "max_iter",
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
-        "device", likelihood=[StrOptions(set(_LIKELIHOODS)), Likelihood])
+        "device", "hyperprior", "n_jobs", likelihood=[StrOptions(set(_LIKELIHOODS)), Likelihood])
 
     def __init__(self, kernel=None, *, likelihood="probit", method="auto",
                  optimizer="L-BFGS-B", n_restarts_optimizer=0, max_iter_optimizer=200,
                  tol_optimizer=1e-6, damping=None, tol=1e-6,
                  max_iter=100, n_inducing=None, inducing_points=None, power=1.0,
-                 optimize_inducing=False, random_state=None, device="cpu"):
+                 optimize_inducing=False, random_state=None, device="cpu",
+                 hyperprior="auto", n_jobs=None):
+        self.hyperprior = hyperprior
+        self.n_jobs = n_jobs
         self.kernel = kernel
         self.likelihood = likelihood
         self.method = method
@@ -185,8 +198,8 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         kernel, likelihood = fresh_kernel(self.kernel), self._make_likelihood()
         Z = self._inducing_inputs(X, rng)
         targets = [classes[1]] if classes.size == 2 else list(classes)
-        fits = [self._fit_latent(LatentGP(X, np.where(y == c, 1.0, -1.0), kernel, likelihood,
-                                          config, Z), rng) for c in targets]
+        fits = self._fit_latents([LatentGP(X, np.where(y == c, 1.0, -1.0), kernel, likelihood,
+                                           config, Z) for c in targets], rng)
         self._set_fitted(classes, [f[0] for f in fits], [f[1] for f in fits])
         return self
 

@@ -75,7 +75,8 @@ class CollapsedSparseGP:
         return sparse.collapsed_objective(k(self.Z), k(self.Z, self.X), k.diag(self.X), self.y,
                                           self.noise_variance, self.alpha, eval_gradient)
 
-    def evidence(self, sites=None):
+    def evidence(self, sites=None, tol=None):
+        """``(objective, gradient, state)``: exact (no sites, no EP tolerance)."""
         st = self.state(eval_gradient=True)
         d_theta, d_z = sparse.kernel_gradient(self.kernel, self.Z, self.X, st.grad)
         parts = [d_theta, [self.noise_variance * st.grad.noise_variance]]

@@ -1,0 +1,67 @@
+"""Independent problems in parallel (scikit-learn's ``n_jobs`` convention).
+
+One-vs-rest problems, restarts and other independent fits run in joblib's worker
+processes (loky).  Each worker gets ``cores // n_jobs`` threads for BLAS and for Numba's
+parallel loops, so that two levels of parallelism never oversubscribe the machine, and
+the warnings a worker raises (``ConvergenceWarning`` of ML-II, say) and its records on
+the ``fastep`` logger are given again in the calling process once the jobs are done.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+from joblib import Parallel, delayed, effective_n_jobs
+
+#: The logger whose records (ML-II steps, EP sweeps) workers send back.
+LOGGER = "fastep"
+
+
+def run_jobs(fn, jobs, n_jobs, local=False):
+    """``[fn(*args) for args in jobs]``, ``n_jobs`` at a time (None: 1, -1: every core;
+    ``local``: always in this process, e.g. for a GPU that workers would share)."""
+    workers = min(effective_n_jobs(n_jobs), len(jobs))
+    if workers <= 1 or local:
+        return [fn(*args) for args in jobs]
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    level = logging.getLogger(LOGGER).getEffectiveLevel()
+    out = Parallel(n_jobs=workers, backend="loky", inner_max_num_threads=threads)(
+        delayed(_capped)(fn, threads, level, args) for args in jobs)
+    for _, caught, records in out:
+        for record in records:                     # in job order, after the jobs
+            logging.getLogger(record.name).handle(record)
+        for message, category in caught:
+            warnings.warn(message, category, stacklevel=3)
+    return [result for result, _, _ in out]
+
+
+class _Records(logging.Handler):
+    """Keeps a worker's log records for the calling process."""
+
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        record.msg, record.args = record.getMessage(), None     # plain, picklable
+        self.records.append(record)
+
+
+def _capped(fn, threads, level, args):
+    """A worker's job: ``fn(*args)`` with BLAS and Numba at ``threads`` threads and the
+    ``fastep`` logger at the caller's ``level``; returns ``(result, [(warning message,
+    category), ...], [log record, ...])``."""
+    import numba
+    from threadpoolctl import threadpool_limits
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    logger, keep = logging.getLogger(LOGGER), _Records()
+    logger.setLevel(level)
+    logger.addHandler(keep)
+    try:
+        with threadpool_limits(threads), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = fn(*args)
+    finally:
+        logger.removeHandler(keep)
+    return result, [(str(w.message), w.category) for w in caught], keep.records

@@ -1,0 +1,242 @@
+"""What a user waits for: the whole ``fit`` (ML-II included) on real tables, against what
+they would use instead, measured in the same run.
+
+Tables (bundled with scikit-learn and statsmodels; X standardised on the training rows,
+70/30 split, stratified for classes, ``random_state=0``):
+
+* breast cancer (2 classes, 398 train), wine (3 classes, 124), digits (10 classes, 1,257):
+  ``EPGaussianProcessClassifier`` (defaults; and ``hyperprior=None``, plain ML-II; and
+  ``n_jobs=-1``) against scikit-learn's ``GaussianProcessClassifier`` and
+  ``HistGradientBoostingClassifier``: fit seconds, held-out log loss, accuracy.
+* statsmodels ``randhie`` (doctor visits, counts; 2,000 rows drawn with seed 0, 1,400
+  train): Poisson ``EPGaussianProcessRegressor`` against ``HistGradientBoostingRegressor
+  (loss="poisson")`` and ``PoissonRegressor``: mean Poisson deviance of the predicted
+  mean.
+* statsmodels ``fair`` (affairs, censored at 0; 4,456 train): ``CensoredGPRegressor
+  (lower=0, n_inducing=100)`` against ``HistGradientBoostingRegressor``: RMSE of the
+  predicted mean of y.
+
+It also prints, for every fastep fit, the ML-II evidence evaluations, the EP sweeps
+they ran and the time of one evaluation after the first in units of one EP sweep timed
+at the same n in the same run ("cost/eval in sweeps"), and, with ``--check-evidence``,
+the final log evidence of the default fit against one whose ML-II evaluations all ran
+EP at the estimator's tight tolerance (relative gap).
+
+Run ``python scripts/fit_time.py`` (all tables, about 10 minutes on 2 cores) or
+``--tables breast_cancer wine``.  Ratios are fastep / peer in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import time
+import warnings
+
+import numpy as np
+from sklearn.datasets import load_breast_cancer, load_digits, load_wine
+from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+from sklearn.gaussian_process import GaussianProcessClassifier
+from sklearn.linear_model import PoissonRegressor
+from sklearn.metrics import accuracy_score, log_loss, mean_poisson_deviance
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+
+import fastep
+from fastep.models import _mlii
+
+CLASSIFICATION = {"breast_cancer": load_breast_cancer, "wine": load_wine,
+                  "digits": load_digits}
+
+
+class EvaluationLog(logging.Handler):
+    """Counts ML-II's evidence evaluations and the EP sweeps they report, and times them
+    (from the ``fastep`` logger's "ML-II step" records)."""
+
+    PATTERN = re.compile(r"ML-II step (\d+):.* after (\d+) EP sweeps")
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.records = []
+
+    def emit(self, record):
+        m = self.PATTERN.search(record.getMessage())
+        if m:
+            self.records.append((int(m.group(1)), int(m.group(2)), record.created))
+
+    def summary(self):
+        """(evaluations, sweeps, seconds of the evaluations after the first of each run)."""
+        steps = [r for r in self.records]
+        later = [b[2] - a[2] for a, b in zip(steps, steps[1:]) if b[0] > 1]
+        return len(steps), sum(s for _, s, _ in steps), later
+
+
+def split(X, y, stratify=True):
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0,
+                                          stratify=y if stratify else None)
+    scaler = StandardScaler().fit(Xtr)
+    return scaler.transform(Xtr), scaler.transform(Xte), ytr, yte
+
+
+def timed_fit(est, X, y, **kw):
+    """(fitted estimator, seconds, EvaluationLog), warnings kept quiet (counted)."""
+    log = EvaluationLog()
+    logger = logging.getLogger("fastep")
+    logger.addHandler(log)
+    old = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            t = time.perf_counter()
+            est.fit(X, y, **kw)
+            seconds = time.perf_counter() - t
+    finally:
+        logger.removeHandler(log)
+        logger.setLevel(old)
+    log.n_warnings = len(caught)
+    return est, seconds, log
+
+
+def sweep_seconds(X, y, kernel, likelihood, repeats=5):
+    """Median seconds of one parallel EP sweep at this n (dense; the fitted kernel)."""
+    K = kernel(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fastep.ep(K, y, likelihood, tol=1e-300, max_iter=2, check_psd=False)
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            r = fastep.ep(K, y, likelihood, tol=1e-300, max_iter=4, damping=0.5,
+                          check_psd=False)
+            times.append((time.perf_counter() - t) / (r.n_iter + 1))
+    return float(np.median(times))
+
+
+def row(name, seconds, metric, extra=""):
+    print(f"  {name:<44} {seconds:8.2f} s  {metric}  {extra}", flush=True)
+
+
+def classification(table, args):
+    X, y = CLASSIFICATION[table](return_X_y=True)
+    Xtr, Xte, ytr, yte = split(X, y)
+    print(f"\n{table}: {Xtr.shape[0]} train / {Xte.shape[0]} test rows, "
+          f"{Xtr.shape[1]} features, {np.unique(y).size} classes", flush=True)
+    results = {}
+
+    def report(name, est, seconds, log=None):
+        p = est.predict_proba(Xte)
+        metric = f"log loss {log_loss(yte, p):.4f}  accuracy {accuracy_score(yte, p.argmax(1)):.4f}"
+        extra = ""
+        if log is not None:
+            n_eval, sweeps, later = log.summary()
+            extra = f"evaluations {n_eval}, EP sweeps {sweeps}, warnings {log.n_warnings}"
+            results.setdefault("later", []).extend(later)
+        results[name] = seconds
+        row(name, seconds, metric, extra)
+        return p
+
+    variants = [("fastep default", {}), ("fastep n_jobs=-1", {"n_jobs": -1}),
+                ("fastep hyperprior=None (plain ML-II)", {"hyperprior": None})]
+    fitted = None
+    for name, params in variants:
+        if name != "fastep default" and name not in args.variants:
+            continue
+        est, seconds, log = timed_fit(fastep.EPGaussianProcessClassifier(**params), Xtr, ytr)
+        report(name, est, seconds, log)
+        fitted = fitted or est
+    if args.check_evidence:
+        tight = _mlii.TIGHT_EP_TOL, _mlii.LOOSE_EP_TOL
+        _mlii.TIGHT_EP_TOL = _mlii.LOOSE_EP_TOL = fitted.tol
+        try:
+            ref, seconds, _ = timed_fit(fastep.EPGaussianProcessClassifier(), Xtr, ytr)
+        finally:
+            _mlii.TIGHT_EP_TOL, _mlii.LOOSE_EP_TOL = tight
+        a = np.array([r.log_marginal_likelihood for r in fitted.results_])
+        b = np.array([r.log_marginal_likelihood for r in ref.results_])
+        gap = float(np.max(np.abs(a - b) / np.abs(b)))
+        print(f"  final log evidence vs ML-II at tight EP tolerance throughout: largest "
+              f"relative gap {gap:.2e} over {a.size} problems ({seconds:.1f} s tight)")
+    for name, est in (("scikit-learn GaussianProcessClassifier", GaussianProcessClassifier()),
+                      ("HistGradientBoostingClassifier",
+                       HistGradientBoostingClassifier(random_state=0))):
+        est, seconds, _ = timed_fit(est, Xtr, ytr)
+        report(name, est, seconds)
+    # one EP sweep at this n with the first problem's fitted kernel
+    latent = fitted._latents[0]
+    sweep = sweep_seconds(latent.X, latent.y, latent.kernel, latent.likelihood)
+    later = results.get("later", [])
+    if later:
+        print(f"  one EP sweep {sweep * 1e3:.1f} ms; an ML-II evaluation after the first: "
+              f"median {np.median(later) / sweep:.1f} sweeps' worth, mean "
+              f"{np.mean(later) / sweep:.1f} (all included)")
+    print(f"  ratio fastep default / HistGradientBoosting: "
+          f"{results['fastep default'] / results['HistGradientBoostingClassifier']:.1f}")
+
+
+def counts(args):
+    import statsmodels.api as sm
+    d = sm.datasets.randhie.load_pandas().data
+    d = d.iloc[np.random.default_rng(0).choice(len(d), 2000, replace=False)]
+    y = d["mdvis"].to_numpy(float)
+    Xtr, Xte, ytr, yte = split(d.drop(columns="mdvis").to_numpy(float), y, stratify=False)
+    print(f"\nrandhie (doctor visits, counts): {Xtr.shape[0]} train / {Xte.shape[0]} test",
+          flush=True)
+    for name, est in (
+            ("fastep EPGaussianProcessRegressor(poisson)",
+             fastep.EPGaussianProcessRegressor(likelihood="poisson")),
+            ("HistGradientBoostingRegressor(poisson)",
+             HistGradientBoostingRegressor(loss="poisson", random_state=0)),
+            ("PoissonRegressor", PoissonRegressor())):
+        est, seconds, log = timed_fit(est, Xtr, ytr)
+        mean = np.maximum(est.predict(Xte), 1e-12)
+        extra = ""
+        if name.startswith("fastep"):
+            n_eval, sweeps, _ = log.summary()
+            extra = f"evaluations {n_eval}, EP sweeps {sweeps}"
+        row(name, seconds, f"mean Poisson deviance {mean_poisson_deviance(yte, mean):.4f}",
+            extra)
+
+
+def censored(args):
+    import statsmodels.api as sm
+    d = sm.datasets.fair.load_pandas().data
+    y = d["affairs"].to_numpy(float)
+    Xtr, Xte, ytr, yte = split(d.drop(columns="affairs").to_numpy(float), y, stratify=False)
+    print(f"\nfair (affairs, censored at 0): {Xtr.shape[0]} train / {Xte.shape[0]} test",
+          flush=True)
+    for name, est, kw in (
+            ("fastep CensoredGPRegressor(n_inducing=100)",
+             fastep.CensoredGPRegressor(n_inducing=100, random_state=0), {"lower": 0.0}),
+            ("HistGradientBoostingRegressor",
+             HistGradientBoostingRegressor(random_state=0), {})):
+        est, seconds, log = timed_fit(est, Xtr, ytr, **kw)
+        rmse = float(np.sqrt(np.mean((est.predict(Xte) - yte) ** 2)))
+        row(name, seconds, f"RMSE {rmse:.4f}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tables", nargs="+", default=list(CLASSIFICATION) + ["counts",
+                                                                               "censored"],
+                        choices=list(CLASSIFICATION) + ["counts", "censored"])
+    parser.add_argument("--variants", nargs="*",
+                        default=["fastep n_jobs=-1", "fastep hyperprior=None (plain ML-II)"],
+                        help="fastep variants besides the default fit")
+    parser.add_argument("--check-evidence", action="store_true",
+                        help="also fit with tight EP tolerance throughout ML-II")
+    args = parser.parse_args()
+    t = time.perf_counter()
+    fastep.precompile()
+    print(f"fastep {fastep.__version__}: compiled or loaded in {time.perf_counter() - t:.1f} s")
+    for table in args.tables:
+        if table in CLASSIFICATION:
+            classification(table, args)
+        elif table == "counts":
+            counts(args)
+        else:
+            censored(args)
+
+
+if __name__ == "__main__":
+    main()

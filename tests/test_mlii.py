@@ -1,0 +1,159 @@
+"""ML-II as the user waits for it: hyperpriors (MAP-II), the EP tolerance that follows the
+optimiser, warm starts, and one-vs-rest problems in worker processes."""
+import logging
+import warnings
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import fastep
+from fastep import EPGaussianProcessClassifier, load_model, save_model
+from fastep.inference import ConvergenceWarning
+from fastep.kernels import RBF
+from fastep.likelihoods import Probit
+from fastep.models import _mlii
+from fastep.priors import AUTO, LogNormal, hyperprior_terms
+
+
+@pytest.fixture(scope="module")
+def three_classes():
+    rng = np.random.default_rng(5)
+    centers = np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0]])
+    X = np.vstack([c + 0.8 * rng.normal(size=(40, 2)) for c in centers])
+    return X, np.repeat(["a", "b", "c"], 40)
+
+
+def test_lognormal_is_a_normal_on_the_log_parameter():
+    p = LogNormal(median=3.0, sigma=0.7)
+    t = np.linspace(-2.0, 4.0, 7)
+    np.testing.assert_allclose(p.log_density(t), stats.norm(np.log(3.0), 0.7).logpdf(t),
+                               rtol=1e-13)
+    h = 1e-6
+    fd = (p.log_density(t + h) - p.log_density(t - h)) / (2 * h)
+    np.testing.assert_allclose(p.log_density_gradient(t), fd, rtol=1e-7)
+
+
+def test_hyperprior_terms_match_names_and_reject_unknown_ones():
+    names = ["variance", "lengthscale[0]", "lengthscale[1]"]
+    terms = hyperprior_terms({"lengthscale": LogNormal(2.0, 1.0)}, names, 5)
+    theta = np.array([0.3, 0.1, -0.2, 7.0, 8.0])
+    value, grad = terms(theta)
+    ref = LogNormal(2.0, 1.0)
+    assert value == pytest.approx(float(ref.log_density(0.1) + ref.log_density(-0.2)))
+    np.testing.assert_allclose(grad, [0.0, ref.log_density_gradient(0.1),
+                                      ref.log_density_gradient(-0.2), 0.0, 0.0])
+    assert hyperprior_terms(None, names, 3) is None
+    assert hyperprior_terms("auto", ["lengthscale"], 1) is None       # no variance: no prior
+    with pytest.raises(ValueError, match="hyperprior names \\['noise'\\]"):
+        hyperprior_terms({"noise": LogNormal()}, names, 3)
+
+
+@pytest.mark.parametrize("bad", ["map", {"variance": (1.0, 2.0)}, 3.0])
+def test_bad_hyperprior_is_a_clear_error(bad):
+    X = np.linspace(-1, 1, 20)[:, None]
+    y = (X[:, 0] > 0).astype(int)
+    with pytest.raises(ValueError, match="hyperprior"):
+        EPGaussianProcessClassifier(hyperprior=bad).fit(X, y)
+    with pytest.raises(ValueError, match="median"):
+        LogNormal(median=0.0)
+
+
+def test_map_ii_stops_the_variance_walk_on_separable_classes():
+    """Noiseless labels: the evidence keeps rising with the kernel variance (plain ML-II ends
+    at the bound with a flat-evidence warning); the default prior stops it, where the
+    gradient of log evidence + log prior vanishes (finite differences of EP's log Z)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2))
+    y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    with pytest.warns(ConvergenceWarning, match="flat"):
+        ml = EPGaussianProcessClassifier(hyperprior=None).fit(X, y)
+    assert ml.kernel_.variance > 0.99e5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        mp = EPGaussianProcessClassifier(tol=1e-10).fit(X, y)
+    assert mp.kernel_.variance < 1e3
+    theta = mp.kernel_.theta
+    h = 1e-4
+    fd = np.array([(mp.log_marginal_likelihood(theta + e) - mp.log_marginal_likelihood(theta - e))
+                   / (2 * h) for e in np.eye(2) * h])
+    prior = np.array([AUTO["variance"].log_density_gradient(theta[0]), 0.0])
+    scale = np.abs(fd).max() + np.abs(prior).max()
+    assert np.abs(fd + prior).max() < 2e-3 * scale
+
+
+def test_warm_started_ep_at_its_fixed_point_stops_after_one_sweep():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(80, 2))
+    y = np.sign(X[:, 0] + 0.3 * rng.normal(size=80))
+    K = RBF(variance=2.0)(X)
+    cold = fastep.ep(K, y, Probit(), tol=1e-9)
+    assert cold.n_iter >= 2
+    warm = fastep.ep(K, y, Probit(), tol=1e-6, site_tau=cold.site_tau, site_nu=cold.site_nu)
+    assert warm.n_iter == 1 and warm.converged
+    assert warm.log_marginal_likelihood == pytest.approx(cold.log_marginal_likelihood, rel=1e-9)
+    # a warm start away from the fixed point still runs until the sites settle
+    moved = fastep.ep(RBF(variance=4.0)(X), y, Probit(), tol=1e-8, site_tau=cold.site_tau,
+                      site_nu=cold.site_nu)
+    assert moved.n_iter > 1
+
+
+class _Evaluations(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.n = 0
+
+    def emit(self, record):
+        self.n += "ML-II step" in record.getMessage()
+
+
+def _fit_counting(est, X, y):
+    handler, logger = _Evaluations(), logging.getLogger("fastep")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        est.fit(X, y)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return est, handler.n
+
+
+def test_loose_ep_during_ml2_ends_at_the_evidence_of_tight_ep(monkeypatch):
+    """The EP tolerance that follows the optimiser returns the evidence of ML-II run at
+    the estimator's tolerance throughout (relative gap below 1e-6)."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(150, 3))
+    y = (np.sin(2 * X[:, 0]) + X[:, 1] + 0.3 * rng.normal(size=150) > 0).astype(int)
+    fast, n_fast = _fit_counting(EPGaussianProcessClassifier(hyperprior=None), X, y)
+    monkeypatch.setattr(_mlii, "LOOSE_EP_TOL", 1e-6)
+    monkeypatch.setattr(_mlii, "TIGHT_EP_TOL", 1e-6)
+    tight, n_tight = _fit_counting(EPGaussianProcessClassifier(hyperprior=None), X, y)
+    a, b = fast.log_marginal_likelihood_value_, tight.log_marginal_likelihood_value_
+    assert abs(a - b) < 1e-6 * abs(b)
+    assert n_fast > 0 and n_tight > 0
+
+
+def test_one_vs_rest_in_workers_matches_in_process_and_forwards_warnings(three_classes):
+    X, y = three_classes
+    serial = EPGaussianProcessClassifier(random_state=0).fit(X, y)
+    workers = EPGaussianProcessClassifier(random_state=0, n_jobs=2).fit(X, y)
+    for a, b in zip(serial._latents, workers._latents):
+        np.testing.assert_allclose(a.theta, b.theta, rtol=1e-6)
+    np.testing.assert_allclose(serial.predict_proba(X), workers.predict_proba(X), atol=1e-8)
+    # an ML-II budget of one step warns in every problem, also in the workers
+    with pytest.warns(ConvergenceWarning) as caught:
+        EPGaussianProcessClassifier(max_iter_optimizer=1, n_jobs=2).fit(X, y)
+    budget = [w for w in caught if "max_iter_optimizer=1" in str(w.message)]
+    assert len(budget) == 3
+
+
+def test_hyperprior_dict_round_trips_through_save_and_load(tmp_path, three_classes):
+    X, y = three_classes
+    prior = {"variance": LogNormal(2.0, 1.5), "lengthscale": LogNormal(1.0, 1.0)}
+    clf = EPGaussianProcessClassifier(hyperprior=prior, optimizer=None).fit(X, y)
+    save_model(clf, tmp_path / "m.npz")
+    back = load_model(tmp_path / "m.npz")
+    assert back.hyperprior == prior
+    np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
