@@ -290,7 +290,6 @@ def test_ordinal_classifier_fits_and_predicts_dask_arrays(client, monkeypatch):
     from fastep import OrdinalGPClassifier
     from fastep.models import _mlii
     monkeypatch.setattr(_mlii, "LOOSE_EP_TOL", 1e-9)
-    monkeypatch.setattr(_mlii, "TIGHT_EP_TOL", 1e-9)
     rng = np.random.default_rng(5)
     X = rng.uniform(-3, 3, (1500, 2))
     f = np.sin(1.3 * X[:, 0]) + 0.5 * np.cos(X[:, 1]) + 0.3 * rng.normal(size=1500)

@@ -41,6 +41,13 @@ from ._mlii import maximize_evidence
 #: Rows of a dask X sampled to place the inducing inputs (k-means++).
 DASK_SAMPLE = 20000
 
+#: Problems of fewer rows than this stay in the calling process whatever ``n_jobs`` says:
+#: starting a worker (a process that imports fastep and loads its compiled loops, about a
+#: second) costs more than they do (wine, 124 rows, 3 classes: 0.27 s in process, 2.2 s
+#: with n_jobs=-1; ``scripts/fit_time.py``).
+JOBS_MIN_ROWS = 1000
+
+
 def fit_entry(fit):
     """Decorate an estimator's ``fit``: scikit-learn's parameter validation (once), and
     all-or-nothing state, so that an exception during the fit (a bad input, numerical
@@ -270,8 +277,8 @@ class EPEstimator(BaseEstimator):
         """Fit independent problems (one-vs-rest): the first from the given parameters,
         the others starting ML-II from the first's fitted ones (the classes of one table
         share their scales; this halves their L-BFGS-B steps), ``n_jobs`` at a time in
-        worker processes, each with BLAS and Numba capped at its share of the cores.
-        Returns ``[(latent, result), ...]`` in the order given."""
+        worker processes, each with BLAS and Numba capped at its share of the cores
+        (in this process below ``JOBS_MIN_ROWS`` rows).  Returns ``[(latent, result), ...]`` in the order given."""
         first = self._fit_latent(latents[0], rng)
         rest = latents[1:]
         if not rest:
@@ -280,10 +287,11 @@ class EPEstimator(BaseEstimator):
             rest = [latent.with_theta(first[0].theta) for latent in rest]
         seeds = rng.integers(2 ** 63, size=len(rest))
         worker = clone(self)                     # the parameters, none of the fitted state
+        small = rest[0].X.shape[0] < JOBS_MIN_ROWS
         return [first] + run_jobs(_fit_one, [(worker, latent, seed)
                                              for latent, seed in zip(rest, seeds)],
                                   getattr(self, "n_jobs", None),
-                                  local=rest[0].config.backend.name != "cpu")
+                                  local=small or rest[0].config.backend.name != "cpu")
 
 
 def _fit_one(estimator, latent, seed):

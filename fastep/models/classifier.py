@@ -86,8 +86,10 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         ``"lengthscale"``) to :class:`fastep.priors.LogNormal`; None is plain ML-II.
     n_jobs : int or None, default=None
         One-vs-rest problems after the first fitted in this many worker processes (-1:
-        every core), each with BLAS and Numba capped at its share of the cores.  The
-        problems after the first start ML-II from the first one's fitted parameters.
+        every core; None: in this process), each with BLAS and Numba capped at its share
+        of the cores; problems under 1,000 rows stay in this process (a worker costs
+        about a second to start).  The problems after the first start ML-II from the
+        first one's fitted parameters.
 
     Attributes
     ----------
