@@ -81,7 +81,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
     hyperprior : "auto", dict or None, default="auto"
         MAP-II: a prior on the log kernel (and likelihood) parameters added to the log
         evidence (:mod:`fastep.priors`).  "auto" is a log-normal prior on the kernel
-        variance (median 1, sigma 3), which stops the walk of the variance towards its
+        variance (median 1, sigma 5), which stops the walk of the variance towards its
         bound on separable classes; a dict maps parameter names (``"variance"``,
         ``"lengthscale"``) to :class:`fastep.priors.LogNormal`; None is plain ML-II.
     n_jobs : int or None, default=None
