@@ -256,6 +256,8 @@ def load_model(path):
     from .models._state import StateReader
     try:
         params = _params_from_header(header.get("params"), arrays)
+        if "hyperprior" not in params and "hyperprior" in classes[name]().get_params():
+            params["hyperprior"] = None            # saved before MAP-II: plain ML-II
         if "device" in params:
             params["device"] = "cpu"               # a loaded model predicts on the CPU
         est = classes[name](**params)

@@ -9,7 +9,7 @@ there, L-BFGS-B more steps on the flat slope) and returns overconfident probabil
 A prior on the log variance stops that walk where the evidence has flattened.
 
 A prior here is a density on the *log* parameter (the space ML-II works in), so MAP-II
-is invariant to how the parameter is written.  The estimators take ``hyperprior``:
+is invariant to how the parameter is written.  The EP classifier takes ``hyperprior``:
 None (plain ML-II), ``"auto"`` (:data:`AUTO`) or a dict from parameter names
 (``"variance"``, ``"lengthscale"`` for every ARD entry, ``"lengthscale[2]"`` for one,
 ``"likelihood df"`` ...) to priors.
@@ -51,10 +51,14 @@ class LogNormal:
 
     def __init__(self, median=1.0, sigma=1.0):
         for name, value in (("median", median), ("sigma", sigma)):
-            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-                    or not (0.0 < float(value) < math.inf)):
+            try:
+                ok = (not isinstance(value, bool) and isinstance(value, numbers.Real)
+                      and 0.0 < float(value) < math.inf)
+            except OverflowError:                     # an integer beyond float's range
+                ok = False
+            if not ok:
                 raise ValueError(f"LogNormal's {name} must be a positive finite number; got "
-                                 f"{value!r}.")
+                                 f"{value!r:.40}.")
         self.median, self.sigma = float(median), float(sigma)
 
     def log_density(self, t):

@@ -57,6 +57,8 @@ def test_bad_hyperprior_is_a_clear_error(bad):
         EPGaussianProcessClassifier(hyperprior=bad).fit(X, y)
     with pytest.raises(ValueError, match="median"):
         LogNormal(median=0.0)
+    with pytest.raises(ValueError, match="sigma"):
+        LogNormal(sigma=10 ** 400)                 # beyond float's range: no OverflowError
 
 
 def test_map_ii_stops_the_variance_walk_on_separable_classes():

@@ -79,8 +79,9 @@ class DigitsFit:
     """What a user waits for on a real table: ``EPGaussianProcessClassifier()`` on
     scikit-learn's digits (standardised, 70/30 stratified split, ``random_state=0``: 1,257
     rows, 10 one-vs-rest problems), serial and with ``n_jobs=-1``; ``track_`` of the
-    evidence evaluations, the EP sweeps per evaluation, and the held-out log loss
-    (``scripts/fit_time.py`` compares against scikit-learn and gradient boosting)."""
+    evidence evaluations, the EP sweeps per evaluation, and the held-out log loss in
+    :class:`DigitsFitCounts` (``scripts/fit_time.py`` compares against scikit-learn and
+    gradient boosting)."""
 
     params = ([None, -1],)
     param_names = ["n_jobs"]
@@ -116,13 +117,105 @@ class DigitsFit:
     def time_fit(self, n_jobs):
         self._fit(n_jobs)
 
-    def track_evaluations(self, n_jobs):
-        return self._fit(n_jobs)[1].evaluations
 
-    def track_sweeps_per_evaluation(self, n_jobs):
-        steps = self._fit(n_jobs)[1]
-        return steps.sweeps / max(1, steps.evaluations)
+class DigitsFitCounts:
+    """The counts and the held-out log loss of :class:`DigitsFit`'s default (serial) fit,
+    from one fit (``setup_cache``)."""
 
-    def track_log_loss(self, n_jobs):
+    timeout = 1800
+
+    def setup_cache(self):
+        bench = DigitsFit()
+        bench.setup(None)
+        clf, steps = bench._fit(None)
         from sklearn.metrics import log_loss
-        return log_loss(self.yte, self._fit(n_jobs)[0].predict_proba(self.Xte))
+        return (steps.evaluations, steps.sweeps / max(1, steps.evaluations),
+                log_loss(bench.yte, clf.predict_proba(bench.Xte)))
+
+    def track_evaluations(self, counts):
+        return counts[0]
+
+    def track_sweeps_per_evaluation(self, counts):
+        return counts[1]
+
+    def track_log_loss(self, counts):
+        return counts[2]
+
+def rff_probit_data(n, seed, n_features=2000):
+    """The large-n problem of the fit-time issue: X ~ N(0, I_4); f drawn from GP(0, 2.0
+    RBF(lengthscales (0.6, 1.2, 2.5, 10))) by ``n_features`` random Fourier features (their
+    frequencies and phases from seed 12345, so that every seed's rows share one f);
+    y = sign(f + N(0, 1)) in {0, 1}."""
+    feats = np.random.default_rng(12345)
+    omega = feats.normal(size=(n_features, 4)) / np.array([0.6, 1.2, 2.5, 10.0])
+    phase = feats.uniform(0.0, 2.0 * np.pi, n_features)
+    weights = feats.normal(size=n_features)
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 4))
+    f = np.empty(n)
+    for i in range(0, n, 20000):                      # 20000 x 2000 blocks (320 MB)
+        f[i:i + 20000] = np.sqrt(2.0 * 2.0 / n_features) * (
+            np.cos(X[i:i + 20000] @ omega.T + phase) @ weights)
+    return X, (f + rng.normal(size=n) > 0).astype(int)
+
+
+class LargeNFit:
+    """The default sparse classifier fit with a learnt ARD kernel at n = 10^5 (m = 256
+    inducing inputs drawn from X and kept fixed, starting kernel RBF(1, [1, 1, 1, 1])):
+    its time (:class:`LargeNFitCounts` tracks its evidence evaluations, EP sweeps per
+    evaluation and test NLPD on 20,000 rows of another seed)."""
+
+    params = ([100_000],)
+    param_names = ["n"]
+    number = 1
+    repeat = (1, 1, 1800.0)
+    timeout = 3600
+
+    def setup(self, n):
+        self.X, self.y = rff_probit_data(n, seed=0)
+        self.Xt, self.yt = rff_probit_data(20000, seed=1)
+        self.Z = self.X[np.random.default_rng(1).choice(n, 256, replace=False)]
+        self._fit(self.X[:2000], self.y[:2000], self.Z[:64])    # compile / load the cache
+
+    def _fit(self, X, y, Z):
+        log = logging.getLogger("fastep")
+        steps, level = _Steps(), log.level
+        log.addHandler(steps)
+        log.setLevel(logging.INFO)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+                clf = fastep.EPGaussianProcessClassifier(
+                    RBF(1.0, [1.0, 1.0, 1.0, 1.0]), inducing_points=Z).fit(X, y)
+        finally:
+            log.removeHandler(steps)
+            log.setLevel(level)
+        return clf, steps
+
+    def time_fit(self, n):
+        self._fit(self.X, self.y, self.Z)
+
+
+
+class LargeNFitCounts:
+    """The counts and the test NLPD of :class:`LargeNFit`, from one fit (``setup_cache``)."""
+
+    timeout = 3600
+
+    def setup_cache(self):
+        bench = LargeNFit()
+        bench.setup(100_000)
+        clf, steps = bench._fit(bench.X, bench.y, bench.Z)
+        p = clf.predict_proba(bench.Xt)[:, 1]
+        p = np.clip(np.where(bench.yt == 1, p, 1.0 - p), 1e-300, 1.0)
+        return steps.evaluations, steps.sweeps / max(1, steps.evaluations), \
+            float(-np.mean(np.log(p)))
+
+    def track_evaluations(self, counts):
+        return counts[0]
+
+    def track_sweeps_per_evaluation(self, counts):
+        return counts[1]
+
+    def track_test_nlpd(self, counts):
+        return counts[2]

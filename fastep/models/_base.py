@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from numbers import Integral, Real
 
@@ -33,10 +34,11 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._checks import distinct_values, is_dask_array
 from ..kernels import RBF, Kernel, as_kernel
 from ..inference.sparse import check_inducing
+from ..inference.ep import EPResult, posterior_from_sites
 from ..priors import hyperprior_terms
 from ._jobs import run_jobs
 from ._latent import EPConfig
-from ._mlii import maximize_evidence
+from ._mlii import AT_BOUND, maximize_evidence
 
 #: Rows of a dask X sampled to place the inducing inputs (k-means++).
 DASK_SAMPLE = 20000
@@ -284,19 +286,39 @@ class EPEstimator(BaseEstimator):
         if not rest:
             return [first]
         if self.optimizer is not None and first[0].theta.size:
-            rest = [latent.with_theta(first[0].theta) for latent in rest]
+            # a parameter the first problem left at a bound (a flat evidence) starts
+            # where it was given: from a plateau L-BFGS-B would not move
+            theta, bounds = first[0].theta, first[0].bounds
+            at_bound = np.any(np.abs(theta[:, None] - bounds) <= AT_BOUND, axis=1)
+            rest = [latent.with_theta(np.where(at_bound, latent.theta, theta))
+                    for latent in rest]
         seeds = rng.integers(2 ** 63, size=len(rest))
         worker = clone(self)                     # the parameters, none of the fitted state
-        small = rest[0].X.shape[0] < JOBS_MIN_ROWS
-        return [first] + run_jobs(_fit_one, [(worker, latent, seed)
-                                             for latent, seed in zip(rest, seeds)],
-                                  getattr(self, "n_jobs", None),
-                                  local=small or rest[0].config.backend.name != "cpu")
+        local = (rest[0].X.shape[0] < JOBS_MIN_ROWS or is_dask_array(rest[0].X)
+                 or rest[0].config.backend.name != "cpu")
+        fits = run_jobs(_fit_one, [(worker, latent, seed) for latent, seed in zip(rest, seeds)],
+                        getattr(self, "n_jobs", None), local=local)
+        return [first] + [(latent, _with_posterior(latent, result)) for latent, result in fits]
 
 
 def _fit_one(estimator, latent, seed):
-    """One problem of :meth:`EPEstimator._fit_latents` (a worker's job)."""
-    return estimator._fit_latent(latent, np.random.default_rng(seed))
+    """One problem of :meth:`EPEstimator._fit_latents` (a worker's job): ``(latent,
+    result)``, a dense result without its posterior factors (three n x n arrays, rebuilt
+    from the sites by :func:`_with_posterior` rather than sent between processes)."""
+    latent, result = estimator._fit_latent(latent, np.random.default_rng(seed))
+    if isinstance(result, EPResult):
+        result = dataclasses.replace(result, _posterior=None)
+    return latent, result
+
+
+def _with_posterior(latent, result):
+    """``result`` with its dense posterior factors rebuilt from its sites, as
+    :func:`fastep.load_model` rebuilds them (no-op when it has them)."""
+    if not isinstance(result, EPResult) or result._posterior is not None:
+        return result
+    rebuilt = posterior_from_sites(latent.kernel(latent.X), latent.y, latent.likelihood,
+                                   result.site_tau, result.site_nu)
+    return dataclasses.replace(result, _posterior=rebuilt._posterior)
 
 
 class SingleLatentEstimator(EPEstimator):

@@ -9,10 +9,9 @@ the ``fastep`` logger are given again in the calling process once the jobs are d
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 
-from joblib import Parallel, delayed, effective_n_jobs
+from joblib import Parallel, cpu_count, delayed, effective_n_jobs
 
 #: The logger whose records (ML-II steps, EP sweeps) workers send back.
 LOGGER = "fastep"
@@ -24,7 +23,7 @@ def run_jobs(fn, jobs, n_jobs, local=False):
     workers = min(effective_n_jobs(n_jobs), len(jobs))
     if workers <= 1 or local:
         return [fn(*args) for args in jobs]
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = max(1, cpu_count() // workers)
     level = logging.getLogger(LOGGER).getEffectiveLevel()
     out = Parallel(n_jobs=workers, backend="loky", inner_max_num_threads=threads)(
         delayed(_capped)(fn, threads, level, args) for args in jobs)
@@ -45,6 +44,7 @@ class _Records(logging.Handler):
 
     def emit(self, record):
         record.msg, record.args = record.getMessage(), None     # plain, picklable
+        record.exc_info = record.exc_text = None
         self.records.append(record)
 
 

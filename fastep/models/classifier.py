@@ -25,8 +25,9 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
     Binary problems use one latent GP with a probit (default) or logistic
     likelihood; more than two classes are handled one-vs-rest, as in
     scikit-learn's ``GaussianProcessClassifier``.  Kernel hyperparameters are
-    chosen by maximising the EP evidence log Z_EP (type-II maximum likelihood)
-    with L-BFGS-B, warm-starting EP from the previous sites at every step.
+    chosen by maximising the EP evidence log Z_EP plus a weakly informative log
+    hyperprior (MAP-II; ``hyperprior=None``: type-II maximum likelihood) with
+    L-BFGS-B, warm-starting EP from the previous sites at every step.
 
     Parameters
     ----------
