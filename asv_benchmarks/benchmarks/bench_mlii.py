@@ -35,7 +35,8 @@ class _Steps(logging.Handler):
                 self.sweeps += int(msg.split("after ")[1].split()[0])
 
 
-def fit(X, y, **params):
+def counted_fit(X, y, kernel=None, **params):
+    """``(fitted EPGaussianProcessClassifier, _Steps)``, ConvergenceWarnings silenced."""
     log = logging.getLogger("fastep")
     steps, level = _Steps(), log.level
     log.addHandler(steps)
@@ -43,11 +44,25 @@ def fit(X, y, **params):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", fastep.ConvergenceWarning)
-            fastep.EPGaussianProcessClassifier(RBF(), **params).fit(X, y)
+            clf = fastep.EPGaussianProcessClassifier(kernel, **params).fit(X, y)
     finally:
         log.removeHandler(steps)
         log.setLevel(level)
-    return steps
+    return clf, steps
+
+
+def fit(X, y, **params):
+    return counted_fit(X, y, RBF(), **params)[1]
+
+
+class _Counts:
+    """``track_`` of one cached fit's (evaluations, sweeps per evaluation, quality)."""
+
+    def track_evaluations(self, counts):
+        return counts[0]
+
+    def track_sweeps_per_evaluation(self, counts):
+        return counts[1]
 
 
 class MLIIFit:
@@ -101,24 +116,13 @@ class DigitsFit:
         fit(self.Xtr[:100], self.ytr[:100] % 2)                # compile / load the cache
 
     def _fit(self, n_jobs):
-        log = logging.getLogger("fastep")
-        steps, level = _Steps(), log.level
-        log.addHandler(steps)
-        log.setLevel(logging.INFO)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", fastep.ConvergenceWarning)
-                clf = fastep.EPGaussianProcessClassifier(n_jobs=n_jobs).fit(self.Xtr, self.ytr)
-        finally:
-            log.removeHandler(steps)
-            log.setLevel(level)
-        return clf, steps
+        return counted_fit(self.Xtr, self.ytr, n_jobs=n_jobs)
 
     def time_fit(self, n_jobs):
         self._fit(n_jobs)
 
 
-class DigitsFitCounts:
+class DigitsFitCounts(_Counts):
     """The counts and the held-out log loss of :class:`DigitsFit`'s default (serial) fit,
     from one fit (``setup_cache``)."""
 
@@ -131,12 +135,6 @@ class DigitsFitCounts:
         from sklearn.metrics import log_loss
         return (steps.evaluations, steps.sweeps / max(1, steps.evaluations),
                 log_loss(bench.yte, clf.predict_proba(bench.Xte)))
-
-    def track_evaluations(self, counts):
-        return counts[0]
-
-    def track_sweeps_per_evaluation(self, counts):
-        return counts[1]
 
     def track_log_loss(self, counts):
         return counts[2]
@@ -178,26 +176,14 @@ class LargeNFit:
         self._fit(self.X[:2000], self.y[:2000], self.Z[:64])    # compile / load the cache
 
     def _fit(self, X, y, Z):
-        log = logging.getLogger("fastep")
-        steps, level = _Steps(), log.level
-        log.addHandler(steps)
-        log.setLevel(logging.INFO)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", fastep.ConvergenceWarning)
-                clf = fastep.EPGaussianProcessClassifier(
-                    RBF(1.0, [1.0, 1.0, 1.0, 1.0]), inducing_points=Z).fit(X, y)
-        finally:
-            log.removeHandler(steps)
-            log.setLevel(level)
-        return clf, steps
+        return counted_fit(X, y, RBF(1.0, [1.0, 1.0, 1.0, 1.0]), inducing_points=Z)
 
     def time_fit(self, n):
         self._fit(self.X, self.y, self.Z)
 
 
 
-class LargeNFitCounts:
+class LargeNFitCounts(_Counts):
     """The counts and the test NLPD of :class:`LargeNFit`, from one fit (``setup_cache``)."""
 
     timeout = 3600
@@ -210,12 +196,6 @@ class LargeNFitCounts:
         p = np.clip(np.where(bench.yt == 1, p, 1.0 - p), 1e-300, 1.0)
         return steps.evaluations, steps.sweeps / max(1, steps.evaluations), \
             float(-np.mean(np.log(p)))
-
-    def track_evaluations(self, counts):
-        return counts[0]
-
-    def track_sweeps_per_evaluation(self, counts):
-        return counts[1]
 
     def track_test_nlpd(self, counts):
         return counts[2]
