@@ -55,6 +55,10 @@ def test_bad_hyperprior_is_a_clear_error(bad):
     y = (X[:, 0] > 0).astype(int)
     with pytest.raises(ValueError, match="hyperprior"):
         EPGaussianProcessClassifier(hyperprior=bad).fit(X, y)
+    with pytest.raises(ValueError, match="hyperprior"):              # also without ML-II
+        EPGaussianProcessClassifier(hyperprior=bad, optimizer=None).fit(X, y)
+    with pytest.raises(ValueError, match="n_jobs"):
+        EPGaussianProcessClassifier(n_jobs=0).fit(X, y)
     with pytest.raises(ValueError, match="median"):
         LogNormal(median=0.0)
     with pytest.raises(ValueError, match="sigma"):

@@ -86,7 +86,8 @@ SHARED_PARAMETERS = {
     "random_state": ["random_state", np.random.Generator],
     "device": [StrOptions({"cpu", "cuda"})],
     "hyperprior": [None, StrOptions({"auto"}), dict],
-    "n_jobs": [Integral, None],
+    "n_jobs": [Interval(Integral, None, -1, closed="right"),
+               Interval(Integral, 1, None, closed="left"), None],
 }
 
 
@@ -266,10 +267,11 @@ class EPEstimator(BaseEstimator):
     def _fit_latent(self, latent, rng, sites=None):
         """ML-II (MAP-II with ``hyperprior``; when ``optimizer`` is set) and the final EP
         run at the configured tolerance: ``(latent, result)``."""
+        owner = type(self).__name__
+        # checked on every fit (also one without ML-II, which save_model must describe)
+        prior = hyperprior_terms(getattr(self, "hyperprior", None), latent.theta_names,
+                                 latent.theta.size, owner)
         if self.optimizer is not None and latent.theta.size:
-            owner = type(self).__name__
-            prior = hyperprior_terms(getattr(self, "hyperprior", None), latent.theta_names,
-                                     latent.theta.size, owner)
             latent, sites = maximize_evidence(latent, self.optimizer, self.n_restarts_optimizer,
                                               rng, sites, owner, self.max_iter_optimizer,
                                               self.tol_optimizer, prior)
