@@ -38,7 +38,7 @@ from ..inference.ep import EPResult, posterior_from_sites
 from ..priors import hyperprior_terms
 from ._jobs import run_jobs
 from ._latent import EPConfig
-from ._mlii import AT_BOUND, maximize_evidence
+from ._mlii import at_bounds, maximize_evidence
 
 #: Rows of a dask X sampled to place the inducing inputs (k-means++).
 DASK_SAMPLE = 20000
@@ -282,7 +282,8 @@ class EPEstimator(BaseEstimator):
         the others starting ML-II from the first's fitted ones (the classes of one table
         share their scales; this halves their L-BFGS-B steps), ``n_jobs`` at a time in
         worker processes, each with BLAS and Numba capped at its share of the cores
-        (in this process below ``JOBS_MIN_ROWS`` rows).  Returns ``[(latent, result), ...]`` in the order given."""
+        (in this process below ``JOBS_MIN_ROWS`` rows).  Returns ``[(latent, result),
+        ...]`` in the order given."""
         first = self._fit_latent(latents[0], rng)
         rest = latents[1:]
         if not rest:
@@ -290,9 +291,9 @@ class EPEstimator(BaseEstimator):
         if self.optimizer is not None and first[0].theta.size:
             # a parameter the first problem left at a bound (a flat evidence) starts
             # where it was given: from a plateau L-BFGS-B would not move
-            theta, bounds = first[0].theta, first[0].bounds
-            at_bound = np.any(np.abs(theta[:, None] - bounds) <= AT_BOUND, axis=1)
-            rest = [latent.with_theta(np.where(at_bound, latent.theta, theta))
+            theta = first[0].theta
+            at_lo, at_hi = at_bounds(theta, first[0].bounds)
+            rest = [latent.with_theta(np.where(at_lo | at_hi, latent.theta, theta))
                     for latent in rest]
         seeds = rng.integers(2 ** 63, size=len(rest))
         worker = clone(self)                     # the parameters, none of the fitted state

@@ -215,6 +215,14 @@ AT_BOUND = 1e-3
 FLAT_GAIN = 0.1
 
 
+def at_bounds(theta, bounds):
+    """``(at lower, at upper)``: boolean masks of the entries of ``theta`` within
+    :data:`AT_BOUND` of their finite lower or upper bound (``bounds``: (p, 2))."""
+    bounds = np.asarray(bounds, dtype=float)
+    return (np.abs(theta - bounds[:, 0]) <= AT_BOUND,
+            np.abs(theta - bounds[:, 1]) <= AT_BOUND)
+
+
 def _warn_at_bounds(problem, theta, bounds, owner, grad=None):
     """A ``ConvergenceWarning`` naming the kernel or likelihood parameters that ended at
     one of their bounds.  With the gradient of log evidence there (``grad``, in the log
@@ -224,10 +232,12 @@ def _warn_at_bounds(problem, theta, bounds, owner, grad=None):
     optimiser stopped early)."""
     names = list(getattr(problem, "theta_names", ()))
     pulled, flat, inward = [], [], []
+    at_lo, at_hi = at_bounds(theta, bounds)
     for i, name in enumerate(names):
         lo, hi = bounds[i]
-        for side, edge, outward in (("lower", lo, -1.0), ("upper", hi, 1.0)):
-            if np.isfinite(edge) and abs(theta[i] - edge) <= AT_BOUND:
+        for side, edge, outward, at in (("lower", lo, -1.0, at_lo[i]),
+                                        ("upper", hi, 1.0, at_hi[i])):
+            if at:
                 hit = f"{name} at its {side} bound {np.exp(edge):.3g}"
                 gain = None if grad is None else outward * grad[i] * np.log(10.0)
                 slope = "" if grad is None else \

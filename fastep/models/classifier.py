@@ -133,7 +133,8 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
         "tol_optimizer", "damping", "tol", "max_iter",
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
-        "device", "hyperprior", "n_jobs", likelihood=[StrOptions(set(_LIKELIHOODS)), Likelihood])
+        "device", "hyperprior", "n_jobs",
+        likelihood=[StrOptions(set(_LIKELIHOODS)), Likelihood])
 
     def __init__(self, kernel=None, *, likelihood="probit", method="auto",
                  optimizer="L-BFGS-B", n_restarts_optimizer=0, max_iter_optimizer=200,
@@ -141,8 +142,6 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
                  max_iter=100, n_inducing=None, inducing_points=None, power=1.0,
                  optimize_inducing=False, random_state=None, device="cpu",
                  hyperprior="auto", n_jobs=None):
-        self.hyperprior = hyperprior
-        self.n_jobs = n_jobs
         self.kernel = kernel
         self.likelihood = likelihood
         self.method = method
@@ -159,6 +158,8 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         self.optimize_inducing = optimize_inducing
         self.random_state = random_state
         self.device = device
+        self.hyperprior = hyperprior
+        self.n_jobs = n_jobs
 
     def _make_likelihood(self):
         if isinstance(self.likelihood, Likelihood):
