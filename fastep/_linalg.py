@@ -65,9 +65,51 @@ class NotPositiveDefiniteError(np.linalg.LinAlgError):
 SMALL_N = 1024
 
 
-def blas_threads_for(n):
-    """Context manager choosing the BLAS threading for a problem of size n."""
-    return single_threaded_blas() if n < SMALL_N else contextlib.nullcontext()
+def blas_threads_for(n, one_pool=False):
+    """Context manager choosing the BLAS threading for a problem of size n.
+
+    ``one_pool``: for dense work whose cubic part is SciPy's LAPACK/BLAS (EP's and
+    Laplace's loops), cap every *other* BLAS library to one thread, so that only SciPy's
+    pool runs threaded (:func:`one_blas_pool`).
+    """
+    if n < SMALL_N:
+        return single_threaded_blas()
+    return one_blas_pool() if one_pool else contextlib.nullcontext()
+
+
+def _other_blas():
+    """threadpoolctl controllers of the BLAS libraries loaded beside SciPy's own, or None.
+
+    NumPy's and SciPy's wheels each bundle an OpenBLAS; fastep's factorisations and
+    triangular solves run in SciPy's, its matrix-vector products in NumPy's.
+    """
+    import os
+
+    import scipy
+    if ThreadpoolController is None:
+        return None
+    if not _CONTROLLER:
+        _CONTROLLER.append(ThreadpoolController())
+    libs = _CONTROLLER[0].select(user_api="blas")
+    root = os.path.realpath(os.path.dirname(scipy.__file__))   # scipy/ and scipy.libs/
+    other = [c.filepath for c in libs.lib_controllers
+             if not os.path.realpath(c.filepath).startswith(root)]
+    if not other or len(other) == len(libs.lib_controllers):   # one shared, or unknown
+        return None
+    return _CONTROLLER[0].select(filepath=other)
+
+
+def one_blas_pool():
+    """Context manager capping the BLAS libraries other than SciPy's to one thread.
+
+    An idle OpenBLAS thread spins for a while (about 0.1 s) before it sleeps.  When two
+    OpenBLAS libraries take turns, as NumPy's matrix-vector products and SciPy's
+    ``dpotrf``/``dtrsm`` do in every EP sweep, each one's spinning threads hold the cores
+    the other one's threads need: a dense EP sweep at n = 1,257 took 100-120 ms with both
+    threaded and 60 ms with NumPy's capped (2 cores; ``scripts/ep_floor.py``).
+    """
+    other = _other_blas()
+    return contextlib.nullcontext() if other is None else other.limit(limits=1)
 
 
 def _potrf(a, what):

@@ -612,3 +612,28 @@ def test_robust_parallel_ep_converges_where_plain_ep_fails_to_the_same_fixed_poi
     assert chunked.n_iter < sp.n_iter              # its own route (no fallback to parallel)
     np.testing.assert_allclose(sp.mean, chunked.mean, atol=1e-8)
     assert abs(sp.log_marginal_likelihood - chunked.log_marginal_likelihood) < 1e-8
+
+
+def test_one_blas_pool_caps_only_the_other_blas_libraries():
+    """Dense EP's loop runs SciPy's LAPACK threaded and every other BLAS (NumPy's own
+    OpenBLAS in the wheels) on one thread; with one shared library nothing changes."""
+    from threadpoolctl import threadpool_info
+
+    from fastep import _linalg
+
+    def threads():
+        return {d["filepath"]: d["num_threads"] for d in threadpool_info()
+                if d["user_api"] == "blas"}
+
+    before = threads()
+    other = _linalg._other_blas()
+    with _linalg.blas_threads_for(_linalg.SMALL_N, one_pool=True):
+        inside = threads()
+    assert threads() == before
+    capped = set() if other is None else {c.filepath for c in other.lib_controllers}
+    for path, n in inside.items():
+        assert n == (1 if path in capped else before[path])
+    if len(before) > 1 and other is not None:
+        assert 0 < len(capped) < len(before)      # SciPy's own library keeps its threads
+    with _linalg.blas_threads_for(_linalg.SMALL_N - 1, one_pool=True):
+        assert set(threads().values()) == {1}

@@ -79,8 +79,9 @@ class Backend:
         raise NotImplementedError
 
     # --- execution ------------------------------------------------------------------
-    def threads_for(self, n):
-        """Context manager choosing the threading for dense work of size n."""
+    def threads_for(self, n, one_pool=False):
+        """Context manager choosing the threading for dense work of size n (``one_pool``:
+        work whose cubic part is LAPACK, see :func:`fastep._linalg.one_blas_pool`)."""
         return contextlib.nullcontext()
 
     def compiled(self):

@@ -295,8 +295,8 @@ class CPUBackend(HostGram, Backend):
     # arrays: asarray / to_host come from HostGram
 
     # --- execution ------------------------------------------------------------------
-    def threads_for(self, n):
-        return blas_threads_for(n)
+    def threads_for(self, n, one_pool=False):
+        return blas_threads_for(n, one_pool)
 
     def compiled(self):
         return _COMPILED

@@ -32,6 +32,7 @@ the per-site loops are the backend's compiled loops.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 
@@ -251,7 +252,7 @@ class EPResult:
         post = self._posterior
         be = post.be
         k_cross = be.asarray(k_cross)
-        with be.threads_for(k_cross.shape[0]):
+        with be.threads_for(k_cross.shape[0], one_pool=True):
             mean = k_cross.T @ be.asarray(self.b)
             var = be.asarray(k_diag) - be.xp.einsum("ij,ij->j", k_cross,
                                                     post.apply_r(k_cross))
@@ -262,7 +263,7 @@ class EPResult:
         of the backend that ran EP."""
         post = self._posterior
         be = post.be
-        with be.threads_for(self.mean.shape[0]):
+        with be.threads_for(self.mean.shape[0], one_pool=True):
             g = post.dense_r()
             b = be.asarray(self.b)
             g *= -0.5
@@ -397,13 +398,17 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
     check_sweep_controls(damping, tol, max_iter)
     K, inputs = _prepare(be, K, y, likelihood, method, extra)
     robust = (not likelihood.log_concave) if robust is None else bool(robust)
-    with be.threads_for(K.shape[0]):
+    # parallel sweeps run NumPy's matrix-vector products beside SciPy's threaded LAPACK
+    # (one_pool); sequential sweeps' rank-b updates are NumPy matrix products, kept threaded
+    with be.threads_for(K.shape[0]), contextlib.ExitStack() as parallel_only:
+        if method != "sequential":
+            parallel_only.enter_context(be.threads_for(K.shape[0], one_pool=True))
         return _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, site_tau,
-                   site_nu, check_psd, callback, robust, outer)
+                   site_nu, check_psd, callback, robust, outer, parallel_only)
 
 
 def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, site_tau, site_nu,
-        check_psd, callback, robust=False, outer=None):
+        check_psd, callback, robust=False, outer=None, parallel_only=None):
     xp = be.xp
     n = K.shape[0]
     if check_psd:
@@ -475,6 +480,8 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
                 LOG.debug("EP sweep %d: parallel EP stalled, going on sequentially",
                           ctl.sweeps)
                 method, need_cov, post = "sequential", True, None
+                if parallel_only is not None:
+                    parallel_only.close()
                 post = _Posterior(be, K, kdiag, tau, nu, need_cov, work)
                 ctl.damping = damping
             else:
@@ -556,7 +563,7 @@ def posterior_from_sites(K, y, likelihood, site_tau, site_nu, extra=None, device
     xp = be.xp
     n = K.shape[0]
     tau, nu = (be.asarray(a) for a in initial_sites(site_tau, site_nu, n))
-    with be.threads_for(n):
+    with be.threads_for(n, one_pool=True):
         post = _Posterior(be, K, xp.ascontiguousarray(xp.diagonal(K)), tau, nu)
         buf = [xp.empty(n) for _ in range(5)]
         skipped, ok, log_ev = _evaluate(be, likelihood.scalar_tilted, y, extra, params, post,

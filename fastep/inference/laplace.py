@@ -74,7 +74,7 @@ def laplace(K, y, likelihood, tol=1e-10, max_iter=100, extra=None):
         lp, d1, d2 = likelihood.tilted(y, f, tiny, extra=extra)
         return lp, d1, np.minimum(d2, 0.0)
 
-    with blas_threads_for(n):
+    with blas_threads_for(n, one_pool=True):
         f = np.zeros(n)
         a = np.zeros(n)
         lp, d1, d2 = derivs(f)
