@@ -101,9 +101,12 @@ def fitted():
 
 def _predictions(est, X, methods):
     out = []
+    # a count model fitted with exposure predicts with one (unit exposure here)
+    data = ({"exposure": np.ones(len(X))} if "exposure" in getattr(
+        getattr(est, "likelihood_", None), "predict_data", ()) else {})
     for m in methods:
         value = getattr(est, m)(X, return_std=True) if m == "predict_latent" else \
-            getattr(est, m)(X)
+            getattr(est, m)(X, **(data if m == "predict" else {}))
         out.extend(np.atleast_1d(v) for v in (value if isinstance(value, tuple) else (value,)))
     return out
 

@@ -508,3 +508,78 @@ def test_threads_are_safe_under_numba_fallback_threading_layer():
         print(numba.threading_layer(), all(np.array_equal(a, b) for a, b in zip(serial, par)))
     """, NUMBA_THREADING_LAYER="workqueue")
     assert code == 0 and out.split() == ["workqueue", "True"], err[-2000:]
+
+
+# --- issue 31: counts, kernels, GWI and the regressors -------------------------------------
+
+def _lognormal_count_moments(m, v, dispersion=None):
+    """E[y], Var[y] of y | f ~ Poisson(exp f) (or NB2 with r = dispersion), f ~ N(m, v), by
+    Gauss-Hermite quadrature (the truth the closed forms are checked against)."""
+    x, w = np.polynomial.hermite_e.hermegauss(120)
+    mu = np.exp(m + math.sqrt(v) * x)
+    w = w / w.sum()
+    mean = w @ mu
+    cond_var = mu if dispersion is None else mu + mu * mu / dispersion
+    return mean, w @ cond_var + w @ (mu * mu) - mean * mean
+
+
+@pytest.mark.parametrize("lik", [fastep.likelihoods.Poisson(),
+                                 fastep.likelihoods.NegativeBinomial(dispersion=2.0)])
+def test_count_predictive_moments_are_exact_and_never_silently_infinite(lik):
+    r = getattr(lik, "dispersion", None)
+    for m, v in [(0.3, 0.5), (-2.0, 1e-10), (2.0, 3.0), (1.0, 8.0)]:
+        mean, var = lik.predict_y([m], [v])
+        true_mean, true_var = _lognormal_count_moments(m, v, r)
+        assert mean[0] == pytest.approx(true_mean, rel=1e-9)
+        assert var[0] == pytest.approx(true_var, rel=1e-7)
+    # 0.2: exp(m + v/2) overflowed to inf and E[mu^2] - E[mu]^2 to nan, with RuntimeWarnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="mean of the counts overflows.*predict_latent"):
+            lik.predict_y([0.0], [1e4])
+        with pytest.raises(ValueError, match="variance of the counts overflows"):
+            lik.predict_y([0.0], [1000.0])
+        assert np.isfinite(lik.predict_mean([0.0], [1000.0])).all()   # E[y] alone is finite
+
+
+def test_count_regressor_far_from_the_data_says_why_not_inf():
+    X = np.linspace(0, 1, 10)[:, None]
+    y = np.arange(10) % 3
+    model = fastep.EPGaussianProcessRegressor(RBF(variance=1e4), likelihood="poisson",
+                                              optimizer=None).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="overflows float64"):
+            model.predict(np.array([[50.0]]), return_std=True)
+        with pytest.raises(ValueError, match="overflows float64"):
+            model.score(np.array([[50.0]]), [1.0])
+        mean, std = model.predict(np.array([[0.5]]), return_std=True)
+        assert np.isfinite(mean).all() and np.isfinite(std).all()
+
+
+@pytest.mark.parametrize("lik", [fastep.likelihoods.Poisson(),
+                                 fastep.likelihoods.NegativeBinomial()])
+def test_tilted_moments_of_a_count_likelihood_refuse_fractional_counts(lik):
+    with pytest.raises(ValueError, match=r"counts \(integers >= 0\).*y\[0\] = 1.5"):
+        lik.tilted([1.5], [0.0], [1.0])
+    assert np.isfinite(lik.tilted([2.0], [0.0], [1.0])[0]).all()
+
+
+def test_count_model_fitted_with_exposure_needs_it_to_predict():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 1, (30, 1))
+    exposure = rng.uniform(1, 5, 30)
+    y = rng.poisson(exposure * np.exp(np.sin(3 * X[:, 0])))
+    model = fastep.EPGaussianProcessRegressor(likelihood="poisson", optimizer=None).fit(
+        X, y, exposure=exposure)
+    for call in (lambda: model.predict(X), lambda: model.predict(X, return_std=True),
+                 lambda: model.score(X, y), lambda: model.log_predictive_density(X, y)):
+        with pytest.raises(ValueError, match="fitted with exposure=.*pass exposure="):
+            call()
+    doubled = model.predict(X, exposure=2 * exposure)
+    np.testing.assert_allclose(doubled, 2 * model.predict(X, exposure=exposure), rtol=1e-12)
+    assert model.score(X, y, exposure=exposure) > 0.0
+    # a scalar exposure of the constructor's likelihood is the model's own default
+    own = fastep.EPGaussianProcessRegressor(likelihood=fastep.likelihoods.Poisson(exposure=2.0),
+                                            optimizer=None).fit(X, y)
+    assert np.isfinite(own.predict(X)).all()

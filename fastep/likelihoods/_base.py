@@ -347,6 +347,8 @@ class Likelihood:
     #: Per-observation data an estimator's ``fit`` and ``predict`` pass on (Tobit: lower,
     #: upper limits; counts: exposure), see :meth:`with_data`.
     data_names: tuple = ()
+    #: Those of :attr:`data_names` that predictions must be given when the fit was.
+    predict_data: tuple = ()
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -452,11 +454,20 @@ class Likelihood:
         worker): itself, unless it holds per-site data (Tobit's limits)."""
         return self
 
+    def predict_mean(self, mean, var):
+        """E[y] given f ~ N(mean, var), per point (the mean of ``predict_y``)."""
+        return self.predict_y(mean, var)[0]
+
     def encode_targets(self, y):
         """Validate targets (a vector, or one column) and return them as the float array
         the compiled code reads."""
         if np.ndim(y) == 2 and np.shape(y)[1] == 1:
             y = np.asarray(y)[:, 0]
+        return self.check_targets(y)
+
+    def check_targets(self, y):
+        """The float vector ``y`` checked for the values this likelihood models (what both
+        :meth:`encode_targets` and :meth:`tilted` accept)."""
         y = float_array(y, "y", 1, allow_nan=self.nan_targets,
                         fix="Remove or impute the targets that are not finite.")
         if self.binary and not np.all(np.abs(y) == 1.0):
@@ -501,8 +512,7 @@ class Likelihood:
         mu = float_array(np.ravel(mu_cav), "mu_cav", 1)
         n = mu.shape[0]
         var = float_array(_broadcast(var_cav, n, "var_cav"), "var_cav", 1, positive=True)
-        y = float_array(_broadcast(y, n, "y"), "y", 1, allow_nan=self.nan_targets)
-        return y, mu, var
+        return self.check_targets(_broadcast(y, n, "y")), mu, var
 
     def check_params(self, params):
         """``params`` (values like :attr:`params`) checked: a float array of their shape,

@@ -45,7 +45,7 @@ def check_counts(y, name="y"):
     if np.any(bad):
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(f"{name} must hold counts (integers >= 0) for a count likelihood; "
-                         f"{name}[{i}] = {y[i]!r}. Round or drop the values that are not "
+                         f"{name}[{i}] = {float(y[i])!r}. Round or drop the values that are not "
                          f"counts, or use a likelihood for real-valued targets.")
     return y
 
@@ -69,6 +69,9 @@ class _CountLikelihood(Likelihood):
     n_extra = 1                  # log exposure_i
     #: Per-observation arrays that ``fit``/``predict`` of an estimator may pass.
     data_names = ("exposure",)
+    #: Those a prediction must be given again when the fit was given them: the rate of a
+    #: new point scales with its own exposure, and no default is right for it.
+    predict_data = ("exposure",)
 
     def _init_exposure(self, exposure):
         if exposure is not None:
@@ -80,23 +83,59 @@ class _CountLikelihood(Likelihood):
     def site_extra(self, n):
         return np.log(check_exposure(self.exposure, n))[:, None].copy()
 
-    def encode_targets(self, y):
-        if np.ndim(y) == 2 and np.shape(y)[1] == 1:
-            y = np.asarray(y)[:, 0]
+    def check_targets(self, y):
         return check_counts(y)
 
-    def _rate_moments(self, mean, var, exposure):
-        """E[mu] and E[mu^2] of mu = e exp(f), f ~ N(mean, var) (log-normal)."""
+    def _log_rate_moments(self, mean, var, exposure):
+        """``log E[mu]`` and ``log(Var[mu] / E[mu]^2) = log expm1(var)`` of the rate
+        ``mu = e exp(f)``, f ~ N(mean, var) (log-normal: ``E[mu] = e exp(mean + var / 2)``,
+        ``Var[mu] = E[mu]^2 expm1(var)``), so that no moment is formed before it is known
+        to be finite and ``E[mu^2] - E[mu]^2`` never cancels."""
         mean, var = np.asarray(mean, float), np.asarray(var, float)
         e = check_exposure(self.exposure if exposure is None else exposure,
                            mean.size).reshape(mean.shape)
-        m1 = e * np.exp(mean + 0.5 * var)
-        m2 = e * e * np.exp(2.0 * mean + 2.0 * var)
-        return m1, m2
+        log_m1 = np.log(e) + mean + 0.5 * var
+        with np.errstate(divide="ignore"):             # var = 0: Var[mu] = 0
+            log_rel = np.where(var > 1.0, var + np.log1p(-np.exp(-np.maximum(var, 1.0))),
+                               np.log(np.expm1(np.minimum(var, 1.0))))
+        return log_m1, log_rel, mean, var
+
+    def _log_var_terms(self, log_m1, log_rel, var):
+        """Logs of the terms of Var[y] (per point); a subclass adds its own."""
+        raise NotImplementedError
+
+    def predict_mean(self, mean, var, exposure=None):
+        """E[y] = E[mu] given f ~ N(mean, var), per point; a ``ValueError`` where it
+        overflows float64."""
+        log_m1, _, m, v = self._log_rate_moments(mean, var, exposure)
+        return _exp_finite(log_m1, "mean", m, v)
 
     def predict_y(self, mean, var, exposure=None):
-        """Mean and variance of y given f ~ N(mean, var) (per point)."""
-        raise NotImplementedError
+        """Mean and variance of y given f ~ N(mean, var), per point; a ``ValueError``
+        where either overflows float64."""
+        log_m1, log_rel, m, v = self._log_rate_moments(mean, var, exposure)
+        log_var = np.logaddexp.reduce(self._log_var_terms(log_m1, log_rel, v), axis=0)
+        return (_exp_finite(log_m1, "mean", m, v), _exp_finite(log_var, "variance", m, v))
+
+
+#: log of the largest float64
+LOG_MAX = float(np.log(np.finfo(float).max))
+
+
+def _exp_finite(log_value, what, mean, var):
+    """exp(log_value), or a ValueError naming the first point where it overflows."""
+    big = np.flatnonzero(np.ravel(log_value) > LOG_MAX)
+    if big.size:
+        i = int(big[0])
+        raise ValueError(
+            f"the predictive {what} of the counts overflows float64 at {big.size} point(s), "
+            f"the first at index {i} (log of it {float(np.ravel(log_value)[i]):.4g} > "
+            f"{LOG_MAX:.1f}; latent mean {float(np.ravel(mean)[i]):.4g}, latent variance "
+            f"{float(np.ravel(var)[i]):.4g}): the rate exp(f) is log-normal and its moments "
+            f"grow as exp(variance). Such points lie far from the training inputs or the "
+            f"kernel variance is large; predict_latent gives the mean and standard deviation "
+            f"of the log rate f, which stay finite.")
+    return np.exp(log_value)
 
 
 class Poisson(QuadratureParams, _CountLikelihood):
@@ -124,10 +163,9 @@ class Poisson(QuadratureParams, _CountLikelihood):
         super().__init__()
         self._init_exposure(exposure)
 
-    def predict_y(self, mean, var, exposure=None):
-        """E[y] = E[mu], Var[y] = E[mu] + Var[mu] (mu log-normal)."""
-        m1, m2 = self._rate_moments(mean, var, exposure)
-        return m1, m1 + np.maximum(m2 - m1 * m1, 0.0)
+    def _log_var_terms(self, log_m1, log_rel, var):
+        """Var[y] = E[mu] + Var[mu] (mu log-normal)."""
+        return [log_m1, 2.0 * log_m1 + log_rel]
 
 
 class NegativeBinomial(QuadratureParams, _CountLikelihood):
@@ -159,8 +197,7 @@ class NegativeBinomial(QuadratureParams, _CountLikelihood):
         super().__init__(dispersion=dispersion, dispersion_bounds=dispersion_bounds)
         self._init_exposure(exposure)
 
-    def predict_y(self, mean, var, exposure=None):
-        """E[y] = E[mu], Var[y] = E[mu + mu^2 / r] + Var[mu]."""
-        m1, m2 = self._rate_moments(mean, var, exposure)
-        return m1, m1 + m2 / self.dispersion + np.maximum(m2 - m1 * m1, 0.0)
+    def _log_var_terms(self, log_m1, log_rel, var):
+        """Var[y] = E[mu + mu^2 / r] + Var[mu], E[mu^2] = E[mu]^2 exp(var)."""
+        return [log_m1, 2.0 * log_m1 + var - np.log(self.dispersion), 2.0 * log_m1 + log_rel]
 

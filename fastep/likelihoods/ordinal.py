@@ -156,15 +156,9 @@ class OrdinalProbit(Likelihood):
                 "fixed": self.fixed}
 
     # --- data -------------------------------------------------------------------------
-    def encode_targets(self, y):
-        if np.ndim(y) == 2 and np.shape(y)[1] == 1:
-            y = np.asarray(y)[:, 0]
+    def check_targets(self, y):
+        # the compiled code indexes the cut points by the label: checked wherever y enters
         return check_levels(y, self.n_levels)
-
-    def _site_arrays(self, y, mu_cav, var_cav):
-        # the compiled code indexes the cut points by the label: check the labels here
-        y, mu, var = super()._site_arrays(y, mu_cav, var_cav)
-        return check_levels(y, self.n_levels), mu, var
 
     def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
         """d log Z_i / d theta (theta = [b_0, log gaps]), shape (n, n_dims): closed form

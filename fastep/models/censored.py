@@ -271,7 +271,7 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
                              "no cavity distributions.")
         mean, var = self._latent.loo_cavity(self.result_)
         return (self._latent.loo_log_density(mean, var),
-                self._latent.likelihood.predict_y(mean, var)[0])
+                self._latent.likelihood.predict_mean(mean, var))
 
     def log_predictive_density(self, X, y, lower=None, upper=None):
         """log p(y | data) of observed, possibly censored, values at X."""

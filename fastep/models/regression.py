@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 from sklearn.base import RegressorMixin
+from sklearn.metrics import r2_score
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import (check_consistent_length, column_or_1d,
                                       validate_data)
@@ -224,7 +225,17 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
 
     def _predictive_likelihood(self, mean, data):
         """The fitted likelihood with the per-observation data of the predictions at the
-        latent ``mean`` (scalars only for a dask one: the same for every chunk)."""
+        latent ``mean`` (scalars only for a dask one: the same for every chunk).  Data the
+        fit was given (not the constructor's likelihood) and the likelihood needs again
+        (``predict_data``: a count model's exposure) must be given: a ValueError names it."""
+        base = None if isinstance(self.likelihood, str) else self.likelihood
+        for name in self.likelihood_.predict_data:
+            if (data.get(name) is None and getattr(self._latent.likelihood, name) is not None
+                    and getattr(base, name, None) is None):
+                raise ValueError(
+                    f"this model was fitted with {name}= (per-observation data of its "
+                    f"{type(self.likelihood_).__name__} likelihood); pass {name}= for the "
+                    f"points to predict too, e.g. {name}=np.ones(len(X)) for a unit {name}.")
         if is_dask_array(mean):
             return self._data(self.likelihood_, 1, scalar_data(data))
         return self._data(self.likelihood_, mean.shape[0], data)
@@ -235,11 +246,21 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         A dask X gives lazy dask arrays, computed chunk by chunk on the workers."""
         mean, std = self.predict_latent(X, return_std=True)
         lik = self._predictive_likelihood(mean, data)
+        if not return_std:      # E[y] alone: finite where only Var[y] would overflow
+            if is_dask_array(mean):
+                return da_map_rows(_y_mean_block, mean, std, lik)
+            return _y_mean_block(mean, std, lik)
         if is_dask_array(mean):
             both = da_map_rows(_y_moments_block, mean, std, lik, width=2)
-            return (both[:, 0], both[:, 1]) if return_std else both[:, 0]
+            return both[:, 0], both[:, 1]
         mean_y, std_y = _y_moments_block(mean, std, lik).T
-        return (mean_y, std_y) if return_std else mean_y
+        return mean_y, std_y
+
+    def score(self, X, y, sample_weight=None, **data):
+        """R^2 of :meth:`predict` (scikit-learn's ``RegressorMixin.score``), with the
+        per-observation data of the points (``exposure=``, ``lower=``, ``upper=``) as in
+        :meth:`predict`."""
+        return r2_score(y, self.predict(X, **data), sample_weight=sample_weight)
 
     def log_predictive_density(self, X, y, **data):
         """log p(y* | data) of observed targets y at X, one value per point (lazily, chunk
@@ -261,7 +282,12 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
     def _loo(self):
         mean, var = self._latent.loo_cavity(self.result_)
         return (self._latent.loo_log_density(mean, var),
-                self.likelihood_.predict_y(mean, var)[0])
+                self.likelihood_.predict_mean(mean, var))
+
+
+def _y_mean_block(mean, std, likelihood):
+    """E[y] at latent moments (a chunk's)."""
+    return likelihood.predict_mean(mean, std * std)
 
 
 def _y_moments_block(mean, std, likelihood):
