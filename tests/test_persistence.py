@@ -260,6 +260,9 @@ TAMPER = {
     "NaN kernel parameter": (
         lambda h, a: h["state"]["problems"][0]["kernel"]["k1"]["params"].update(
             variance=[float("nan")]), "positive and finite"),
+    "vector kernel variance": (   # 0.2 loaded it and its Gram ignored the 5.0
+        lambda h, a: h["state"]["problems"][0]["kernel"]["k1"]["params"].update(
+            variance=[1.0, 5.0]), "'variance' is one number; got 2 values"),
     "unknown kernel": (lambda h, a: h["state"]["problems"][0]["kernel"]["k1"].update(
         type="Evil"), "unknown kernel type 'Evil'"),
     "unknown likelihood": (lambda h, a: h["state"]["problems"][0]["likelihood"].update(

@@ -583,3 +583,16 @@ def test_count_model_fitted_with_exposure_needs_it_to_predict():
     own = fastep.EPGaussianProcessRegressor(likelihood=fastep.likelihoods.Poisson(exposure=2.0),
                                             optimizer=None).fit(X, y)
     assert np.isfinite(own.predict(X)).all()
+
+
+@pytest.mark.parametrize("make", [lambda: RBF(variance=[1.0, 2.0]),
+                                  lambda: fastep.kernels.Matern52(variance=np.ones(3)),
+                                  lambda: fastep.kernels.ConstantKernel([1.0, 2.0]),
+                                  lambda: fastep.kernels.WhiteKernel(np.ones((1, 2)))])
+def test_a_scalar_kernel_parameter_given_as_a_vector_is_refused(make):
+    # 0.2 built a kernel whose Gram ignored the extra values and whose theta had them, so
+    # gradient_contract failed with an IndexError
+    with pytest.raises(ValueError, match="is one number|1-d array"):
+        make()
+    k = RBF(variance=[2.0], lengthscale=[1.0, 3.0])       # one-element lists stay fine
+    assert k.variance == 2.0 and k.theta.size == 3

@@ -59,11 +59,20 @@ class Hyperparameter:
     (2, (0.001, 1000.0))
     """
 
-    def __init__(self, name, value, bounds=(1e-5, 1e5)):
-        value = np.atleast_1d(np.asarray(value, dtype=float)).copy()
+    def __init__(self, name, value, bounds=(1e-5, 1e5), scalar=False):
+        try:
+            value = np.atleast_1d(np.asarray(value, dtype=float)).copy()
+        except (TypeError, ValueError):
+            raise ValueError(f"The kernel parameter '{name}' must be a positive number"
+                             f"{'' if scalar else ' or a 1-d array of them'}; got "
+                             f"{value!r}.") from None
         if value.ndim != 1 or value.size == 0:
             raise ValueError(f"The kernel parameter '{name}' must be a positive number or a "
                              f"1-d array of them; got shape {value.shape}.")
+        if scalar and value.size != 1:
+            raise ValueError(f"The kernel parameter '{name}' is one number; got {value.size} "
+                             f"values {value.tolist()}. Only lengthscales take one value per "
+                             f"input column (ARD).")
         if not np.all(np.isfinite(value)) or np.any(value <= 0):
             raise ValueError(f"The kernel parameter '{name}' must be positive and finite; "
                              f"got {value.tolist() if value.size > 1 else value[0]!r}.")
@@ -358,7 +367,7 @@ class ConstantKernel(_OneParameter):
     """
 
     def __init__(self, constant=1.0, constant_bounds=(1e-5, 1e5)):
-        self._params = [Hyperparameter("constant", constant, constant_bounds)]
+        self._params = [Hyperparameter("constant", constant, constant_bounds, scalar=True)]
 
     def _gram(self, be, X, Y):
         return be.xp.full((X.shape[0], X.shape[0] if Y is None else Y.shape[0]), self._value)
@@ -384,7 +393,8 @@ class WhiteKernel(_OneParameter):
     """
 
     def __init__(self, noise_level=1.0, noise_level_bounds=(1e-5, 1e5)):
-        self._params = [Hyperparameter("noise_level", noise_level, noise_level_bounds)]
+        self._params = [Hyperparameter("noise_level", noise_level, noise_level_bounds,
+                                       scalar=True)]
 
     def _gram(self, be, X, Y):
         if Y is None:
@@ -412,7 +422,7 @@ class Linear(_OneParameter):
     """
 
     def __init__(self, variance=1.0, variance_bounds=(1e-5, 1e5)):
-        self._params = [Hyperparameter("variance", variance, variance_bounds)]
+        self._params = [Hyperparameter("variance", variance, variance_bounds, scalar=True)]
 
     def _gram(self, be, X, Y):
         return be.xp.ascontiguousarray(self._value * (X @ (X if Y is None else Y).T))

@@ -16,7 +16,7 @@ class _Stationary(Kernel):
 
     def __init__(self, variance=1.0, lengthscale=1.0, variance_bounds=(1e-5, 1e5),
                  lengthscale_bounds=(1e-5, 1e5)):
-        self._params = [Hyperparameter("variance", variance, variance_bounds),
+        self._params = [Hyperparameter("variance", variance, variance_bounds, scalar=True),
                         Hyperparameter("lengthscale", lengthscale, lengthscale_bounds)]
 
     @property
