@@ -216,6 +216,26 @@ def distinct_values(y):
     return np.unique(y)
 
 
+def class_labels(y, return_inverse=False, name="y"):
+    """The sorted distinct class labels of a NumPy or dask vector, checked as scikit-learn
+    checks classification targets (``check_classification_targets``), and with
+    ``return_inverse`` (NumPy only) each entry's index among them.  Labels of types that
+    do not sort together (``["a", 0]``) are a ValueError naming the types."""
+    from sklearn.utils.multiclass import check_classification_targets
+    try:
+        if is_dask_array(y):
+            classes = distinct_values(y)
+            check_classification_targets(classes)
+            return classes
+        check_classification_targets(y)
+        return np.unique(y, return_inverse=return_inverse)
+    except TypeError:
+        kinds = sorted({type(v).__name__ for v in np.ravel(np.asarray(y))})
+        raise ValueError(f"{name} mixes labels of the types {kinds}, which do not sort "
+                         f"into classes; give labels of one type (e.g. {name}.astype(str))."
+                         ) from None
+
+
 def scalar_data(data):
     """Per-observation data (name -> value) of a fit or prediction on dask arrays, which
     every chunk reads alike: scalars (or None) only, else a ValueError naming the arrays."""

@@ -138,3 +138,32 @@ def gauss_hermite(n_points: int) -> tuple[np.ndarray, np.ndarray]:
         w.flags.writeable = False
         _GH_CACHE[n_points] = (x, w)
     return _GH_CACHE[n_points]
+
+
+#: A predictive variance written as ``prior - explained`` keeps no digit once it falls
+#: below this many rounding units of the prior variance.
+VARIANCE_RESOLUTION = 16.0 * np.finfo(float).eps
+
+
+def predictive_variance(prior, var, xp=np):
+    """The latent predictive variance ``var`` (computed as the prior variance ``prior``
+    minus what the data explain) with the points where rounding left no digit, i.e.
+    ``var < VARIANCE_RESOLUTION * prior``, raised to that resolution and an
+    ``EPNumericalWarning`` saying so, instead of a silent 0 (or a negative value): it
+    happens when the prior variance exceeds the posterior's by about 1e14 or more."""
+    prior = xp.broadcast_to(xp.asarray(prior, dtype=float), var.shape)
+    floor = VARIANCE_RESOLUTION * prior
+    lost = var < floor
+    if bool(xp.any(lost & (prior > 0.0))):
+        import warnings
+
+        from .inference._sweep import EPNumericalWarning
+        k = int(xp.sum(lost))
+        warnings.warn(
+            f"the predictive variance at {k} point(s) is below the resolution of "
+            f"prior - explained (prior variance up to {float(xp.max(prior[lost])):.3g}): it "
+            f"is reported as {VARIANCE_RESOLUTION:.1e} x the prior variance. Scale the "
+            f"kernel variance (or the targets, normalize_y=True) so that prior and "
+            f"posterior variances are within about 1e14 of each other.",
+            EPNumericalWarning, stacklevel=3)
+    return xp.maximum(var, floor)

@@ -293,8 +293,12 @@ def test_invalid_likelihood_parameters():
     for value in (0.0, -1.0, np.nan, np.inf):
         with pytest.raises(ValueError, match="noise_variance"):
             Gaussian(value)
-    with pytest.raises(ValueError):
-        Probit().tilted(1.0, [0.0], [0.0])
+    with pytest.raises(ValueError, match="var_cav must be >= 0"):
+        Probit().tilted(1.0, [0.0], [-1e-3])
+    # a zero cavity variance is a point: log Phi(0), and the derivatives of log Phi at 0
+    np.testing.assert_allclose([v[0] for v in Probit().tilted(1.0, [0.0], [0.0])],
+                               [math.log(0.5), math.sqrt(2 / math.pi), -2 / math.pi],
+                               rtol=1e-12)
 
 
 def test_legacy_tilted_attribute_still_works_with_a_deprecation_warning():

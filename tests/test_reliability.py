@@ -596,3 +596,74 @@ def test_a_scalar_kernel_parameter_given_as_a_vector_is_refused(make):
         make()
     k = RBF(variance=[2.0], lengthscale=[1.0, 3.0])       # one-element lists stay fine
     assert k.variance == 2.0 and k.theta.size == 3
+
+
+def test_predictive_variance_is_never_a_silent_zero():
+    # Gaussian likelihood: the exact posterior variance at the training inputs is the truth
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 1))
+    y = np.sin(X[:, 0]) + 0.5 * rng.normal(size=30)
+    for scale, lost in [(1e6, False), (1e14, True)]:
+        model = fastep.EPGaussianProcessRegressor(
+            RBF(scale, 1.0), likelihood=fastep.likelihoods.Gaussian(0.25), optimizer=None,
+            method="parallel")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.fit(X, y)
+            _, std = model.predict_latent(X, return_std=True)
+        numerical = [w for w in caught if issubclass(w.category, fastep.EPNumericalWarning)]
+        assert np.all(std > 0.0)
+        if lost:                 # 0.2 returned exactly 0 here, without a word
+            assert numerical and "Scale the kernel variance" in str(numerical[0].message)
+        else:
+            K = RBF(scale, 1.0)(X)
+            exact = np.diag(K - K @ np.linalg.solve(K + 0.25 * np.eye(30), K))
+            np.testing.assert_allclose(std ** 2, exact, rtol=1e-5)
+            assert not numerical
+
+
+def test_logistic_and_ordinal_at_a_zero_prior_variance_answer_in_public_terms():
+    # a Linear kernel has zero prior variance at x = 0: f is known there
+    X = np.linspace(-1, 1, 21)[:, None]
+    y = (X[:, 0] + 0.3 * np.random.default_rng(0).normal(size=21) > 0).astype(int)
+    clf = EPGaussianProcessClassifier(fastep.kernels.Linear(), likelihood="logistic",
+                                      optimizer=None).fit(X + 0.05, y)
+    np.testing.assert_allclose(clf.predict_proba(np.array([[0.0]])), [[0.5, 0.5]], rtol=1e-12)
+    levels = np.digitize(X[:, 0], [-0.3, 0.3])
+    ordinal = fastep.OrdinalGPClassifier(fastep.kernels.Linear(), n_inducing=3,
+                                         random_state=0).fit(X, levels)
+    assert np.isfinite(ordinal.predict_proba(X)).all()
+
+
+@pytest.mark.parametrize("lik", [fastep.likelihoods.Logistic(), fastep.likelihoods.Poisson()])
+def test_tilted_moments_of_a_point_cavity_are_the_log_likelihood_derivatives(lik):
+    # zero (and vanishing) cavity variance: log Z = log p(y | mu), d1 and d2 its derivatives
+    y, mu = (1.0, 0.3) if isinstance(lik, fastep.likelihoods.Logistic) else (3.0, 0.3)
+    if y == 1.0 and isinstance(lik, fastep.likelihoods.Logistic):
+        s = 1.0 / (1.0 + math.exp(-mu))
+        truth = (math.log(s), 1.0 - s, -s * (1.0 - s))
+    else:
+        truth = (y * mu - math.exp(mu) - math.lgamma(y + 1.0), y - math.exp(mu), -math.exp(mu))
+    for var in (0.0, 1e-290, 1e-14):
+        got = [float(v[0]) for v in lik.tilted([y], [mu], [var])]
+        np.testing.assert_allclose(got, truth, rtol=1e-7)    # central differences, h ~ 1e-4
+    with pytest.raises(ValueError, match="var_cav must be >= 0"):
+        lik.tilted([y], [mu], [-1.0])
+
+
+def test_mixed_type_labels_are_named_not_a_numpy_type_error():
+    X = np.random.default_rng(0).normal(size=(8, 1))
+    y = np.array(["a", 0] * 4, dtype=object)
+    for est in (EPGaussianProcessClassifier(optimizer=None),
+                fastep.OrdinalGPClassifier(optimizer=None)):
+        with pytest.raises(ValueError, match=r"mixes labels of the types \['int', 'str'\]"):
+            est.fit(X, y)
+
+
+def test_laplace_failure_names_the_knob():
+    from fastep.inference.laplace import laplace
+    K = np.array([[1.0, 2.0], [2.0, 1.0]])              # not a covariance matrix
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(fastep.NotPositiveDefiniteError, match="WhiteKernel"):
+            laplace(K, [1.0, -1.0], Tobit(0.01))

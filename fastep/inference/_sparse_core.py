@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 from scipy.linalg import blas, cho_solve, cholesky, solve_triangular
 
+from .._numerics import predictive_variance
 from .._checks import is_dask_array
 from .._linalg import NotPositiveDefiniteError, trmm_lower_nogil
 from ._sweep import SweepControl, backtrack, site_change
@@ -183,8 +184,9 @@ class _InducingPosterior:
         V = solve_triangular(self.L_uu, At, lower=True, check_finite=False)
         G = trmm_lower_nogil(self.R_inv, np.asfortranarray(At))
         mean, var_h = G.T @ self.beta, np.einsum("ij,ij->j", G, G)
-        var = kernel.diag(X) - np.einsum("ij,ij->j", V, V) + var_h
-        return mean, np.maximum(var, 0.0)
+        prior = kernel.diag(X)
+        var = prior - np.einsum("ij,ij->j", V, V) + var_h
+        return mean, predictive_variance(prior, var)
 
 
 def _chunks(n, size):

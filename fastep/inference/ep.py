@@ -40,7 +40,7 @@ import numpy as np
 
 from .._checks import DENSE_EP_MATRICES
 from .._linalg import NotPositiveDefiniteError
-from .._numerics import MIN_VARIANCE
+from .._numerics import MIN_VARIANCE, predictive_variance
 from ..backend import resolve
 from ..likelihoods._base import check_likelihood
 from ._sweep import (ConvergenceWarning, EPNumericalWarning, StepTurn,
@@ -254,9 +254,9 @@ class EPResult:
         k_cross = be.asarray(k_cross)
         with be.threads_for(k_cross.shape[0], one_pool=True):
             mean = k_cross.T @ be.asarray(self.b)
-            var = be.asarray(k_diag) - be.xp.einsum("ij,ij->j", k_cross,
-                                                    post.apply_r(k_cross))
-        return be.to_host(mean), np.maximum(be.to_host(var), 0.0)
+            prior = be.asarray(k_diag)
+            var = prior - be.xp.einsum("ij,ij->j", k_cross, post.apply_r(k_cross))
+        return be.to_host(mean), predictive_variance(be.to_host(prior), be.to_host(var))
 
     def kernel_gradient_weights(self):
         """G = (b b^T - R) / 2, so that d log Z_EP / d theta = sum(G * dK/dtheta); an array

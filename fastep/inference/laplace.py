@@ -20,9 +20,22 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
 
+from .._numerics import predictive_variance
 from .._linalg import NotPositiveDefiniteError, blas_threads_for, cholesky_inplace
 from ._sweep import ConvergenceWarning, check_kernel_matrix, check_sweep_controls
 
+
+
+def _factor_b(B):
+    """Lower Cholesky factor of B = I + W^1/2 K W^1/2 (R&W Algorithm 3.1), or an error
+    naming the knob: B fails only when K is not a covariance matrix."""
+    try:
+        return np.tril(cholesky_inplace(np.asfortranarray(B), "B = I + W^1/2 K W^1/2"))
+    except NotPositiveDefiniteError as exc:
+        raise NotPositiveDefiniteError(
+            "Laplace's Newton step failed: B = I + W^1/2 K W^1/2 is not positive definite, "
+            "so K is not a valid covariance matrix. Add jitter to the kernel's diagonal "
+            "(e.g. a WhiteKernel(1e-6)) or check K for NaN or negative eigenvalues.") from exc
 
 @dataclass
 class LaplaceResult:
@@ -43,8 +56,8 @@ class LaplaceResult:
         mean = k_cross.T @ self.grad_log_lik
         v = solve_triangular(self._L, np.sqrt(self.W)[:, None] * k_cross, lower=True,
                              check_finite=False)
-        var = np.asarray(k_diag, dtype=float) - np.einsum("ij,ij->j", v, v)
-        return mean, np.maximum(var, 0.0)
+        prior = np.asarray(k_diag, dtype=float)
+        return mean, predictive_variance(prior, prior - np.einsum("ij,ij->j", v, v))
 
 
 def laplace(K, y, likelihood, tol=1e-10, max_iter=100, extra=None):
@@ -85,7 +98,7 @@ def laplace(K, y, likelihood, tol=1e-10, max_iter=100, extra=None):
             W = -d2
             sw = np.sqrt(W)
             B = np.eye(n) + sw[:, None] * K * sw[None, :]
-            L = np.tril(cholesky_inplace(np.asfortranarray(B), "B = I + W^1/2 K W^1/2"))
+            L = _factor_b(B)
             b = W * f + d1
             a_new = b - sw * cho_solve((L, True), sw * (K @ b), check_finite=False)
             step = 1.0
@@ -105,7 +118,7 @@ def laplace(K, y, likelihood, tol=1e-10, max_iter=100, extra=None):
         W = -d2
         sw = np.sqrt(W)
         B = np.eye(n) + sw[:, None] * K * sw[None, :]
-        L = np.tril(cholesky_inplace(np.asfortranarray(B), "B = I + W^1/2 K W^1/2"))
+        L = _factor_b(B)
         V = solve_triangular(L, sw[:, None] * K, lower=True, check_finite=False)
         var = np.diag(K) - np.einsum("ij,ij->j", V, V)
     if not converged:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import blas, cho_solve, cholesky, solve_triangular
 
+from .._numerics import predictive_variance
 from .._linalg import NotPositiveDefiniteError
 
 JITTER = 1e-8
@@ -217,4 +218,4 @@ def predict(state, K_us, kss_diag):
     G = solve_triangular(state.L_B, W, lower=True, check_finite=False)
     mean = G.T @ state.beta
     var = kss_diag - np.einsum("ij,ij->j", W, W) + np.einsum("ij,ij->j", G, G)
-    return mean, np.maximum(var, 0.0)
+    return mean, predictive_variance(kss_diag, var)

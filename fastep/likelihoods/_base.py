@@ -36,6 +36,7 @@ from numba import njit, prange, types
 
 from .._checks import all_finite, float_array
 from .._jit import TILTED_SIG, TiltedFn, f8, f8_1d, pjit
+from .._numerics import MIN_VARIANCE
 from ._scalar import builtin_dlog_lik, builtin_log_lik, builtin_peak
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(10)
@@ -44,6 +45,7 @@ _GL_X = tuple(float(v) for v in 0.5 * (_GL_X + 1.0))     # nodes on [0, 1]
 _GL_W = tuple(float(v) for v in 0.5 * _GL_W)
 _DROP = 42.0            # stop once the log integrand is this far below its peak
 _MAX_PANELS = 200       # per side
+_NARROW = 1e-10         # var x (g'' + g'^2) below which the cavity is a point (see below)
 
 
 def _quad_source(kind, y, extra, mu, var, alpha, params, k):
@@ -61,6 +63,22 @@ def _quad_source(kind, y, extra, mu, var, alpha, params, k):
     """
     log_lik = LOG_LIK  # noqa: F821 - bound per compilation, see _compile_quad
     dlog_lik = DLOG_LIK  # noqa: F821
+    # A cavity far narrower than the likelihood's features (e.g. a latent with zero prior
+    # variance): its mass lies well inside mu +- h, the step of the central differences
+    # (sd below h / 100), and var x (g'' + g'^2) is below _NARROW (g = alpha log_lik).
+    # Then, to first order in var, log Z = g(mu) + var (g'' + g'^2) / 2, d1 = g'(mu),
+    # d2 = g''(mu), where the quadrature's (mode - mu) / var would lose every digit.
+    h = 1e-4 * (1.0 + abs(mu))
+    lp = alpha * log_lik(kind, y, extra, mu + h, params)
+    l0 = alpha * log_lik(kind, y, extra, mu, params)
+    lm = alpha * log_lik(kind, y, extra, mu - h, params)
+    if (var <= 1e-4 * h * h and math.isfinite(lp) and math.isfinite(l0)
+            and math.isfinite(lm)):
+        a = (lp - lm) / (2.0 * h)
+        b = (lp - 2.0 * l0 + lm) / (h * h)
+        if var * (abs(b) + a * a) <= _NARROW:
+            mg = alpha * dlog_lik(kind, y, extra, mu, params, k) if k >= 0 else 0.0
+            return l0 + 0.5 * var * (b + a * a), a, b, mg
     # Local modes of g(f) = alpha*log_lik(f) - (f - mu)^2 / (2 var) by Newton ascent with
     # step halving (every accepted step raises g, so huge curvatures such as exp(f) of a
     # Poisson far from its count cannot make it oscillate), derivatives of log_lik by
@@ -508,10 +526,17 @@ class Likelihood:
     # --- moments -----------------------------------------------------------------
     def _site_arrays(self, y, mu_cav, var_cav):
         """Checked float arrays ``(y, mu_cav, var_cav)`` of one length (y and var_cav may
-        be scalars)."""
+        be scalars).  A zero variance (f known exactly: a latent with zero prior variance,
+        e.g. a linear kernel at x = 0) is raised to ``MIN_VARIANCE``, where the tilted
+        moments are those of ``p(y | f = mu)`` to every digit."""
         mu = float_array(np.ravel(mu_cav), "mu_cav", 1)
         n = mu.shape[0]
-        var = float_array(_broadcast(var_cav, n, "var_cav"), "var_cav", 1, positive=True)
+        var = float_array(_broadcast(var_cav, n, "var_cav"), "var_cav", 1)
+        if np.any(var < 0.0):
+            i = int(np.flatnonzero(var < 0.0)[0])
+            raise ValueError(f"var_cav must be >= 0 (a variance); got {float(var[i])!r} at "
+                             f"index {i}.")
+        var = np.maximum(var, MIN_VARIANCE)
         return self.check_targets(_broadcast(y, n, "y")), mu, var
 
     def check_params(self, params):

@@ -26,12 +26,11 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, _fit_context, clone
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 from sklearn.gaussian_process.kernels import Kernel as SklearnKernelBase
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._checks import distinct_values, is_dask_array
+from .._checks import class_labels, is_dask_array
 from ..kernels import RBF, Kernel, as_kernel
 from ..inference.sparse import check_inducing
 from ..inference.ep import EPResult, posterior_from_sites
@@ -207,9 +206,7 @@ class EPEstimator(BaseEstimator):
     def _dask_classes(self, y):
         """The sorted distinct labels of a dask (or NumPy) y of a dask fit, checked as
         scikit-learn checks classification targets; only the labels reach the client."""
-        classes = distinct_values(y)
-        check_classification_targets(classes)
-        return classes
+        return class_labels(y)
 
     def _predict_inputs(self, X):
         """X at prediction: scikit-learn's checks, or for a dask X those of its shape (the

@@ -9,10 +9,9 @@ import numpy as np
 from scipy.special import log_ndtr, ndtr
 from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval, validate_parameter_constraints
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._checks import is_dask_array
+from .._checks import class_labels, is_dask_array
 from ..backend import resolve
 from ..inference import ConvergenceWarning
 from ..likelihoods.annotators import MultiAnnotator, log_ab
@@ -39,8 +38,7 @@ def _label_matrix(Y, n):
     if Y.dtype != object and np.any(np.isinf(Y)):
         raise ValueError("Y holds infinite values; it must hold two label values (one per "
                          "class), NaN where an annotator gave no label.")
-    values = np.unique(Y[~missing]) if np.any(~missing) else np.array([])
-    check_classification_targets(values)
+    values = class_labels(Y[~missing], name="Y") if np.any(~missing) else np.array([])
     if values.size != 2:
         raise ValueError(f"Only binary classification is supported: Y must hold exactly two "
                          f"label values besides NaN (one per class); got {values.size} "

@@ -6,10 +6,9 @@ import copy
 import numpy as np
 from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._checks import is_dask_array
+from .._checks import class_labels, is_dask_array
 from ..backend import resolve
 from ..likelihoods import Likelihood, Logistic, Probit
 from ._base import EPEstimator, as_generator, fit_entry, fresh_kernel, latent_output, shared
@@ -190,8 +189,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
             classes = self._dask_classes(y)
         else:
             X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
-            check_classification_targets(y)
-            classes = np.unique(y)
+            classes = class_labels(y)
         if classes.size < 2:
             raise ValueError(f"EPGaussianProcessClassifier requires at least 2 classes in y; "
                              f"got only one class: {classes[0]!r}.")

@@ -4,10 +4,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtri
 from sklearn.base import ClassifierMixin
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._checks import is_dask_array
+from .._checks import class_labels, is_dask_array
 from ..backend import resolve
 from ..likelihoods import OrdinalProbit
 from ._base import (SingleLatentEstimator, as_generator, da_map_rows, fit_entry, fresh_kernel,
@@ -115,8 +114,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
             counts = da.bincount(levels.astype(np.int64), minlength=classes.size).compute()
         else:
             X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
-            check_classification_targets(y)
-            classes, levels = np.unique(y, return_inverse=True)
+            classes, levels = class_labels(y, return_inverse=True)
             levels = levels.astype(float)
             counts = np.bincount(levels.astype(np.int64), minlength=classes.size)
         if classes.size < 2:
