@@ -655,7 +655,7 @@ def test_mixed_type_labels_are_named_not_a_numpy_type_error():
     X = np.random.default_rng(0).normal(size=(8, 1))
     y = np.array(["a", 0] * 4, dtype=object)
     for est in (EPGaussianProcessClassifier(optimizer=None),
-                fastep.OrdinalGPClassifier(optimizer=None)):
+                fastep.OrdinalGPClassifier(optimizer=None), GWIClassifier(max_iter=2)):
         with pytest.raises(ValueError, match=r"mixes labels of the types \['int', 'str'\]"):
             est.fit(X, y)
 

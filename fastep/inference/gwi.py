@@ -59,7 +59,7 @@ import numpy as np
 from scipy.linalg import cho_solve, cholesky, eigh, solve_triangular
 from scipy.optimize import minimize
 
-from .._linalg import NotPositiveDefiniteError
+from .._linalg import NotPositiveDefiniteError, single_threaded_blas
 from ..backend import resolve
 from ..likelihoods.robustmax import check_moments
 
@@ -176,16 +176,25 @@ class GWIFactors:
 
 
 def inducing_cholesky(kernel, Z):
-    """``C`` with ``C C^T = K_ZZ + delta I``, ``delta = JITTER * mean(diag K_ZZ)``."""
-    K = kernel(Z)
-    delta = JITTER * max(float(np.mean(np.diag(K))), 1e-300)
-    try:
-        return cholesky(K + delta * np.eye(K.shape[0]), lower=True, check_finite=False)
-    except np.linalg.LinAlgError as exc:
-        raise NotPositiveDefiniteError(
-            f"The kernel {kernel!r} is not positive definite on the inducing inputs even with "
-            f"jitter {delta:.3g}; check the kernel's parameters or use fewer inducing "
-            f"points (n_inducing).") from exc
+    """``C`` with ``C C^T = K_ZZ + delta I``, ``delta = JITTER * mean(diag K_ZZ)``.
+
+    Computed with single-threaded BLAS/LAPACK whatever the caller's thread limits:
+    threaded OpenBLAS ``dpotrf`` splits the work differently and so rounds differently
+    (2e-14 apart at M = 200), and ``C`` must be the same bits in ``fit`` (which runs
+    single-threaded) and in :func:`fastep.load_model` (which recomputes it from the saved
+    kernel and inducing inputs), so that a loaded model predicts exactly as the fitted
+    one did.  It is one O(M^3) factorisation per fit or load.
+    """
+    with single_threaded_blas():
+        K = kernel(Z)
+        delta = JITTER * max(float(np.mean(np.diag(K))), 1e-300)
+        try:
+            return cholesky(K + delta * np.eye(K.shape[0]), lower=True, check_finite=False)
+        except np.linalg.LinAlgError as exc:
+            raise NotPositiveDefiniteError(
+                f"The kernel {kernel!r} is not positive definite on the inducing inputs even "
+                f"with jitter {delta:.3g}; check the kernel's parameters or use fewer "
+                f"inducing points (n_inducing).") from exc
 
 
 def gwi_factors(kernel, X, Z, C):
@@ -374,20 +383,32 @@ def initial_params(factors, y, n_classes, linear_dim=None, noise=1.0, target_sca
 def fit_lbfgs(params, objective, max_iter=300, tol=1e-6, log_every=25):
     """Minimise ``objective(params) -> (value, grad, parts)`` with L-BFGS-B (full batch).
 
-    Returns ``(params, n_iter, converged)``; ``converged`` is False when ``max_iter``
-    ran out (a stop by ``tol`` or by a line search that cannot improve further counts
-    as converged).
+    The stopping test is SciPy's ``ftol``: the relative decrease of the objective in one
+    iteration, ``(f_k - f_k+1) / max(|f_k|, |f_k+1|, 1) <= tol`` (the gradient test is
+    off: the likelihood term is a sum over the training points, so a gradient tolerance
+    would have to scale with n).
+
+    Returns ``(params, n_iter, converged, change)``: ``converged`` is False when the
+    budget ran out (``max_iter`` iterations, or SciPy's limit on objective evaluations);
+    a stop by ``tol`` or by a line search that cannot improve further counts as
+    converged.  ``change`` is the relative decrease of the last iteration (the quantity
+    compared with ``tol``; NaN when no iteration was taken), for the caller's
+    ``ConvergenceWarning``.
     """
     J, M, d = params.shape
-    state = {"it": 0}
+    state = {"it": 0, "f": None, "change": math.nan}
 
     def fun(theta):
         value, grad, parts = objective(GWIParams.unpack(theta, J, M, d))
         state["last"] = (value, parts)
+        if state["f"] is None:                     # the objective at the starting point
+            state["f"] = float(value)
         return value, grad.pack()
 
     def callback(intermediate_result):
         state["it"] += 1
+        prev, state["f"] = state["f"], float(intermediate_result.fun)
+        state["change"] = (prev - state["f"]) / max(abs(prev), abs(state["f"]), 1.0)
         if state["it"] % log_every == 0:
             value, parts = state["last"]
             _LOG.info("GWI L-BFGS-B iteration %d: objective %.4f (neg. expected log-lik %.4f, "
@@ -396,8 +417,8 @@ def fit_lbfgs(params, objective, max_iter=300, tol=1e-6, log_every=25):
     res = minimize(fun, params.pack(), jac=True, method="L-BFGS-B", callback=callback,
                    options={"maxiter": int(max_iter), "ftol": tol, "gtol": 0.0,
                             "maxcor": 20})
-    converged = bool(res.success) or int(res.nit) < int(max_iter)
-    return GWIParams.unpack(res.x, J, M, d), int(res.nit), converged
+    converged = int(res.status) != 1               # 1: iteration or evaluation limit
+    return GWIParams.unpack(res.x, J, M, d), int(res.nit), converged, state["change"]
 
 
 def fit_adam(params, objective, n, batch_size, n_epochs, learning_rate, rng):
