@@ -667,3 +667,63 @@ def test_laplace_failure_names_the_knob():
         warnings.simplefilter("ignore")
         with pytest.raises(fastep.NotPositiveDefiniteError, match="WhiteKernel"):
             laplace(K, [1.0, -1.0], Tobit(0.01))
+
+
+def test_normalize_y_is_the_fit_on_standardised_targets_in_y_units():
+    # truth: the model fitted by hand to (y - m) / s, its outputs mapped back to y's units
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-3, 3, (60, 1))
+    y = 150.0 + 80.0 * np.sin(X[:, 0]) + 8.0 * rng.standard_t(4, size=60)
+    Xt = np.linspace(-3, 3, 25)[:, None]
+    yt = 150.0 + 80.0 * np.sin(Xt[:, 0])
+    m, s = y.mean(), y.std()
+    auto = fastep.EPGaussianProcessRegressor().fit(X, y)              # normalize_y="auto"
+    by_hand = fastep.EPGaussianProcessRegressor(normalize_y=False).fit(X, (y - m) / s)
+    mean, std = auto.predict(Xt, return_std=True)
+    ref_mean, ref_std = by_hand.predict(Xt, return_std=True)
+    np.testing.assert_allclose(mean, m + s * ref_mean, rtol=1e-10)
+    np.testing.assert_allclose(std, s * ref_std, rtol=1e-10)
+    f, fs = auto.predict_latent(Xt, return_std=True)
+    rf, rfs = by_hand.predict_latent(Xt, return_std=True)
+    np.testing.assert_allclose([f, fs], [m + s * rf, s * rfs], rtol=1e-10)
+    np.testing.assert_allclose(auto.log_predictive_density(Xt, yt),
+                               by_hand.log_predictive_density(Xt, (yt - m) / s) - np.log(s),
+                               rtol=1e-10)
+    np.testing.assert_allclose(auto.loo_predict(), m + s * by_hand.loo_predict(), rtol=1e-10)
+    np.testing.assert_allclose(auto.loo_log_predictive_density(),
+                               by_hand.loo_log_predictive_density() - np.log(s), rtol=1e-10)
+    # 0.2 (no normalisation): the zero-mean GP spent its variance on the offset
+    raw = fastep.EPGaussianProcessRegressor(normalize_y=False).fit(X, y)
+    rmse = lambda p: float(np.sqrt(np.mean((p - yt) ** 2)))       # noqa: E731
+    assert rmse(mean) < 0.5 * rmse(raw.predict(Xt))
+    with pytest.raises(ValueError, match="normalize_y=True needs a likelihood"):
+        fastep.EPGaussianProcessRegressor(likelihood="poisson", normalize_y=True).fit(
+            X, np.round(np.abs(y)))
+
+
+def test_student_t_with_df_at_most_2_says_why_its_std_is_infinite():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, (30, 1))
+    y = np.sin(X[:, 0]) + 0.1 * rng.standard_cauchy(30)
+    model = fastep.EPGaussianProcessRegressor(
+        likelihood=fastep.likelihoods.StudentT(df=1.5, scale=0.1, df_bounds="fixed"),
+        optimizer=None, normalize_y=False).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isfinite(model.predict(X)).all()          # the mean alone: no warning
+    with pytest.warns(UserWarning, match=r"df = 1.5 <= 2.*df_bounds=\(2.1"):
+        _, std = model.predict(X, return_std=True)
+    assert np.all(np.isinf(std))
+
+
+def test_bound_warning_names_the_likelihood_parameter_and_its_own_bounds():
+    # Gaussian noise: the Student-t df walks to its upper bound; 0.2 advised fixing the
+    # kernel variance (RBF(variance=10, variance_bounds='fixed'))
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-3, 3, (80, 1))
+    y = np.sin(X[:, 0]) + 0.2 * rng.normal(size=80)
+    with pytest.warns(fastep.ConvergenceWarning, match="likelihood df at its upper") as rec:
+        fastep.EPGaussianProcessRegressor().fit(X, y)
+    text = " ".join(str(w.message) for w in rec if "likelihood df" in str(w.message))
+    assert "likelihood=StudentT(df=..., df_bounds=" in text
+    assert "variance_bounds" not in text

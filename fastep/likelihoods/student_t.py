@@ -15,6 +15,8 @@ Student-t likelihood, JMLR 12.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .._jit import tilted_function
@@ -71,10 +73,24 @@ class StudentT(QuadratureParams, Likelihood):
                                  f"{name}={value!r}.")
         super().__init__(df=df, scale=scale, df_bounds=df_bounds, scale_bounds=scale_bounds)
 
+    def predict_mean(self, mean, var):
+        """E[y] = mean (the t is symmetric about f)."""
+        return np.array(mean, dtype=float)
+
     def predict_y(self, mean, var):
-        """Mean and variance of y given f ~ N(mean, var): (mean, var + sigma^2 nu/(nu-2));
-        the variance is infinite for nu <= 2."""
+        """Mean and variance of y given f ~ N(mean, var): (mean, var + sigma^2 nu/(nu-2)).
+
+        For nu <= 2 the Student-t has no finite variance: the variance is inf, and a
+        ``UserWarning`` says so (naming ``df`` and how to bound it above 2), since a
+        standard deviation is then no summary of the spread of y."""
         mean, var = np.asarray(mean, float), np.asarray(var, float)
         nu, s = self.df, self.scale
-        noise = s * s * nu / (nu - 2.0) if nu > 2.0 else np.inf
-        return mean.copy(), var + noise
+        if nu > 2.0:
+            return mean.copy(), var + s * s * nu / (nu - 2.0)
+        warnings.warn(
+            f"the Student-t noise has df = {nu:.4g} <= 2, so y has no finite variance and its "
+            f"predictive standard deviation is inf. Its spread is the scale "
+            f"{s:.4g} (the t's quantiles scale with it); predict_latent gives the latent f's "
+            f"finite sd. For a finite variance, bound df above 2: likelihood=StudentT("
+            f"df=4, df_bounds=(2.1, 1e3)).", UserWarning, stacklevel=3)
+        return mean.copy(), np.full(var.shape, np.inf)

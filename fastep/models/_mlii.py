@@ -223,6 +223,26 @@ def at_bounds(theta, bounds):
             np.abs(theta - bounds[:, 1]) <= AT_BOUND)
 
 
+def _bound_hints(hits, likelihood, fixed):
+    """Where to change the bounds of the parameters of ``hits`` ((message, name) pairs,
+    names as :func:`theta_names` gives them): the kernel's or the likelihood's own
+    ``<name>_bounds`` (``'fixed'`` with ``fixed``)."""
+    out = []
+    for base in dict.fromkeys(name.split("[")[0] for _, name in hits):
+        bound = "'fixed'" if fixed else "(low, high)"
+        if base.startswith("kernel theta"):                # a wrapped scikit-learn kernel
+            out.append("the scikit-learn kernel's own bounds")
+        elif base == "likelihood cut_points":
+            out.append(f"{likelihood}(cut_points=..., fixed=True)" if fixed
+                       else "the kernel variance, which sets the cut points' scale")
+        elif base.startswith("likelihood "):
+            p = base[len("likelihood "):]
+            out.append(f"likelihood={likelihood}({p}=..., {p}_bounds={bound})")
+        else:
+            out.append(f"the kernel's {base}=..., {base}_bounds={bound}")
+    return "; ".join(out)
+
+
 def _warn_at_bounds(problem, theta, bounds, owner, grad=None):
     """A ``ConvergenceWarning`` naming the kernel or likelihood parameters that ended at
     one of their bounds.  With the gradient of log evidence there (``grad``, in the log
@@ -243,21 +263,23 @@ def _warn_at_bounds(problem, theta, bounds, owner, grad=None):
                 slope = "" if grad is None else \
                     f" (d log evidence / d log {name} = {grad[i]:.2g})"
                 if gain is None or gain >= FLAT_GAIN:
-                    pulled.append(hit)
+                    pulled.append((hit, name))
                 elif gain > -FLAT_GAIN:
-                    flat.append(hit + slope)
+                    flat.append((hit + slope, name))
                 else:
                     inward.append(hit + slope)
+    lik = type(getattr(problem, "likelihood", None)).__name__
     if pulled:
-        warnings.warn(f"{owner}: ML-II ended with {', '.join(pulled)}; the evidence increases "
-                      f"beyond it. Widen the parameter's bounds (e.g. RBF(variance_bounds="
-                      f"...)) or rescale X / y.", ConvergenceWarning, stacklevel=4)
+        warnings.warn(f"{owner}: ML-II ended with {', '.join(h for h, _ in pulled)}; the "
+                      f"evidence increases beyond it. Widen the bounds "
+                      f"({_bound_hints(pulled, lik, fixed=False)}) or rescale X / y.",
+                      ConvergenceWarning, stacklevel=4)
     if flat:
-        warnings.warn(f"{owner}: ML-II ended with {', '.join(flat)}; the evidence is flat "
-                      f"there (a 10x wider bound would raise it by less than {FLAT_GAIN:g}), "
-                      f"so the data do not determine the parameter and a wider bound would "
-                      f"not help. Fix it at a value you believe (e.g. RBF(variance=10, "
-                      f"variance_bounds='fixed')) or keep the fit as it is.",
+        warnings.warn(f"{owner}: ML-II ended with {', '.join(h for h, _ in flat)}; the "
+                      f"evidence is flat there (a 10x wider bound would raise it by less than "
+                      f"{FLAT_GAIN:g}), so the data do not determine the parameter and a wider "
+                      f"bound would not help. Fix it at a value you believe "
+                      f"({_bound_hints(flat, lik, fixed=True)}) or keep the fit as it is.",
                       ConvergenceWarning, stacklevel=4)
     if inward:
         warnings.warn(f"{owner}: ML-II ended with {', '.join(inward)}, where the evidence "

@@ -49,6 +49,17 @@ Likelihood, default="student_t"
         higher one that explains them as outliers, and a single start finds the mode
         nearest to it (seen on Neal's function with 15% outliers: log evidence -68.4
         from scale 1, +1.4 from scale 0.1).
+    normalize_y : bool or "auto", default="auto"
+        Fit to ``(y - mean(y)) / std(y)`` and give every prediction (``predict``,
+        ``predict_latent``, the log densities, the LOO ones) back in y's units, as
+        scikit-learn's ``GaussianProcessRegressor(normalize_y=True)`` does: the GP's zero
+        mean and unit-scale defaults then suit y whatever its offset and scale (scikit-learn's
+        diabetes target, mean 152, sd 77: test RMSE 71.4 without, 56.1 with, a linear model
+        55.7).  ``kernel_``, ``likelihood_`` and the evidence are those of the standardised
+        y.  ``"auto"``: on for the likelihoods named ``"student_t"`` and ``"gaussian"``
+        (location-scale families, for which the rescaling is exact), off otherwise.
+        Counts and censoring limits live in y's own units: ``True`` with a count or Tobit
+        likelihood is a ValueError.
     method, optimizer, n_restarts_optimizer, max_iter_optimizer, tol_optimizer, damping, \
 tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
         As in :class:`~fastep.EPGaussianProcessClassifier` (the README's table of shared
@@ -83,15 +94,17 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
         "tol_optimizer", "damping", "tol", "max_iter",
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
-        "device", likelihood=[StrOptions(set(REGRESSION_LIKELIHOODS)), Likelihood])
+        "device", likelihood=[StrOptions(set(REGRESSION_LIKELIHOODS)), Likelihood],
+        normalize_y=["boolean", StrOptions({"auto"})])
 
-    def __init__(self, kernel=None, *, likelihood="student_t", method="auto",
+    def __init__(self, kernel=None, *, likelihood="student_t", normalize_y="auto", method="auto",
                  optimizer="L-BFGS-B", n_restarts_optimizer=0, max_iter_optimizer=200,
                  tol_optimizer=1e-6, damping=None, tol=1e-6, max_iter=200, n_inducing=None,
                  inducing_points=None, power=1.0, optimize_inducing=False, random_state=None,
                  device="cpu"):
         self.kernel = kernel
         self.likelihood = likelihood
+        self.normalize_y = normalize_y
         self.method = method
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
@@ -106,6 +119,20 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         self.optimize_inducing = optimize_inducing
         self.random_state = random_state
         self.device = device
+
+    def _normalizes(self, likelihood):
+        """Whether this fit standardises y (``normalize_y``), checked against the
+        likelihood."""
+        scale_family = isinstance(likelihood, (StudentT, Gaussian)) and \
+            not isinstance(likelihood, Tobit)
+        if self.normalize_y == "auto":
+            return isinstance(self.likelihood, str) and scale_family
+        if self.normalize_y and not scale_family:
+            raise ValueError(f"normalize_y=True needs a likelihood of real-valued y without "
+                             f"limits (Student-t or Gaussian); {type(likelihood).__name__} "
+                             f"reads y in its own units (counts, censoring limits). Set "
+                             f"normalize_y=False.")
+        return bool(self.normalize_y)
 
     def _make_likelihood(self):
         lik = self.likelihood
@@ -160,6 +187,12 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
             likelihood = self._data(self._make_likelihood(), X.shape[0], data)
             y = likelihood.encode_targets(y)
             X = np.ascontiguousarray(X)
+        self._y_shift, self._y_scale = 0.0, 1.0
+        if self._normalizes(likelihood):
+            shift, scale = (float(v.compute() if is_dask_array(v) else v)
+                            for v in (y.mean(), y.std()))
+            self._y_shift, self._y_scale = shift, (scale if scale > 0.0 else 1.0)
+            y = (y - self._y_shift) / self._y_scale
         backend = resolve(self.device, type(self).__name__)
         config = self._ep_config(backend, likelihood)
         rng = as_generator(self.random_state)
@@ -201,6 +234,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
             if value is not None:
                 arrays[f"data_{name}"] = np.broadcast_to(np.asarray(value, dtype=float),
                                                          (n,)).copy()
+        meta["y_shift"], meta["y_scale"] = self._y_shift, self._y_scale    # normalize_y
         return meta, arrays
 
     def _load_state(self, reader):
@@ -218,6 +252,12 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         config = self._ep_config(resolve("cpu"), likelihood)
         latent, result = latent_from_state(reader, reader.meta, "f_", X, y, likelihood, config)
         self.n_features_in_ = X.shape[1]
+        # files of 0.2 have no normalisation (y in its own units)
+        shift = reader.value("y_shift", float) if "y_shift" in reader.meta else 0.0
+        scale = reader.value("y_scale", float) if "y_scale" in reader.meta else 1.0
+        if not scale > 0.0:
+            raise ValueError(f"header value 'y_scale' must be positive; got {scale!r}")
+        self._y_shift, self._y_scale = float(shift), float(scale)
         self._set_latent(latent, result)
 
 
@@ -244,17 +284,30 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         """Mean (and standard deviation) of y itself at X (``exposure=``, ``lower=``,
         ``upper=`` as in ``fit``; defaults: exposure 1, the likelihood's own limits).
         A dask X gives lazy dask arrays, computed chunk by chunk on the workers."""
-        mean, std = self.predict_latent(X, return_std=True)
+        mean, std = self._latent_standardised(X)
         lik = self._predictive_likelihood(mean, data)
+        a, b = self._y_shift, self._y_scale
         if not return_std:      # E[y] alone: finite where only Var[y] would overflow
             if is_dask_array(mean):
-                return da_map_rows(_y_mean_block, mean, std, lik)
-            return _y_mean_block(mean, std, lik)
+                return a + b * da_map_rows(_y_mean_block, mean, std, lik)
+            return a + b * _y_mean_block(mean, std, lik)
         if is_dask_array(mean):
             both = da_map_rows(_y_moments_block, mean, std, lik, width=2)
-            return both[:, 0], both[:, 1]
+            return a + b * both[:, 0], b * both[:, 1]
         mean_y, std_y = _y_moments_block(mean, std, lik).T
-        return mean_y, std_y
+        return a + b * mean_y, b * std_y
+
+    def _latent_standardised(self, X):
+        """Latent mean and sd at X in the units the model was fitted in (standardised y
+        under ``normalize_y``)."""
+        return super().predict_latent(X, return_std=True)
+
+    def predict_latent(self, X, return_std=False):
+        """Mean (and standard deviation) of the latent f at X, in y's units (see
+        ``normalize_y``); lazy dask arrays for a dask X."""
+        mean, std = self._latent_standardised(X)
+        mean, std = self._y_shift + self._y_scale * mean, self._y_scale * std
+        return (mean, std) if return_std else mean
 
     def score(self, X, y, sample_weight=None, **data):
         """R^2 of :meth:`predict` (scikit-learn's ``RegressorMixin.score``), with the
@@ -265,8 +318,10 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
     def log_predictive_density(self, X, y, **data):
         """log p(y* | data) of observed targets y at X, one value per point (lazily, chunk
         by chunk, for a dask X)."""
-        mean, std = self.predict_latent(X, return_std=True)
+        mean, std = self._latent_standardised(X)
         lik = self._predictive_likelihood(mean, data)
+        y = self._standardise(y)
+        jacobian = np.log(self._y_scale)              # p(y) = p(y') / scale
         if is_dask_array(mean):
             import dask.array as da
             if not is_dask_array(y):
@@ -276,13 +331,21 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                 raise ValueError(f"y must have one entry per row of X, shape {mean.shape}; "
                                  f"got shape {y.shape}.")
             y = y if is_dask_array(y) else da.from_array(y, chunks=mean.chunks)
-            return da_map_rows(_log_density_block, mean, std, y.rechunk(mean.chunks), lik)
-        return _log_density_block(mean, std, y, lik)
+            return da_map_rows(_log_density_block, mean, std, y.rechunk(mean.chunks),
+                               lik) - jacobian
+        return _log_density_block(mean, std, y, lik) - jacobian
+
+    def _standardise(self, y):
+        """Targets in the units the model was fitted in (``normalize_y``)."""
+        if self._y_shift == 0.0 and self._y_scale == 1.0:
+            return y
+        y = y if is_dask_array(y) else np.asarray(y, dtype=float)
+        return (y - self._y_shift) / self._y_scale
 
     def _loo(self):
         mean, var = self._latent.loo_cavity(self.result_)
-        return (self._latent.loo_log_density(mean, var),
-                self.likelihood_.predict_mean(mean, var))
+        return (self._latent.loo_log_density(mean, var) - np.log(self._y_scale),
+                self._y_shift + self._y_scale * self.likelihood_.predict_mean(mean, var))
 
 
 def _y_mean_block(mean, std, likelihood):
