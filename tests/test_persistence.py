@@ -558,3 +558,23 @@ def test_every_tampered_file_in_a_process_of_its_own(model_files, tmp_path):
         assert path in detail, detail
         if expect is not None:
             assert re.search(expect, detail), (path, detail)
+
+
+def test_tampered_ordinal_file_names_the_field_that_is_wrong(fitted, tmp_path):
+    """0.2 blamed the likelihood for changed classes ('must be an OrdinalProbit with 6
+    levels') and a likelihood of another type for a NaN in a field it does not hold."""
+    path = tmp_path / "ordinal.npz"
+    save_model(fitted["ordinal/dense"][0], path)
+    with np.load(path, allow_pickle=False) as f:
+        header = json.loads(str(f["header"]))
+        arrays = {k: f[k] for k in f.files if k != "header"}
+    _expect(_write(tmp_path / "a.npz", header, dict(arrays, classes=np.arange(6))),
+            r"'classes' holds 6 labels but the OrdinalProbit likelihood has 2 cut points")
+    swapped = json.loads(json.dumps(header))
+    swapped["state"]["likelihood"] = {"type": "OrdinalProbit", "params": {"df": 4.0},
+                                      "bounds": {"df": [1.0, 10.0]}}
+    _expect(_write(tmp_path / "b.npz", swapped, arrays),
+            r"OrdinalProbit likelihood description has no \['cut_points'\]")
+    swapped["state"]["likelihood"] = {"type": "StudentT", "cut_points": [0.1, 0.2]}
+    _expect(_write(tmp_path / "c.npz", swapped, arrays),
+            r"StudentT likelihood description has no \['params', 'bounds'\]")

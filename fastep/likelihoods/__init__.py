@@ -31,6 +31,13 @@ def likelihood_from_dict(d):
         raise ValueError(f"a likelihood description must be a dict with a 'type'; got "
                          f"{d!r:.80}.")
     kind = d["type"]
+    fields = {"OrdinalProbit": ("cut_points",), "RobustMax": ("n_classes", "epsilon", "n_nodes")
+              }.get(kind, ("params", "bounds") if kind in _TYPES else ())
+    missing = [f for f in fields if f not in d]
+    if missing:                    # e.g. the type of another likelihood's description
+        raise ValueError(f"the {kind} likelihood description has no {missing}: it holds "
+                         f"{sorted(k for k in d if k != 'type')}, which do not describe a "
+                         f"{kind}.")
     if kind == "OrdinalProbit":
         try:
             return OrdinalProbit(d.get("cut_points"), bool(d.get("fixed", False)))

@@ -153,9 +153,12 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         n = X.shape[0]
         classes = reader.classes()
         likelihood = likelihood_of(reader, reader.meta)
-        if not isinstance(likelihood, OrdinalProbit) or likelihood.n_levels != classes.size:
-            raise ValueError(f"the likelihood must be an OrdinalProbit with {classes.size} "
-                             f"levels; got {likelihood!r}")
+        if not isinstance(likelihood, OrdinalProbit):
+            raise ValueError(f"the likelihood must be an OrdinalProbit; got {likelihood!r}")
+        if likelihood.n_levels != classes.size:
+            raise ValueError(f"the array 'classes' holds {classes.size} labels but the "
+                             f"OrdinalProbit likelihood has {likelihood.n_levels - 1} cut "
+                             f"points ({likelihood.n_levels} levels); the two must agree")
         y = likelihood.encode_targets(reader.array("y", (n,)))
         config = self._ep_config(resolve("cpu"), likelihood)
         latent, result = latent_from_state(reader, reader.meta, "f_", X, y, likelihood, config)
