@@ -40,7 +40,7 @@ GROUPS = {
     "hang": ("hang",),
     "non-finite": ("non-finite output", "runtime warning"),
     "bad exception": ("undocumented exception", "foreign exception", "empty message",
-                      "message"),
+                      "internal message", "message"),
     "invalid value": ("probability", "variance", "range", "symmetry", "diag", "cli"),
 }
 

@@ -23,11 +23,13 @@ import io
 import json
 import math
 import os
+import re
 import tempfile
 import warnings
 
 import numpy as np
 from hypothesis import strategies as st
+from sklearn.base import BaseEstimator
 
 import fastep
 from fastep import kernels as fk
@@ -41,6 +43,14 @@ except ImportError:                                # pragma: no cover - optional
 _FASTEP_DIR = os.path.dirname(fastep.__file__) + os.sep
 _VALIDATION = tuple(os.path.join("sklearn", "utils", f) for f in
                     ("validation.py", "_param_validation.py", "multiclass.py"))
+
+
+#: Words of fastep's internals that must not reach the user of an estimator (its
+#: methods name the user's arguments: X, y, kernel, ...): the cavity arguments of the
+#: tilted functions, the low-level ``extra``/``params`` arrays, LAPACK and NumPy internals.
+INTERNAL_VOICE = re.compile(r"\bvar_cav\b|\bmu_cav\b|shaped like mean|\bextra must\b|"
+                            r"\bparams must\b|dpotrf|illegal argument|out of bounds|"
+                            r"boolean index|not supported between instances")
 
 
 class Violation(AssertionError):
@@ -86,6 +96,10 @@ def call(fn, *args, **kwargs):
                                 f"{str(exc)[:300]}") from exc
             if not str(exc).strip():
                 raise Violation("empty message", type(exc).__name__) from exc
+            if isinstance(getattr(fn, "__self__", None), BaseEstimator) and \
+                    INTERNAL_VOICE.search(str(exc)):
+                raise Violation("internal message", f"{name}: {type(exc).__name__}: "
+                                f"{str(exc)[:300]}") from exc
             OUTCOMES.append(("refusal", f"{name}: {type(exc).__name__}: {str(exc)[:80]}"))
             return None
         except Exception as exc:
@@ -174,6 +188,8 @@ def inputs(data, n, d, name="X"):
         X[n // 2:] = X[:n - n // 2]
     if d > 1 and data.draw(st.booleans(), label=f"{name} constant column"):
         X[:, 0] = scale
+    if data.draw(st.integers(0, 7), label=f"{name} row at the origin") == 0:
+        X[0] = 0.0                               # a Linear kernel's prior variance is 0 there
     chance = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1))).random()
     if chance < 0.05:                                   # one example in twenty: poisoned
         X.flat[data.draw(st.integers(0, n * d - 1))] = data.draw(
@@ -188,7 +204,9 @@ def labels(data, n, n_classes):
     codes = rng.integers(0, n_classes, n)
     if n >= n_classes and data.draw(st.booleans(), label="every class present"):
         codes[:n_classes] = np.arange(n_classes)      # the last ones may have one example
-    kind = data.draw(st.sampled_from(["int", "float", "text", "bool", "object"]))
+    kind = data.draw(st.sampled_from(["int", "float", "text", "bool", "object", "mixed"]))
+    if kind == "mixed":                          # text and numbers: they do not sort
+        return np.array([("c" + str(c)) if c % 2 else int(c) for c in codes], dtype=object)
     if kind == "float":
         return codes.astype(float) * data.draw(st.sampled_from([1.0, 2.0, 2.5])) - 1.0
     if kind == "text":
@@ -218,6 +236,15 @@ def kernel(data, d):
               for _ in range(d if ard else 1)]
         return cls(var, ls if ard else ls[0], variance_bounds=(1e-7, 1e7),
                    lengthscale_bounds=(1e-5, 1e5))
+    shape = data.draw(st.sampled_from(["ok"] * 8 + ["vector variance", "ARD width"]),
+                      label="kernel parameter shapes")
+    if shape == "vector variance":               # must be refused by the constructor
+        cls = data.draw(st.sampled_from([fk.RBF, fk.Matern32, fk.Linear, fk.ConstantKernel,
+                                         fk.WhiteKernel]))
+        if call(cls, [1.0, data.draw(log_uniform(1e-3, 1e3))]) is not None:
+            raise Violation("message", f"{cls.__name__} accepted a vector variance")
+    if shape == "ARD width":                     # fit and predict must refuse it
+        return fk.RBF(1.0, np.ones(d + data.draw(st.sampled_from([1, 2]))))
     k = one()
     combine = data.draw(st.sampled_from([None, None, "sum", "product"]), label="combine")
     if combine == "sum":
@@ -247,10 +274,21 @@ def custom_likelihood(concave):
     return _CUSTOM[concave]
 
 
+def exposures(data, n):
+    """None, a scalar or n positive exposures from 1e-6 to 1e6 (a count model's)."""
+    form = data.draw(st.sampled_from([None, "scalar", "array"]), label="exposure")
+    if form is None:
+        return None
+    if form == "scalar":
+        return data.draw(log_uniform(1e-6, 1e6))
+    return np.asarray(data.draw(st.lists(log_uniform(1e-6, 1e6), min_size=n, max_size=n)))
+
+
 def likelihood_and_targets(data, n):
     """(likelihood, y, extra) for n sites, y and extra valid for that likelihood."""
     kind = data.draw(st.sampled_from(["probit", "logistic", "gaussian", "tobit", "annotators",
-                                      "custom", "custom-mixture"]), label="likelihood")
+                                      "custom", "custom-mixture", "poisson",
+                                      "negative_binomial", "student_t"]), label="likelihood")
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
     sign = np.where(rng.random(n) < 0.5, 1.0, -1.0)
     if kind in ("probit", "logistic"):
@@ -261,6 +299,17 @@ def likelihood_and_targets(data, n):
     noise = data.draw(log_uniform(1e-6, 1e6), label="noise variance")
     if kind == "gaussian":
         return fl.Gaussian(noise), rng.normal(size=n) * scale, None
+    if kind == "student_t":
+        df = data.draw(log_uniform(1.0, 1e3), label="df")
+        return fl.StudentT(df, math.sqrt(noise)), rng.standard_t(2, size=n) * scale, None
+    if kind in ("poisson", "negative_binomial"):
+        exposure = exposures(data, n)
+        rate = np.minimum(scale * (1.0 if exposure is None else exposure), 1e9)
+        y = rng.poisson(np.broadcast_to(rate, (n,))).astype(float)
+        if kind == "poisson":
+            return fl.Poisson(exposure=exposure), y, None
+        return fl.NegativeBinomial(data.draw(log_uniform(1e-2, 1e4)), exposure=exposure), \
+            y, None
     if kind == "tobit":
         lower, upper = -scale, scale
         y = np.clip(rng.normal(size=n) * 2 * scale, lower, upper)
@@ -505,6 +554,77 @@ def prop_censored(data):
     finite(call(est.log_predictive_density, Xt, yt, **kw), "log_predictive_density")
 
 
+def prop_regressor(data):
+    """``EPGaussianProcessRegressor``: every likelihood (counts with exposures from 1e-6 to
+    1e6 and large latent means, Student-t, Gaussian, Tobit), ``normalize_y``, exposure
+    given or not at prediction, every prediction method, LOO."""
+    n = data.draw(st.integers(1, 20), label="n")
+    d = data.draw(st.integers(1, 2))
+    X = inputs(data, n, d)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    name = data.draw(st.sampled_from(["student_t", "gaussian", "poisson",
+                                      "negative_binomial", "tobit"]), label="likelihood")
+    scale = data.draw(log_uniform(1e-3, 1e6), label="target scale")
+    fit_kw, counts = {}, name in ("poisson", "negative_binomial")
+    if counts:
+        exposure = exposures(data, n)
+        rate = np.minimum(scale * (1.0 if exposure is None else exposure), 1e12)
+        y = rng.poisson(np.broadcast_to(rate, (n,))).astype(float)
+        if exposure is not None:
+            fit_kw["exposure"] = exposure
+    else:
+        y = rng.standard_t(3, size=n) * scale + data.draw(st.sampled_from([0.0, 152.0, -1e4]))
+        if name == "tobit":
+            y = np.clip(y, -scale, scale)
+    likelihood = fl.Tobit(1.0, lower=-scale, upper=scale) if name == "tobit" else name
+    est = fastep.EPGaussianProcessRegressor(
+        kernel(data, d), likelihood=likelihood,
+        normalize_y=data.draw(st.sampled_from(["auto", True, False])),
+        optimizer=_optimizer(data, n), max_iter=data.draw(st.integers(1, 50)),
+        **_sparse_options(data, n))
+    if call(est.fit, present(data, X), present(data, y), **fit_kw) is None:
+        return
+    m = data.draw(st.integers(1, 8))
+    Xt = inputs(data, m, d, "X_test")
+    pred_kw = {}
+    if counts and "exposure" in fit_kw and data.draw(st.booleans(), label="exposure again"):
+        again = exposures(data, m)
+        pred_kw["exposure"] = 1.0 if again is None else again
+    for method in (est.predict, est.predict_latent):
+        for return_std in (False, True):
+            out = call(method, Xt, return_std=return_std,
+                       **(pred_kw if method == est.predict else {}))
+            if out is not None:
+                finite(out, method.__name__)
+                if return_std:
+                    non_negative(out[1], f"{method.__name__} std")
+    yt = y[rng.integers(0, n, m)]
+    finite(call(est.log_predictive_density, Xt, yt, **pred_kw), "log_predictive_density")
+    finite(call(est.loo_log_predictive_density), "loo_log_predictive_density")
+    finite(call(est.loo_predict), "loo_predict")
+    s = call(est.score, Xt, yt, **pred_kw) if m > 1 else None
+    finite(s, "score")
+    finite(call(est.log_marginal_likelihood), "log_marginal_likelihood")
+
+
+def prop_ordinal(data):
+    """``OrdinalGPClassifier``: 2 to 5 ordered levels (some with one example), dense and
+    sparse, every prediction method."""
+    n = data.draw(st.integers(1, 25), label="n")
+    d = data.draw(st.integers(1, 2))
+    X = inputs(data, n, d)
+    y = labels(data, n, data.draw(st.integers(2, 5)))
+    est = fastep.OrdinalGPClassifier(
+        kernel(data, d), optimizer=_optimizer(data, n),
+        max_iter=data.draw(st.integers(1, 50)), **_sparse_options(data, n))
+    if call(est.fit, present(data, X), present(data, y)) is None:
+        return
+    _predict_checks(est, present(data, inputs(data, data.draw(st.integers(1, 8)), d,
+                                              "X_test")), classifier=True)
+    loo = call(est.loo_log_predictive_density)
+    finite(loo, "loo_log_predictive_density")
+
+
 def prop_annotators(data):
     """``MultiAnnotatorGPClassifier``: label matrices with gaps, one annotator, one class
     per annotator; predictions, LOO reliabilities, queries."""
@@ -727,6 +847,8 @@ ENTRY_POINTS = {
     "fastep.sparse_ep": prop_sparse_ep,
     "EPGaussianProcessClassifier": prop_classifier,
     "CensoredGPRegressor": prop_censored,
+    "EPGaussianProcessRegressor": prop_regressor,
+    "OrdinalGPClassifier": prop_ordinal,
     "MultiAnnotatorGPClassifier": prop_annotators,
     "SparseGPRegressor": prop_sparse_regression,
     "GWIClassifier": prop_gwi,
