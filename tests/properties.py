@@ -590,6 +590,9 @@ def prop_regressor(data):
     if counts and "exposure" in fit_kw and data.draw(st.booleans(), label="exposure again"):
         again = exposures(data, m)
         pred_kw["exposure"] = 1.0 if again is None else again
+    elif counts and "exposure" in fit_kw and call(est.predict, Xt) is not None:
+        raise Violation("message", "a count model fitted with exposure= predicted without "
+                        "one (0.2 assumed 1 without a word)")
     for method in (est.predict, est.predict_latent):
         for return_std in (False, True):
             out = call(method, Xt, return_std=return_std,
