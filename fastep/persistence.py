@@ -105,6 +105,7 @@ def save_model(estimator, path):
     """Write a fitted fastep estimator to ``path`` (an ``.npz`` archive, no pickle).
 
     Every estimator can be saved: :class:`~fastep.EPGaussianProcessClassifier`,
+    :class:`~fastep.EPGaussianProcessRegressor`, :class:`~fastep.OrdinalGPClassifier`,
     :class:`~fastep.CensoredGPRegressor`, :class:`~fastep.MultiAnnotatorGPClassifier`,
     :class:`~fastep.SparseGPRegressor` and :class:`~fastep.GWIClassifier`, dense or
     sparse, fitted on any device.  The file is written to exactly ``path`` (no suffix is

@@ -1,4 +1,4 @@
-"""The contract every estimator shares: scikit-learn conformance (all five estimators,
+"""The contract every estimator shares: scikit-learn conformance (all seven estimators,
 here), one meaning per
 parameter name, one validation path, ``predict_latent``, fitted attributes, random
 states, cloning, pickling in worker processes, and no mutation of what the user passed."""

@@ -1,4 +1,6 @@
-"""EP likelihoods: each supplies a scalar compiled tilted-moment function."""
+"""EP likelihoods: each supplies a scalar compiled tilted-moment function, except
+:class:`RobustMax` (the multiclass likelihood of GWI, which needs expected log-likelihoods
+rather than tilted moments)."""
 import numbers
 
 import numpy as np

@@ -1,4 +1,5 @@
-"""Type-II maximum likelihood: the one loop every estimator uses.
+"""Type-II maximum likelihood: the one loop of every estimator that learns its kernel by
+ML-II (all but :class:`fastep.GWIClassifier`, whose prior kernel stays fixed).
 
 It maximises a problem's evidence over ``problem.theta`` (log kernel and likelihood
 parameters, and inducing inputs where they move) with L-BFGS-B or a user optimiser,

@@ -111,12 +111,12 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         ML-II of the kernel, noise variance and inducing inputs; None keeps them fixed.
     n_restarts_optimizer : int, default=0
         Restarts draw the kernel and noise parameters from their bounds; the
+        inducing inputs restart from their initial positions.
     max_iter_optimizer : int, default=200
         Most L-BFGS-B iterations of ML-II (a ``ConvergenceWarning`` if they run out).
     tol_optimizer : float, default=1e-6
         ML-II stops when a step changes the log evidence by less than this (relative)
         or the projected gradient is below ten times it (relative to the evidence).
-        inducing inputs restart from their initial positions.
     random_state : int, RandomState, Generator or None, default=None
         Seeds the k-means++ choice of inducing points and the restarts.
 
