@@ -70,11 +70,14 @@ def blas_threads_for(n, one_pool=False):
 
     ``one_pool``: for dense work whose cubic part is SciPy's LAPACK/BLAS (EP's and
     Laplace's loops), cap every *other* BLAS library to one thread, so that only SciPy's
-    pool runs threaded (:func:`one_blas_pool`).
+    pool runs threaded (:func:`one_blas_pool`).  Not above :data:`BLOCK_THRESHOLD`, where
+    the blocked Cholesky's trailing updates are NumPy matrix products.
     """
     if n < SMALL_N:
         return single_threaded_blas()
-    return one_blas_pool() if one_pool else contextlib.nullcontext()
+    if one_pool and n <= BLOCK_THRESHOLD:
+        return one_blas_pool()
+    return contextlib.nullcontext()
 
 
 def _other_blas():

@@ -259,6 +259,8 @@ def load_model(path):
         params = _params_from_header(header.get("params"), arrays)
         if "hyperprior" not in params and "hyperprior" in classes[name]().get_params():
             params["hyperprior"] = None            # saved before MAP-II: plain ML-II
+        if "normalize_y" not in params and "normalize_y" in classes[name]().get_params():
+            params["normalize_y"] = False          # saved before normalize_y: y as it was
         if "device" in params:
             params["device"] = "cpu"               # a loaded model predicts on the CPU
         est = classes[name](**params)

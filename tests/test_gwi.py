@@ -336,7 +336,7 @@ def test_budget_exhausted_warns_naming_max_iter(iris):
     # issue 31: L-BFGS-B stopped at max_iter with converged_=False and no warning
     Xtr, _, ytr, _ = iris
     with pytest.warns(fastep.ConvergenceWarning, match=r"max_iter=3 iterations.*tol=1e-06.*"
-                                                       r"Increase max_iter or tol"):
+                                                       r"raise max_iter, or tol"):
         clf = GWIClassifier(n_inducing=20, max_iter=3, random_state=0).fit(Xtr, ytr)
     assert clf.n_iter_ == 3 and not clf.converged_
     # a stop by tol is converged and silent

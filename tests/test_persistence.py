@@ -578,3 +578,22 @@ def test_tampered_ordinal_file_names_the_field_that_is_wrong(fitted, tmp_path):
     swapped["state"]["likelihood"] = {"type": "StudentT", "cut_points": [0.1, 0.2]}
     _expect(_write(tmp_path / "c.npz", swapped, arrays),
             r"StudentT likelihood description has no \['params', 'bounds'\]")
+
+
+def test_regressor_file_saved_before_normalize_y_loads_unnormalised(fitted, tmp_path):
+    """A 0.2 file has neither the 'normalize_y' parameter nor the shift and scale: it
+    loads with normalize_y=False (a refit does what 0.2 did) and predicts as saved."""
+    est = fastep.EPGaussianProcessRegressor(optimizer=None, normalize_y=False).fit(
+        *CASES["regression/student-t"][1])
+    path = tmp_path / "new.npz"
+    save_model(est, path)
+    with np.load(path, allow_pickle=False) as f:
+        header = json.loads(str(f["header"]))
+        arrays = {k: f[k] for k in f.files if k != "header"}
+    header["params"].pop("normalize_y")
+    for key in ("y_shift", "y_scale"):
+        header["state"].pop(key)
+    old = load_model(_write(tmp_path / "old.npz", header, arrays))
+    assert old.get_params()["normalize_y"] is False
+    X = CASES["regression/student-t"][1][0][:7]
+    np.testing.assert_array_equal(old.predict(X), est.predict(X))

@@ -579,6 +579,12 @@ def test_count_model_fitted_with_exposure_needs_it_to_predict():
     doubled = model.predict(X, exposure=2 * exposure)
     np.testing.assert_allclose(doubled, 2 * model.predict(X, exposure=exposure), rtol=1e-12)
     assert model.score(X, y, exposure=exposure) > 0.0
+    # an array of exposures given to the constructor does not carry over to new points
+    arrays = fastep.EPGaussianProcessRegressor(
+        likelihood=fastep.likelihoods.Poisson(exposure=np.full(30, 3.0)),
+        optimizer=None).fit(X, y, exposure=exposure)
+    with pytest.raises(ValueError, match="pass exposure="):
+        arrays.predict(X[:3])
     # a scalar exposure of the constructor's likelihood is the model's own default
     own = fastep.EPGaussianProcessRegressor(likelihood=fastep.likelihoods.Poisson(exposure=2.0),
                                             optimizer=None).fit(X, y)
@@ -727,3 +733,18 @@ def test_bound_warning_names_the_likelihood_parameter_and_its_own_bounds():
     text = " ".join(str(w.message) for w in rec if "likelihood df" in str(w.message))
     assert "likelihood=StudentT(df=..., df_bounds=" in text
     assert "variance_bounds" not in text
+
+
+def test_point_cavity_shortcut_is_taken_only_where_the_likelihood_is_smooth_on_its_step():
+    # review of the shortcut: a Student-t narrower than the difference step (scale 0.01 at
+    # mu = 1000, step 0.1) must go to the quadrature; a steep but smooth Poisson (a count
+    # of 1e6 at mu = 13) must not (the quadrature loses its digits at var = 1e-20)
+    lik = fastep.likelihoods.StudentT(df=4, scale=0.01)
+    r, df, s = 0.005, 4.0, 0.01
+    d1 = (df + 1) * r / (df * s * s + r * r)
+    d2 = (df + 1) * (r * r - df * s * s) / (df * s * s + r * r) ** 2
+    got = lik.tilted([1000.0 + r], [1000.0], [1e-14])
+    np.testing.assert_allclose([got[1][0], got[2][0]], [d1, d2], rtol=1e-5)
+    got = fastep.likelihoods.Poisson().tilted([1e6], [13.0], [1e-20])
+    np.testing.assert_allclose([got[1][0], got[2][0]], [1e6 - math.exp(13.0), -math.exp(13.0)],
+                               rtol=1e-6)            # 0.2: d2 -4.47e9 (quadrature)

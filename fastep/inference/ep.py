@@ -252,7 +252,7 @@ class EPResult:
         post = self._posterior
         be = post.be
         k_cross = be.asarray(k_cross)
-        with be.threads_for(k_cross.shape[0], one_pool=True):
+        with be.threads_for(k_cross.shape[0], one_pool=post.Q is None):
             mean = k_cross.T @ be.asarray(self.b)
             prior = be.asarray(k_diag)
             var = prior - be.xp.einsum("ij,ij->j", k_cross, post.apply_r(k_cross))
@@ -263,7 +263,7 @@ class EPResult:
         of the backend that ran EP."""
         post = self._posterior
         be = post.be
-        with be.threads_for(self.mean.shape[0], one_pool=True):
+        with be.threads_for(self.mean.shape[0], one_pool=post.Q is None):
             g = post.dense_r()
             b = be.asarray(self.b)
             g *= -0.5
@@ -399,9 +399,10 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
     K, inputs = _prepare(be, K, y, likelihood, method, extra)
     robust = (not likelihood.log_concave) if robust is None else bool(robust)
     # parallel sweeps run NumPy's matrix-vector products beside SciPy's threaded LAPACK
-    # (one_pool); sequential sweeps' rank-b updates are NumPy matrix products, kept threaded
+    # (one_pool); sequential sweeps' rank-b updates and the negative-site form (likelihoods
+    # that are not log-concave) are NumPy matrix products, kept threaded
     with be.threads_for(K.shape[0]), contextlib.ExitStack() as parallel_only:
-        if method != "sequential":
+        if method != "sequential" and likelihood.log_concave:
             parallel_only.enter_context(be.threads_for(K.shape[0], one_pool=True))
         return _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, site_tau,
                    site_nu, check_psd, callback, robust, outer, parallel_only)
@@ -563,7 +564,7 @@ def posterior_from_sites(K, y, likelihood, site_tau, site_nu, extra=None, device
     xp = be.xp
     n = K.shape[0]
     tau, nu = (be.asarray(a) for a in initial_sites(site_tau, site_nu, n))
-    with be.threads_for(n, one_pool=True):
+    with be.threads_for(n, one_pool=bool(xp.all(tau >= 0.0))):      # see ep()
         post = _Posterior(be, K, xp.ascontiguousarray(xp.diagonal(K)), tau, nu)
         buf = [xp.empty(n) for _ in range(5)]
         skipped, ok, log_ev = _evaluate(be, likelihood.scalar_tilted, y, extra, params, post,

@@ -45,7 +45,6 @@ _GL_X = tuple(float(v) for v in 0.5 * (_GL_X + 1.0))     # nodes on [0, 1]
 _GL_W = tuple(float(v) for v in 0.5 * _GL_W)
 _DROP = 42.0            # stop once the log integrand is this far below its peak
 _MAX_PANELS = 200       # per side
-_NARROW = 1e-10         # var x (g'' + g'^2) below which the cavity is a point (see below)
 
 
 def _quad_source(kind, y, extra, mu, var, alpha, params, k):
@@ -64,21 +63,32 @@ def _quad_source(kind, y, extra, mu, var, alpha, params, k):
     log_lik = LOG_LIK  # noqa: F821 - bound per compilation, see _compile_quad
     dlog_lik = DLOG_LIK  # noqa: F821
     # A cavity far narrower than the likelihood's features (e.g. a latent with zero prior
-    # variance): its mass lies well inside mu +- h, the step of the central differences
-    # (sd below h / 100), and var x (g'' + g'^2) is below _NARROW (g = alpha log_lik).
-    # Then, to first order in var, log Z = g(mu) + var (g'' + g'^2) / 2, d1 = g'(mu),
-    # d2 = g''(mu), where the quadrature's (mode - mu) / var would lose every digit.
+    # variance), where the quadrature's (mode - mu) / var would lose every digit: its sd
+    # below h / 100 (h = 1e-4 (1 + |mu|)), g = alpha log_lik quadratic on mu +- h (central
+    # differences at steps h and h / 2 agree; g' from Richardson's combination of the two,
+    # g'' from step h, whose rounding error is the smaller), and the tilted mean within
+    # h / 100 of mu.  Then, with c = 1 - var g'', the
+    # Gaussian integral of the local quadratic gives log Z = g + var g'^2 / (2 c)
+    # - log(c) / 2, d1 = g' / c, d2 = g'' / c.
     h = 1e-4 * (1.0 + abs(mu))
-    lp = alpha * log_lik(kind, y, extra, mu + h, params)
-    l0 = alpha * log_lik(kind, y, extra, mu, params)
-    lm = alpha * log_lik(kind, y, extra, mu - h, params)
-    if (var <= 1e-4 * h * h and math.isfinite(lp) and math.isfinite(l0)
-            and math.isfinite(lm)):
-        a = (lp - lm) / (2.0 * h)
-        b = (lp - 2.0 * l0 + lm) / (h * h)
-        if var * (abs(b) + a * a) <= _NARROW:
-            mg = alpha * dlog_lik(kind, y, extra, mu, params, k) if k >= 0 else 0.0
-            return l0 + 0.5 * var * (b + a * a), a, b, mg
+    if var <= 1e-4 * h * h:
+        l0 = alpha * log_lik(kind, y, extra, mu, params)
+        lp = alpha * log_lik(kind, y, extra, mu + h, params)
+        lm = alpha * log_lik(kind, y, extra, mu - h, params)
+        lp2 = alpha * log_lik(kind, y, extra, mu + 0.5 * h, params)
+        lm2 = alpha * log_lik(kind, y, extra, mu - 0.5 * h, params)
+        if (math.isfinite(l0) and math.isfinite(lp) and math.isfinite(lm)
+                and math.isfinite(lp2) and math.isfinite(lm2)):
+            a1, a2 = (lp - lm) / (2.0 * h), (lp2 - lm2) / h
+            b1, b2 = (lp - 2.0 * l0 + lm) / (h * h), 4.0 * (lp2 - 2.0 * l0 + lm2) / (h * h)
+            a = (4.0 * a2 - a1) / 3.0
+            b = b1
+            c = 1.0 - var * b
+            if (abs(b1 - b2) <= 1e-4 * abs(b) + 1e-8 / (h * h)
+                    and abs(a1 - a2) <= 1e-4 * abs(a) + 1e-8 / h
+                    and c >= 0.5 and var * abs(a) <= 0.01 * h * c):
+                mg = alpha * dlog_lik(kind, y, extra, mu, params, k) if k >= 0 else 0.0
+                return l0 + 0.5 * var * a * a / c - 0.5 * math.log(c), a / c, b / c, mg
     # Local modes of g(f) = alpha*log_lik(f) - (f - mu)^2 / (2 var) by Newton ascent with
     # step halving (every accepted step raises g, so huge curvatures such as exp(f) of a
     # Poisson far from its count cannot make it oscillate), derivatives of log_lik by

@@ -114,6 +114,10 @@ class MultiAnnotator(Likelihood):
         its own length)."""
         return np.ones(np.shape(y)[0] if np.ndim(y) else self.labels.shape[0])
 
+    def check_targets(self, y):
+        """Ones: ``y`` is not read (the labels are in ``extra``)."""
+        return np.ones(np.shape(y)[0])
+
     def rows(self, start, stop):
         """A copy holding the labels of the instances ``start:stop`` only."""
         part = copy.copy(self)

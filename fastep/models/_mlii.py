@@ -236,6 +236,10 @@ def _bound_hints(hits, likelihood, fixed):
         elif base == "likelihood cut_points":
             out.append(f"{likelihood}(cut_points=..., fixed=True)" if fixed
                        else "the kernel variance, which sets the cut points' scale")
+        elif base == "noise_variance":                     # SparseGPRegressor's own
+            out.append("noise_variance=... of the estimator, or rescale y; its bounds are "
+                       "fixed" if not fixed else "a fixed noise variance: optimizer=None "
+                       "with noise_variance=...")
         elif base.startswith("likelihood "):
             p = base[len("likelihood "):]
             out.append(f"likelihood={likelihood}({p}=..., {p}_bounds={bound})")

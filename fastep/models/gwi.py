@@ -270,9 +270,10 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
                 warnings.warn(f"GWIClassifier: L-BFGS-B did not converge in "
                               f"max_iter={self.max_iter} iterations (relative decrease of the "
                               f"objective in the last iteration {change:.2e}, tol={self.tol:g})."
-                              f" Increase max_iter or tol; the objective can keep falling "
-                              f"slowly long after held-out accuracy has levelled off, so "
-                              f"judge a larger max_iter on held-out data.",
+                              f" The budget acts as early stopping: a run to tol can fit the "
+                              f"training points ever more closely while held-out log loss "
+                              f"worsens (see max_iter in the class docstring), so raise "
+                              f"max_iter, or tol, only as far as held-out data bear out.",
                               ConvergenceWarning, stacklevel=5)
         else:
             def objective(p, rows, scale):

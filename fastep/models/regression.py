@@ -59,7 +59,8 @@ Likelihood, default="student_t"
         y.  ``"auto"``: on for the likelihoods named ``"student_t"`` and ``"gaussian"``
         (location-scale families, for which the rescaling is exact), off otherwise.
         Counts and censoring limits live in y's own units: ``True`` with a count or Tobit
-        likelihood is a ValueError.
+        likelihood is a ValueError.  With ``True`` and a likelihood instance (or a fixed
+        kernel), its parameters are read in the units of the standardised y.
     method, optimizer, n_restarts_optimizer, max_iter_optimizer, tol_optimizer, damping, \
 tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
         As in :class:`~fastep.EPGaussianProcessClassifier` (the README's table of shared
@@ -119,6 +120,9 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         self.optimize_inducing = optimize_inducing
         self.random_state = random_state
         self.device = device
+
+    #: y's shift and scale under ``normalize_y`` (class defaults: estimators of 0.2)
+    _y_shift, _y_scale = 0.0, 1.0
 
     def _normalizes(self, likelihood):
         """Whether this fit standardises y (``normalize_y``), checked against the
@@ -189,8 +193,15 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
             X = np.ascontiguousarray(X)
         self._y_shift, self._y_scale = 0.0, 1.0
         if self._normalizes(likelihood):
-            shift, scale = (float(v.compute() if is_dask_array(v) else v)
-                            for v in (y.mean(), y.std()))
+            if is_dask_array(y):
+                import dask
+                shift, scale = (float(v) for v in dask.compute(y.mean(), y.std()))
+            else:
+                shift, scale = float(np.mean(y)), float(np.std(y))
+            if not (np.isfinite(shift) and np.isfinite(scale)):
+                raise ValueError(f"y must be finite to be standardised (normalize_y); its "
+                                 f"mean is {shift!r} and its standard deviation {scale!r}. "
+                                 f"Remove the rows whose target is NaN or infinite.")
             self._y_shift, self._y_scale = shift, (scale if scale > 0.0 else 1.0)
             y = (y - self._y_shift) / self._y_scale
         backend = resolve(self.device, type(self).__name__)
@@ -270,8 +281,9 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         (``predict_data``: a count model's exposure) must be given: a ValueError names it."""
         base = None if isinstance(self.likelihood, str) else self.likelihood
         for name in self.likelihood_.predict_data:
+            own = getattr(base, name, None)           # _data keeps a scalar of it only
             if (data.get(name) is None and getattr(self._latent.likelihood, name) is not None
-                    and getattr(base, name, None) is None):
+                    and (own is None or np.ndim(own) != 0)):
                 raise ValueError(
                     f"this model was fitted with {name}= (per-observation data of its "
                     f"{type(self.likelihood_).__name__} likelihood); pass {name}= for the "
