@@ -408,12 +408,18 @@ def test_ctrl_c_during_a_fit_leaves_a_fitted_estimator_intact():
     y = (f > 0).astype(int)
     est = EPGaussianProcessClassifier(optimizer=None).fit(X, y)
     before = est.predict_proba(X)
-    calls = []
 
     def slow(obj, theta, bounds):                 # keeps Python busy between evaluations
+        # SIGINT after the second evaluation, sent again every 2 s (on a loaded machine a
+        # run once sat in this loop for half an hour, its results piling up in memory);
+        # never an endless loop
+        sent, calls = [], 0
         while True:
-            calls.append(obj(theta))
-            if len(calls) == 2:
+            obj(theta)
+            calls += 1
+            if calls >= 2 and (not sent or time.monotonic() - sent[-1] > 2.0):
+                assert len(sent) < 30, "no KeyboardInterrupt after 30 SIGINTs"
+                sent.append(time.monotonic())
                 threading.Timer(0.05, signal.pthread_kill,
                                 (threading.main_thread().ident, signal.SIGINT)).start()
 
