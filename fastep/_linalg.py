@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 
 import numpy as np
 from scipy.linalg import blas, lapack
@@ -33,13 +34,20 @@ except ImportError:  # pragma: no cover - a core dependency, but degrade gracefu
 _CONTROLLER = []
 
 
-def single_threaded_blas():
-    """Context manager limiting the BLAS/LAPACK thread pools to one thread."""
+def _controller():
+    """The process's threadpoolctl controller (made once; None without threadpoolctl)."""
     if ThreadpoolController is None:
-        return contextlib.nullcontext()
+        return None
     if not _CONTROLLER:
         _CONTROLLER.append(ThreadpoolController())
-    return _CONTROLLER[0].limit(limits=1, user_api="blas")
+    return _CONTROLLER[0]
+
+
+def single_threaded_blas():
+    """Context manager limiting the BLAS/LAPACK thread pools to one thread."""
+    if _controller() is None:
+        return contextlib.nullcontext()
+    return _controller().limit(limits=1, user_api="blas")
 
 BLOCK_THRESHOLD = 8192
 BLOCK_SIZE = 2048
@@ -80,6 +88,7 @@ def blas_threads_for(n, one_pool=False):
     return contextlib.nullcontext()
 
 
+@functools.lru_cache(maxsize=1)          # the libraries loaded with NumPy and SciPy
 def _other_blas():
     """threadpoolctl controllers of the BLAS libraries loaded beside SciPy's own, or None.
 
@@ -89,17 +98,15 @@ def _other_blas():
     import os
 
     import scipy
-    if ThreadpoolController is None:
+    if _controller() is None:
         return None
-    if not _CONTROLLER:
-        _CONTROLLER.append(ThreadpoolController())
-    libs = _CONTROLLER[0].select(user_api="blas")
+    libs = _controller().select(user_api="blas")
     root = os.path.realpath(os.path.dirname(scipy.__file__))   # scipy/ and scipy.libs/
     other = [c.filepath for c in libs.lib_controllers
              if not os.path.realpath(c.filepath).startswith(root)]
     if not other or len(other) == len(libs.lib_controllers):   # one shared, or unknown
         return None
-    return _CONTROLLER[0].select(filepath=other)
+    return _controller().select(filepath=other)
 
 
 def one_blas_pool():
