@@ -563,6 +563,34 @@ def test_count_regressor_far_from_the_data_says_why_not_inf():
         assert np.isfinite(mean).all() and np.isfinite(std).all()
 
 
+def test_count_regressor_scores_and_densities_beyond_float64_are_errors_or_exact():
+    """Found by fuzzing 0.3: log p(y*) at a rate past float64 was -inf with an internal
+    message (mu_cav), and R^2 of finite predictions near 1e195 overflowed in
+    scikit-learn's squares."""
+    X = np.linspace(0, 1, 10)[:, None]
+    y = np.arange(10) % 3
+    model = fastep.EPGaussianProcessRegressor(RBF(variance=900.0), likelihood="poisson",
+                                              optimizer=None, normalize_y=False).fit(X, y)
+    far = np.array([[0.5], [50.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        huge = model.predict(far)
+        assert np.isfinite(huge).all() and huge[1] > 1e190
+        with pytest.raises(ValueError, match="below -1.8e308"):
+            model.score(far, [1.0, 2.0])
+        # R^2 against targets as large as the predictions: the ratio of sums of squares
+        # as scikit-learn forms it, on values scaled down by hand
+        target = huge * np.array([1.5, 0.5])
+        from sklearn.metrics import r2_score
+        assert model.score(far, target) == pytest.approx(
+            r2_score(target / 1e190, huge / 1e190), rel=1e-12)
+        big = fastep.EPGaussianProcessRegressor(RBF(variance=1e5), likelihood="poisson",
+                                                optimizer=None, normalize_y=False)
+        big.fit(X, y)
+        with pytest.raises(ValueError, match="overflows float64"):
+            big.log_predictive_density(far, [382.0, 1.0])
+
+
 @pytest.mark.parametrize("lik", [fastep.likelihoods.Poisson(),
                                  fastep.likelihoods.NegativeBinomial()])
 def test_tilted_moments_of_a_count_likelihood_refuse_fractional_counts(lik):

@@ -13,6 +13,7 @@ from sklearn.utils.validation import (check_consistent_length, column_or_1d,
 
 from .._checks import is_dask_array, scalar_data
 from ..backend import resolve
+from ..likelihoods.counts import LOG_MAX
 from ..likelihoods import (Gaussian, Likelihood, NegativeBinomial, OrdinalProbit, Poisson,
                            StudentT, Tobit)
 from ._base import (SingleLatentEstimator, as_generator, da_map_rows, fit_entry, fresh_kernel,
@@ -324,8 +325,15 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
     def score(self, X, y, sample_weight=None, **data):
         """R^2 of :meth:`predict` (scikit-learn's ``RegressorMixin.score``), with the
         per-observation data of the points (``exposure=``, ``lower=``, ``upper=``) as in
-        :meth:`predict`."""
-        return r2_score(y, self.predict(X, **data), sample_weight=sample_weight)
+        :meth:`predict`.  Count predictions can be finite but too large to square (far
+        from the data, a log-normal rate); R^2 is then formed from scaled sums of squares,
+        and a ``ValueError`` says when it lies below -1.8e308."""
+        pred = self.predict(X, **data)
+        if not (is_dask_array(pred) or is_dask_array(y)):
+            pred, target = np.asarray(pred, float), np.asarray(y, float).ravel()
+            if np.max(np.abs(pred), initial=0.0) > 1e100 and np.isfinite(target).all():
+                return _r2_of_huge(target, pred, sample_weight)
+        return r2_score(y, pred, sample_weight=sample_weight)
 
     def log_predictive_density(self, X, y, **data):
         """log p(y* | data) of observed targets y at X, one value per point (lazily, chunk
@@ -360,6 +368,34 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                 self._y_shift + self._y_scale * self.likelihood_.predict_mean(mean, var))
 
 
+def _r2_of_huge(y, pred, sample_weight):
+    """R^2 = 1 - SS_res / SS_tot (scikit-learn's, with its answers 1 and 0 when SS_tot
+    = 0) for predictions whose squares overflow: each sum of squares is taken over
+    residuals divided by their largest magnitude, and the ratio formed in logs."""
+    if y.shape != pred.shape:
+        raise ValueError(f"y must have one entry per row of X, shape {pred.shape}; got "
+                         f"shape {y.shape}.")
+    w = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, float)
+    scale = np.max(np.abs(pred))
+    res = y / scale - pred / scale                       # |res| <= 2 + |y| / scale
+    dev = y - np.average(y, weights=w)
+
+    def log_ss(r):                                       # log sum w r^2, r not all 0
+        big = np.max(np.abs(r))
+        return 2.0 * np.log(big) + np.log(np.sum(w * (r / big) ** 2))
+
+    if not np.any(dev):
+        return 1.0 if not np.any(res) else 0.0
+    log_ratio = np.log(scale) * 2.0 + log_ss(res) - log_ss(dev)
+    if log_ratio > LOG_MAX:
+        raise ValueError(f"R^2 of these predictions is below -1.8e308 (they reach "
+                         f"{scale:.3g}, the targets {np.max(np.abs(y)):.3g}): far from "
+                         f"the training inputs a count model's predictive mean grows as "
+                         f"exp(latent variance / 2). Score on points near the data, or "
+                         f"use log_predictive_density.")
+    return float(1.0 - np.exp(log_ratio))
+
+
 def _y_mean_block(mean, std, likelihood):
     """E[y] at latent moments (a chunk's)."""
     return likelihood.predict_mean(mean, std * std)
@@ -374,5 +410,6 @@ def _y_moments_block(mean, std, likelihood):
 def _log_density_block(mean, std, y, likelihood):
     """log p(y | data) of one chunk: the tilted normaliser at the latent predictive."""
     y = likelihood.encode_targets(y)
+    likelihood.predict_mean(mean, std * std)    # a ValueError where E[y] overflows float64
     return likelihood.tilted(y, mean, np.maximum(std * std, 1e-300),
                              extra=likelihood.site_extra(y.size))[0]
