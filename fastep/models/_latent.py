@@ -198,9 +198,7 @@ class LatentGP:
     def loo_log_density(self, mean, var):
         """log p(y_i | y_-i) ~ log int p(y_i | f) N(f | mean_i, var_i) df for every point,
         given the LOO cavity ``(mean, var)`` of :meth:`loo_cavity`."""
-        lik = self.likelihood
-        return lik.tilted(self.y, mean, np.maximum(var, 1e-300),
-                          extra=lik.site_extra(self.y.shape[0]))[0]
+        return self.likelihood.log_predictive_density(self.y, mean, var)
 
     def latent(self, result, X):
         """Latent predictive mean and variance at X (host arrays), in blocks of rows whose

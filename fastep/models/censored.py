@@ -278,7 +278,7 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         _, mean, std, lo, up = self._predictive(X, lower, upper)
         y, lo, up = check_censored_data(np.asarray(y, dtype=float), lo, up)
         lik = Tobit(self.noise_variance_, lower=lo, upper=up)
-        return lik.tilted(y, mean, np.maximum(std ** 2, 1e-300), extra=lik.site_extra(y.size))[0]
+        return lik.log_predictive_density(y, mean, std ** 2)
 
 
 def _censored_block(mean, std, lower, upper, noise_variance, what, q=None):

@@ -409,7 +409,4 @@ def _y_moments_block(mean, std, likelihood):
 
 def _log_density_block(mean, std, y, likelihood):
     """log p(y | data) of one chunk: the tilted normaliser at the latent predictive."""
-    y = likelihood.encode_targets(y)
-    likelihood.predict_mean(mean, std * std)    # a ValueError where E[y] overflows float64
-    return likelihood.tilted(y, mean, np.maximum(std * std, 1e-300),
-                             extra=likelihood.site_extra(y.size))[0]
+    return likelihood.log_predictive_density(likelihood.encode_targets(y), mean, std * std)
