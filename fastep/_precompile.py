@@ -23,6 +23,8 @@ def precompile(verbose=False):
     from .inference.ep import ep
     from .inference.sparse_ep import sparse_ep
     from .kernels import RBF, Matern12, Matern32, Matern52
+    from .kernels._distances import reuse_distances
+    from .kernels._gram import HOST
     from .likelihoods import Gaussian, Logistic, Probit, RobustMax
 
     t0 = time.perf_counter()
@@ -32,6 +34,8 @@ def precompile(verbose=False):
         k.gradient_contract(X, k(X))
         k.gradient_contract(X[:2], k(X[:2], X), X)
         k.input_gradient_contract(X[:2], k(X[:2], X), X)
+        with reuse_distances(X, HOST):                  # ML-II's Gram from X's distances
+            k.gradient_contract(X, k(X))
     K = RBF()(X)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -121,6 +121,21 @@ KERNELS = {
 GRAD = dict(method="sequential", tol=1e-12, max_iter=1000)
 
 
+@pytest.mark.parametrize("n", [30, 2100])          # the serial and the parallel loop
+def test_gradient_weights_are_half_of_bb_minus_r(n):
+    """The evidence gradient's weights (b b^T - R) / 2, R = (K + S^-1)^-1, formed in one
+    pass from the Cholesky factor of B, against NumPy's dense inverse."""
+    X, y = _data(n, seed=5)
+    K = RBF(1.3, 0.7)(X) + 1e-6 * np.eye(n)
+    res = fastep.ep(K, y, Probit(), max_iter=3)
+    assert np.all(res.site_tau > 0) and res._posterior.Q is None
+    R = np.linalg.inv(K + np.diag(1.0 / res.site_tau))
+    want = 0.5 * (np.outer(res.b, res.b) - R)
+    got = res.kernel_gradient_weights()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-9 * np.abs(want).max())
+    np.testing.assert_array_equal(got, got.T)
+
+
 @pytest.mark.parametrize("lik_cls", [Probit, Logistic])
 @pytest.mark.parametrize("kname", list(KERNELS))
 def test_kernel_gradient_matches_fd(kname, lik_cls):

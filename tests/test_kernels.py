@@ -111,6 +111,37 @@ def test_gradient_contract_matches_fd(name):
 
 
 @pytest.mark.parametrize("name", list(CASES))
+def test_gram_and_gradient_from_reused_distances(name):
+    """Inside ``reuse_distances`` (ML-II), an isotropic kernel's Gram and contraction come
+    from X's squared distances, computed once: the same K as scikit-learn's, the same
+    gradient as finite differences; other kernels and other inputs are untouched."""
+    from fastep.kernels._distances import reuse_distances, reused_distances
+    from fastep.kernels._gram import HOST
+    from scipy.spatial.distance import cdist
+    make, make_sk = CASES[name]
+    k = make()
+    G = np.random.default_rng(7).normal(size=(9, 9))
+    outside = k(X), k.gradient_contract(X, G)
+    with reuse_distances(X, HOST):
+        K, got = k(X), k.gradient_contract(X, G)
+        from fastep.kernels import _distances
+        iso = name.endswith("_iso") or name in ("product", "nested", "sum_scalar")
+        assert (_distances._ACTIVE.get().D is not None) == iso     # one lengthscale inside
+        fd = _fd_contract(k, X, G)
+        np.testing.assert_allclose(reused_distances(X), cdist(X, X, "sqeuclidean"),
+                                   rtol=1e-13, atol=1e-14)
+        assert reused_distances(X.copy()) is None          # another array: no reuse
+        np.testing.assert_array_equal(k(X, Y), make()(X, Y))
+    if make_sk is not None:
+        np.testing.assert_allclose(K, make_sk()(X), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(K, outside[0], rtol=1e-13, atol=1e-15)
+    scale = np.sum(np.abs(G * K))
+    np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-9 * scale)
+    np.testing.assert_allclose(got, outside[1], rtol=1e-12, atol=1e-13 * scale)
+    assert reused_distances(X) is None                      # the block has ended
+
+
+@pytest.mark.parametrize("name", list(CASES))
 def test_cross_and_diag_gradient_contract_match_fd(name):
     """K(X, Y) and diag K(X): the contractions inducing-point models need."""
     k = CASES[name][0]()

@@ -125,6 +125,16 @@ class Backend:
         """``(L L^T)^-1`` as a full symmetric matrix."""
         raise NotImplementedError
 
+    def gradient_weights(self, L, s, b):
+        """``G = (b b^T - diag(s) (L L^T)^-1 diag(s)) / 2`` as a full symmetric matrix:
+        the weights of dense EP's evidence gradient (B form)."""
+        g = self.cho_inverse(L)
+        g *= s[:, None]
+        g *= s[None, :]
+        g *= -0.5
+        g += 0.5 * self.xp.outer(b, b)
+        return g
+
     def trmm_lower(self, L, B, trans=False):
         """``L B`` (or ``L^T B``) for lower-triangular L; may overwrite B (F-ordered)."""
         raise NotImplementedError

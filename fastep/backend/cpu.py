@@ -179,6 +179,18 @@ def scale_columns(kmat, s, out):
             out[i, j] = kmat[i, j] * s[j]
 
 
+def gradient_weights(a, s, b):
+    """In place: ``a`` holds ``(L L^T)^-1`` in its upper triangle and becomes
+    ``G = (b b^T - diag(s) (L L^T)^-1 diag(s)) / 2`` in both triangles."""
+    n = s.shape[0]
+    for i in prange(n):
+        for j in range(i, n):
+            a[i, j] = 0.5 * (b[i] * b[j] - s[i] * s[j] * a[i, j])
+    for i in prange(n):
+        for j in range(i):
+            a[i, j] = a[j, i]
+
+
 def row_sumsq(a, out):
     """out[i] = sum_j a[i, j]^2."""
     for i in prange(a.shape[0]):
@@ -228,6 +240,7 @@ class KernelSet:
         self.build_b = wrap(_twin(build_b, suffix))
         self.scale_columns = wrap(_twin(scale_columns, suffix))
         self.row_sumsq = wrap(_twin(row_sumsq, suffix))
+        self.gradient_weights = wrap(_twin(gradient_weights, suffix))
 
 
 SERIAL = KernelSet(parallel=False)
@@ -338,6 +351,13 @@ class CPUBackend(HostGram, Backend):
         inv, _ = lapack.dpotri(L.copy(order="F"), lower=1)
         inv = np.tril(inv)
         return inv + np.tril(inv, -1).T
+
+    def gradient_weights(self, L, s, b):
+        inv, _ = lapack.dpotri(L.copy(order="F"), lower=1)
+        out = inv.T                      # C-ordered; the inverse is in its upper triangle
+        select(s.shape[0]).gradient_weights(out, np.ascontiguousarray(s, dtype=float),
+                                            np.ascontiguousarray(b, dtype=float))
+        return out
 
     def trmm_lower(self, L, B, trans=False):
         return trmm_lower_nogil(L, B, trans)

@@ -264,8 +264,10 @@ class EPResult:
         post = self._posterior
         be = post.be
         with be.threads_for(self.mean.shape[0], one_pool=post.Q is None):
-            g = post.dense_r()
             b = be.asarray(self.b)
+            if post.Q is None and post.L is not None:           # B form: one pass
+                return be.gradient_weights(post.L, post.s, b)
+            g = post.dense_r()
             g *= -0.5
             g += 0.5 * be.xp.outer(b, b)
         return g

@@ -125,6 +125,53 @@ def stationary_input_contract(x1, x2, inv_ls, variance, kind, g, out):
                 out[i, c] -= hg * (x1[i, c] - x2[j, c]) * inv_ls[c] * inv_ls[c]
 
 
+@pjit
+def squared_distances(x, out):
+    """out[i, j] = sum_c (x[i, c] - x[j, c])^2 for every pair of rows (both triangles)."""
+    n, d = x.shape
+    for i in prange(n):
+        for j in range(i + 1):
+            r2 = 0.0
+            for c in range(d):
+                t = x[i, c] - x[j, c]
+                r2 += t * t
+            out[i, j] = r2
+    for i in prange(n):
+        for j in range(i + 1, n):
+            out[i, j] = out[j, i]
+
+
+@pjit
+def isotropic_gram(d2, inv_ls2, variance, kind, out):
+    """out = variance * g(r) with r^2 = d2 * inv_ls2 (one lengthscale, distances given)."""
+    n = d2.shape[0]
+    for i in prange(n):
+        for j in range(i + 1):
+            out[i, j] = variance * shape(kind, d2[i, j] * inv_ls2)
+    for i in prange(n):
+        for j in range(i + 1, n):
+            out[i, j] = out[j, i]
+
+
+@pjit
+def isotropic_contract(d2, inv_ls2, variance, kind, g, out_rows):
+    """Row-wise contraction with one lengthscale: out_rows[i, 0] = sum_j G_ij K_ij,
+    out_rows[i, 1] = sum_j G_ij dK_ij / d log l = sum_j G_ij variance h(r) r^2."""
+    n = d2.shape[0]
+    for i in prange(n):
+        acc0 = 0.0
+        acc1 = 0.0
+        for j in range(n):
+            gij = g[i, j]
+            if gij == 0.0:
+                continue
+            r2 = d2[i, j] * inv_ls2
+            acc0 += gij * variance * shape(kind, r2)
+            acc1 += gij * variance * shape_grad(kind, r2) * r2
+        out_rows[i, 0] = acc0
+        out_rows[i, 1] = acc1
+
+
 class HostGram:
     """The Gram operations of kernels on the host: NumPy arrays and the compiled loops above.
 
@@ -140,7 +187,11 @@ class HostGram:
     ``stationary_contract(x1, x2, inv_ls, variance, kind, G)``
         host vector ``[sum G dK/dlog variance, sum G dK/dlog l_1, ...]``;
     ``stationary_input_contract(x1, x2, inv_ls, variance, kind, G)``
-        host array ``d/dx1 sum G K(x1, x2)`` (shape of x1).
+        host array ``d/dx1 sum G K(x1, x2)`` (shape of x1);
+    ``isotropic_gram(D, inv_l, variance, kind)``, ``isotropic_contract(D, inv_l,
+    variance, kind, G)``
+        the same for one lengthscale, from squared distances ``D`` already computed
+        (:mod:`fastep.kernels._distances`; the host only).
     """
 
     xp = np
@@ -162,6 +213,17 @@ class HostGram:
         rows = np.empty((x1.shape[0], 1 + x1.shape[1]))
         stationary_contract(x1, x1 if x2 is None else x2, inv_ls, float(variance), kind,
                             np.ascontiguousarray(g, dtype=float), rows)
+        return rows.sum(axis=0)
+
+    def isotropic_gram(self, d2, inv_ls, variance, kind):
+        out = np.empty(d2.shape)
+        isotropic_gram(d2, float(inv_ls) ** 2, float(variance), kind, out)
+        return out
+
+    def isotropic_contract(self, d2, inv_ls, variance, kind, g):
+        rows = np.empty((d2.shape[0], 2))
+        isotropic_contract(d2, float(inv_ls) ** 2, float(variance), kind,
+                           np.ascontiguousarray(g, dtype=float), rows)
         return rows.sum(axis=0)
 
     def stationary_input_contract(self, x1, x2, inv_ls, variance, kind, g):

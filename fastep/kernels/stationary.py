@@ -5,6 +5,7 @@ import numpy as np
 
 from . import _gram
 from ._base import Hyperparameter, Kernel
+from ._distances import reused_distances
 
 
 class _Stationary(Kernel):
@@ -40,13 +41,28 @@ class _Stationary(Kernel):
     def _args(self, be, X):
         return be.asarray(self._inv_ls(X.shape[1])), self.variance, self._kind
 
+    def _distances(self, be, X, Y):
+        """X's squared distances when they are being reused (:mod:`._distances`) on the
+        host and this kernel has one lengthscale, else None."""
+        if (Y is None or Y is X) and self._params[1].value.size == 1 and be.xp is np:
+            return reused_distances(X)
+        return None
+
     def _gram(self, be, X, Y):
+        D = self._distances(be, X, Y)
+        if D is not None:
+            return be.isotropic_gram(D, 1.0 / self._params[1].value[0], self.variance,
+                                     self._kind)
         return be.stationary_gram(X, Y, *self._args(be, X))
 
     def _diag(self, be, X):
         return be.xp.full(X.shape[0], self.variance)
 
     def _contract_all(self, be, X, Y, G):
+        D = self._distances(be, X, Y)
+        if D is not None:
+            return np.asarray(be.isotropic_contract(D, 1.0 / self._params[1].value[0],
+                                                    self.variance, self._kind, G), dtype=float)
         out = np.asarray(be.stationary_contract(X, Y, *self._args(be, X), G), dtype=float)
         if self._params[1].value.size == 1:
             return np.array([out[0], out[1:].sum()])

@@ -269,9 +269,11 @@ class EPEstimator(BaseEstimator):
         prior = hyperprior_terms(getattr(self, "hyperprior", None), latent.theta_names,
                                  latent.theta.size, owner)
         if self.optimizer is not None and latent.theta.size:
-            latent, sites = maximize_evidence(latent, self.optimizer, self.n_restarts_optimizer,
-                                              rng, sites, owner, self.max_iter_optimizer,
-                                              self.tol_optimizer, prior)
+            with latent.reuse():
+                latent, sites = maximize_evidence(
+                    latent, self.optimizer, self.n_restarts_optimizer, rng, sites, owner,
+                    self.max_iter_optimizer, self.tol_optimizer, prior)
+        # outside reuse(): the posterior kept is the one load_model rebuilds, to the bit
         return latent, latent.run(sites)
 
     def _fit_latents(self, latents, rng):

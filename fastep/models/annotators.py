@@ -336,9 +336,10 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
             if self.optimizer is None:
                 break
             theta0 = latent.theta
-            latent, sites = maximize_evidence(latent, self.optimizer, self.n_restarts_optimizer,
-                                              rng, sites, type(self).__name__,
-                                              self.max_iter_optimizer, self.tol_optimizer)
+            with latent.reuse():
+                latent, sites = maximize_evidence(
+                    latent, self.optimizer, self.n_restarts_optimizer, rng, sites,
+                    type(self).__name__, self.max_iter_optimizer, self.tol_optimizer)
             res = None                     # EP at the final kernel below
             if np.max(np.abs(latent.theta - theta0), initial=0.0) < 1e-3:
                 break
