@@ -789,3 +789,30 @@ def test_point_cavity_shortcut_is_taken_only_where_the_likelihood_is_smooth_on_i
     got = fastep.likelihoods.Poisson().tilted([1e6], [13.0], [1e-20])
     np.testing.assert_allclose([got[1][0], got[2][0]], [1e6 - math.exp(13.0), -math.exp(13.0)],
                                rtol=1e-6)            # 0.2: d2 -4.47e9 (quadrature)
+
+
+def test_tobit_power_ep_at_an_observed_value_is_exact_far_in_the_tail():
+    """Found by fuzzing 0.3: sparse Power EP (alpha = 0.5) with an observed y 6e5 noise
+    sds from a point cavity gave d1 = 1.5e129, d2 = -inf from the quadrature; an observed
+    value's tilted moments are Gaussian for every alpha (checked against adaptive
+    quadrature of N(y | f, s^2)^alpha N(f | mu, v))."""
+    from scipy import integrate, stats
+    s2 = 0.7
+    lik = Tobit(s2, lower=-1.0, upper=2.0)
+    for y, mu, v, a in ((0.3, 0.1, 0.5, 0.5), (1.9, -0.4, 2.0, 0.3), (-0.9, 1.0, 0.01, 0.8)):
+        def moment(k):
+            return integrate.quad(
+                lambda t: t ** k * stats.norm.pdf(y, t, math.sqrt(s2)) ** a
+                * stats.norm.pdf(t, mu, math.sqrt(v)), -50, 50, epsabs=0, epsrel=1e-13,
+                limit=200, points=[mu, y])[0]
+        z0, z1, z2 = moment(0), moment(1), moment(2)
+        mean = z1 / z0
+        want = (math.log(z0), (mean - mu) / v, (z2 / z0 - mean ** 2 - v) / v ** 2)
+        got = [float(g[0]) for g in lik.tilted([y], [mu], [v], alpha=a)]
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    far = Tobit(1.0, lower=-1e6, upper=1e6).tilted([638005.2121717741], [0.0], [1e-290],
+                                                   alpha=0.5)
+    np.testing.assert_allclose([float(g[0]) for g in far],
+                               [-0.25 * 638005.2121717741 ** 2 + 0.25 * math.log(2 * math.pi)
+                                - 0.5 * math.log(2 * math.pi * 2.0) - 0.5 * math.log(0.5),
+                                0.5 * 638005.2121717741, -0.5], rtol=1e-12)

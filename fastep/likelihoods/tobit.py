@@ -109,12 +109,22 @@ def tobit_tilted(y, extra, mu, var, alpha, params):
     exact: log Z = log N(y | mu, c^2), d1 = (y - mu)/c^2, d2 = -1/c^2
     interval [l, u]: Z = Phi(b) - Phi(a); d1 = -(phi(b) - phi(a))/(c Z);
                      d2 = -(b phi(b) - a phi(a))/(c^2 Z) - d1^2.
-    Other alpha: numerical quadrature of alpha * log p(y | f)."""
+    exact, any alpha: N(y | f, s^2)^alpha = (2 pi s^2)^((1 - alpha)/2) alpha^(-1/2)
+                      N(y | f, s^2 / alpha), so log Z gains (1 - alpha)/2 log(2 pi s^2)
+                      - log(alpha)/2 and c^2 = v + s^2 / alpha.
+    Other alpha, censored: numerical quadrature of alpha * log p(y | f)."""
+    lower = extra[0]
+    upper = extra[1]
+    if lower < y < upper:                          # observed (NaN compares false)
+        c2 = var + params[0] / alpha
+        d = y - mu
+        log_z = (-0.5 * d * d / c2 - LOG_SQRT_2PI - 0.5 * math.log(c2)
+                 + (1.0 - alpha) * (LOG_SQRT_2PI + 0.5 * math.log(params[0]))
+                 - 0.5 * math.log(alpha))
+        return log_z, d / c2, -1.0 / c2
     if alpha != 1.0:
         log_z, d1, d2 = quad_tilted(TOBIT, y, extra, mu, var, alpha, params)
         return log_z, d1, min(d2, 0.0)            # log-concave: d2 <= 0 (rounding removed)
-    lower = extra[0]
-    upper = extra[1]
     c2 = var + params[0]
     c = math.sqrt(c2)
     if y != y:
@@ -124,12 +134,9 @@ def tobit_tilted(y, extra, mu, var, alpha, params):
         z = (lower - mu) / c
         r = mills(z)
         return log_phi(z), -r / c, -r * mills_shift(z) / c2
-    if y >= upper:
-        z = (mu - upper) / c
-        r = mills(z)
-        return log_phi(z), r / c, -r * mills_shift(z) / c2
-    d = y - mu
-    return -0.5 * d * d / c2 - LOG_SQRT_2PI - 0.5 * math.log(c2), d / c2, -1.0 / c2
+    z = (mu - upper) / c                          # y >= upper
+    r = mills(z)
+    return log_phi(z), r / c, -r * mills_shift(z) / c2
 
 
 def _limits(value, n, name):
