@@ -43,11 +43,17 @@ from .._linalg import NotPositiveDefiniteError
 from .._numerics import MIN_VARIANCE, predictive_variance
 from ..backend import resolve
 from ..likelihoods._base import check_likelihood
-from ._sweep import (ConvergenceWarning, EPNumericalWarning, StepTurn,
+from ._sweep import (Anderson, ConvergenceWarning, EPNumericalWarning, StepTurn,
                      SweepControl, backtrack, check_kernel_matrix, check_sweep_controls,
                      fill_cavities, halve_towards, initial_sites)
 
 SEQUENTIAL_BLOCK = 256
+
+#: Anderson acceleration of parallel EP (:class:`fastep.inference._sweep.Anderson`), once
+#: the largest relative site change of a sweep is below ``ANDERSON_START``: farther from
+#: the fixed point the update is too far from linear for past steps to predict it
+ANDERSON = True
+ANDERSON_START = 1e-2
 
 #: method="auto"'s schedule switches (DEBUG; not on ``fastep.sweeps``, which counts sweeps)
 LOG = logging.getLogger(__name__)
@@ -442,6 +448,9 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
     warm = bool(xp.any(tau != 0.0)) or bool(xp.any(nu != 0.0))
     ctl = SweepControl("EP", damping, adaptive, tol, max_iter, callback,
                        min_sweeps=1 if warm else 2)
+    # Anderson acceleration where every site stays a proper factor (log-concave: tau >= 0)
+    accel = (Anderson() if ANDERSON and method == "parallel" and clip and not robust
+             and outer is None else None)
     proposal, settled, adopted = None, True, False
     while True:
         skipped, ok, log_ev = _evaluate(be, tilted, y, extra, params, post, tau, nu,
@@ -459,9 +468,19 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
         if adopted:
             extra = be.site_inputs(likelihood, y, likelihood.check_extra(proposal, n))[1]
             outer.accept()
+        damped = None
         if method == "parallel":
             change, cosine = turn(xp, tau, nu, new_tau, new_nu)
+            used = ctl.damping
             ctl.advance(change, turn=cosine)
+            if accel is not None and ctl.change >= ANDERSON_START:
+                accel.reset()                  # far from the fixed point: plain steps
+            elif accel is not None:
+                damped = new_tau.copy(), new_nu.copy()
+                a_tau, a_nu = accel.step(xp, tau, nu, new_tau, new_nu, used, ctl.damping,
+                                         be.to_host)
+                new_tau[:] = xp.maximum(a_tau, 0.0)
+                new_nu[:] = a_nu
             tau, new_tau = new_tau, tau
             nu, new_nu = new_nu, nu
         else:
@@ -474,6 +493,13 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
         post = None                                   # free the old factors first
         if robust and method == "parallel":
             post = _backtrack(be, K, kdiag, new_tau, new_nu, tau, nu, work, ctl)
+        elif damped is not None:
+            try:
+                post = _Posterior(be, K, kdiag, tau, nu, need_cov, work)
+            except NotPositiveDefiniteError:           # the combined step went too far:
+                tau[:], nu[:] = damped                 # the damped one, and start afresh
+                accel.reset()
+                post = _Posterior(be, K, kdiag, tau, nu, need_cov, work)
         else:
             post = _Posterior(be, K, kdiag, tau, nu, need_cov, work)
         if switch and ctl.stalled():
