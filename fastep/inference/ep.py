@@ -45,7 +45,7 @@ from ..backend import resolve
 from ..likelihoods._base import check_likelihood
 from ._sweep import (Anderson, ConvergenceWarning, EPNumericalWarning, StepTurn,
                      SweepControl, backtrack, check_kernel_matrix, check_sweep_controls,
-                     fill_cavities, halve_towards, initial_sites)
+                     fill_cavities, halve_towards, initial_sites, site_change)
 
 SEQUENTIAL_BLOCK = 256
 
@@ -479,8 +479,14 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
                 damped = new_tau.copy(), new_nu.copy()
                 a_tau, a_nu = accel.step(xp, tau, nu, new_tau, new_nu, used, ctl.damping,
                                          be.to_host)
-                new_tau[:] = xp.maximum(a_tau, 0.0)
-                new_nu[:] = a_nu
+                a_tau = xp.maximum(a_tau, 0.0)
+                if bool(xp.all(xp.isfinite(a_tau))) and bool(xp.all(xp.isfinite(a_nu))):
+                    # converged means: this sweep's residual and the step taken both small
+                    ctl.change = max(ctl.change, site_change(xp, tau, nu, a_tau, a_nu))
+                    new_tau[:], new_nu[:] = a_tau, a_nu
+                else:
+                    accel.reset()
+                    damped = None
             tau, new_tau = new_tau, tau
             nu, new_nu = new_nu, nu
         else:

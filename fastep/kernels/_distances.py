@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from .._checks import DENSE_MLII_MATRICES, host_memory_available
-from ._gram import squared_distances
+from ._gram import HostGram, squared_distances
 
 _ACTIVE = contextvars.ContextVar("fastep_reused_distances", default=None)
 
@@ -34,7 +34,7 @@ def reuse_distances(X, backend):
     more n x n float64 matrix than ML-II's would not fit in memory."""
     n = X.shape[0]
     available = host_memory_available()
-    if (getattr(backend, "xp", None) is not np or not isinstance(X, np.ndarray)
+    if (not isinstance(backend, HostGram) or not isinstance(X, np.ndarray)
             or (available is not None and (DENSE_MLII_MATRICES + 1) * 8 * n * n > available)):
         yield
         return

@@ -44,7 +44,8 @@ class _Stationary(Kernel):
     def _distances(self, be, X, Y):
         """X's squared distances when they are being reused (:mod:`._distances`) on the
         host and this kernel has one lengthscale, else None."""
-        if (Y is None or Y is X) and self._params[1].value.size == 1 and be.xp is np:
+        if ((Y is None or Y is X) and self._params[1].value.size == 1
+                and isinstance(be, _gram.HostGram)):
             return reused_distances(X)
         return None
 

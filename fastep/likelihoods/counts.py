@@ -111,11 +111,14 @@ class _CountLikelihood(Likelihood):
         return _exp_finite(log_m1, "mean", m, v)
 
     def log_predictive_density(self, y, mean, var):
-        """log p(y_i) per point (:meth:`Likelihood.log_predictive_density`), or the
-        ``ValueError`` of :meth:`predict_mean` where the rate passes float64 (there
-        p(y) is below 1e-308 for every count and its log is -inf)."""
-        self.predict_mean(mean, var)
-        return super().log_predictive_density(y, mean, var)
+        """log p(y_i) per point (:meth:`Likelihood.log_predictive_density`); where it is
+        not finite in float64 because the rate exp(f) overflows over the latent
+        predictive's mass, the ``ValueError`` of :meth:`predict_mean`."""
+        try:
+            return super().log_predictive_density(y, mean, var)
+        except ValueError:
+            self.predict_mean(mean, np.maximum(var, 0.0))
+            raise
 
     def predict_y(self, mean, var, exposure=None):
         """Mean and variance of y given f ~ N(mean, var), per point; a ``ValueError``

@@ -384,8 +384,10 @@ def _r2_of_huge(y, pred, sample_weight):
         big = np.max(np.abs(r))
         return 2.0 * np.log(big) + np.log(np.sum(w * (r / big) ** 2))
 
+    if not np.any(res):
+        return 1.0
     if not np.any(dev):
-        return 1.0 if not np.any(res) else 0.0
+        return 0.0
     log_ratio = np.log(scale) * 2.0 + log_ss(res) - log_ss(dev)
     if log_ratio > LOG_MAX:
         raise ValueError(f"R^2 of these predictions is below -1.8e308 (they reach "
