@@ -832,6 +832,18 @@ def test_tobit_power_ep_at_an_observed_value_is_exact_far_in_the_tail():
         want = (math.log(z0), (mean - mu) / v, (z2 / z0 - mean ** 2 - v) / v ** 2)
         got = [float(g[0]) for g in lik.tilted([y], [mu], [v], alpha=a)]
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    # censored sites with a point cavity: the local Gaussian integral against the
+    # quadrature at a cavity 1,000 times wider, and against finite differences of
+    # alpha log Phi at a far limit (the fuzzed case: right-censored 6.4e5 sds away)
+    for y, mu in ((2.0, 0.1), (-1.0, 40.0), (np.nan, 0.5)):
+        wide = [float(g[0]) for g in lik.tilted([y], [mu], [1e-14 * s2], alpha=0.5)]
+        point = [float(g[0]) for g in lik.tilted([y], [mu], [1e-17 * s2], alpha=0.5)]
+        np.testing.assert_allclose(point, wide, rtol=1e-6, atol=1e-9)
+    u = 638005.2121717741
+    cens = Tobit(1.0, lower=-u, upper=u).tilted([u], [0.0], [1e-290], alpha=0.5)
+    # alpha log Phi(-u): -u^2/4 - log(u)/2 - log(2 pi)/4 + ...; d1 = alpha * mills(-u) ~ u/2
+    np.testing.assert_allclose([float(g[0]) for g in cens],
+                               [0.5 * float(stats.norm.logcdf(-u)), 0.5 * u, -0.5], rtol=1e-9)
     far = Tobit(1.0, lower=-1e6, upper=1e6).tilted([638005.2121717741], [0.0], [1e-290],
                                                    alpha=0.5)
     np.testing.assert_allclose([float(g[0]) for g in far],

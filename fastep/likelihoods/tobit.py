@@ -101,6 +101,11 @@ def interval_second_moment(a, b):
     return out
 
 
+#: Censored sites at a Power-EP power below 1 with a cavity variance below this times the
+#: noise variance take the local Gaussian integral (:func:`tobit_tilted`).
+POINT_CAVITY = 1e-16
+
+
 @tilted_function
 def tobit_tilted(y, extra, mu, var, alpha, params):
     """alpha = 1, with c = sqrt(v + sigma^2):
@@ -122,9 +127,28 @@ def tobit_tilted(y, extra, mu, var, alpha, params):
                  + (1.0 - alpha) * (LOG_SQRT_2PI + 0.5 * math.log(params[0]))
                  - 0.5 * math.log(alpha))
         return log_z, d / c2, -1.0 / c2
-    if alpha != 1.0:
+    if alpha != 1.0 and var > POINT_CAVITY * params[0]:
         log_z, d1, d2 = quad_tilted(TOBIT, y, extra, mu, var, alpha, params)
         return log_z, d1, min(d2, 0.0)            # log-concave: d2 <= 0 (rounding removed)
+    if alpha != 1.0:
+        # a cavity far narrower than the noise: g = alpha log p(y | f) is quadratic over
+        # it to working precision, and int exp(g) N(f | mu, v) df is the local Gaussian
+        # integral with g's derivatives at mu in closed form
+        sigma = math.sqrt(params[0])
+        if y != y:
+            g, g1, g2 = interval_moments((lower - mu) / sigma, (upper - mu) / sigma)
+        elif y <= lower:
+            z = (lower - mu) / sigma
+            r = mills(z)
+            g, g1, g2 = log_phi(z), -r, -r * mills_shift(z)
+        else:
+            z = (mu - upper) / sigma
+            r = mills(z)
+            g, g1, g2 = log_phi(z), r, -r * mills_shift(z)
+        g, g1, g2 = alpha * g, alpha * g1 / sigma, alpha * g2 / params[0]
+        curv = 1.0 - var * g2
+        return (g + var * g1 * g1 / (2.0 * curv) - 0.5 * math.log(curv), g1 / curv,
+                min(g2 / curv, 0.0))
     c2 = var + params[0]
     c = math.sqrt(c2)
     if y != y:
