@@ -5,6 +5,7 @@ sequential EP of R&W Algorithm 3.5 (tests/reference.py), central finite differen
 log Z_EP, adaptive quadrature of the tilted moments, a dense inverse for the posterior
 from the sites, and closed forms (n = 1, independent sites).
 """
+import contextlib
 import math
 import warnings
 
@@ -655,6 +656,46 @@ def test_one_blas_pool_caps_only_the_other_blas_libraries():
             assert inside[path] == before[path]
     with _linalg.blas_threads_for(_linalg.SMALL_N - 1, one_pool=True):
         assert set(threads().values()) == {1}
+
+
+def test_carried_anderson_history_saves_sweeps_along_an_ml2_path():
+    """Inside ``carry_anderson()`` (ML-II's evaluations of one problem) each parallel EP
+    run starts with the Anderson differences of the runs before it: along a path of small
+    kernel steps, each warm-started from the last sites, fewer sweeps in all, and the same
+    fixed points as fresh runs (to the tolerance; the tight reference is a separate run).
+    A run of another size in the block, and runs after it, start fresh."""
+    from fastep.inference._sweep import Anderson, anderson_for, carry_anderson
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(150, 3))
+    y = np.where(X[:, 0] + 0.5 * X[:, 1] > 0, 1.0, -1.0)
+    steps = np.random.default_rng(1).normal(size=(8, 2)) * 0.01
+    theta0 = np.log([300.0, 2.0])
+    start = fastep.ep(RBF(300.0, 2.0)(X), y, Probit(), tol=1e-10, max_iter=500)
+
+    def path(carry):
+        theta, r, sweeps = theta0, start, 0
+        with carry_anderson() if carry else contextlib.nullcontext():
+            for step in steps:
+                theta = theta + step
+                r = fastep.ep(RBF(*np.exp(theta))(X), y, Probit(), tol=1e-4, max_iter=500,
+                              site_tau=r.site_tau, site_nu=r.site_nu)
+                assert r.converged
+                sweeps += r.n_iter
+        return r, sweeps
+
+    (fresh, plain), (carried, fewer) = path(False), path(True)
+    assert fewer < 0.8 * plain
+    truth = fastep.ep(RBF(*np.exp(theta0 + steps.sum(0)))(X), y, Probit(), tol=1e-11,
+                      max_iter=500)
+    for r in (fresh, carried):
+        assert r.log_marginal_likelihood == pytest.approx(truth.log_marginal_likelihood,
+                                                          rel=1e-6)
+    with carry_anderson():
+        a = anderson_for(150)
+        a.dx, a.df = [np.ones(300)], [np.ones(300)]
+        assert anderson_for(150) is a and len(a.dx) == 1 and a.x is None
+        assert anderson_for(40) is a and a.dx == []
+    assert type(anderson_for(150)) is Anderson and anderson_for(150) is not a
 
 
 def test_anderson_acceleration_reaches_the_same_fixed_point_in_fewer_sweeps(monkeypatch):

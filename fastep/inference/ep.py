@@ -43,8 +43,8 @@ from .._linalg import NotPositiveDefiniteError
 from .._numerics import MIN_VARIANCE, predictive_variance
 from ..backend import resolve
 from ..likelihoods._base import check_likelihood
-from ._sweep import (Anderson, ConvergenceWarning, EPNumericalWarning, StepTurn,
-                     SweepControl, backtrack, check_kernel_matrix, check_sweep_controls,
+from ._sweep import (ConvergenceWarning, EPNumericalWarning, StepTurn, SweepControl,
+                     anderson_for, backtrack, check_kernel_matrix, check_sweep_controls,
                      fill_cavities, halve_towards, initial_sites, site_change)
 
 SEQUENTIAL_BLOCK = 256
@@ -449,7 +449,7 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
     ctl = SweepControl("EP", damping, adaptive, tol, max_iter, callback,
                        min_sweeps=1 if warm else 2)
     # Anderson acceleration where every site stays a proper factor (log-concave: tau >= 0)
-    accel = (Anderson() if ANDERSON and method == "parallel" and clip and not robust
+    accel = (anderson_for(n) if ANDERSON and method == "parallel" and clip and not robust
              and outer is None else None)
     proposal, settled, adopted = None, True, False
     while True:

@@ -10,7 +10,7 @@ this problem's ``theta``, ``bounds``, ``with_theta``, ``evidence`` and ``draw``.
 from __future__ import annotations
 
 import dataclasses
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +18,7 @@ import numpy as np
 from .._checks import DENSE_EP_MATRICES, DENSE_MLII_MATRICES, is_dask_array
 from ..backend import Backend
 from ..inference.ep import ep, ep_gradient
+from ..inference._sweep import carry_anderson
 from ..kernels._distances import reuse_distances
 from ..inference.laplace import laplace
 from ..inference.sparse_ep import sparse_ep, sparse_ep_gradient
@@ -145,11 +146,15 @@ class LatentGP:
     # --- inference ------------------------------------------------------------------
     def reuse(self):
         """A block in which the evaluations of ML-II share what does not change with
-        theta: X's squared distances (dense EP on the host,
-        :func:`fastep.kernels._distances.reuse_distances`)."""
+        theta, or changes little: X's squared distances (dense EP on the host,
+        :func:`fastep.kernels._distances.reuse_distances`) and parallel EP's Anderson
+        history (:func:`fastep.inference._sweep.carry_anderson`)."""
         if self.sparse or is_dask_array(self.X):
             return nullcontext()
-        return reuse_distances(self.X, self.config.backend)
+        stack = ExitStack()
+        stack.enter_context(reuse_distances(self.X, self.config.backend))
+        stack.enter_context(carry_anderson())
+        return stack
 
     def run(self, sites=None, tol=None, max_iter=None, outer=None):
         """EP at the current parameters (warm-started from ``sites = (tau, nu)``); ``outer``
