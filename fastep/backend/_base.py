@@ -128,12 +128,16 @@ class Backend:
     def gradient_weights(self, L, s, b):
         """``G = (b b^T - diag(s) (L L^T)^-1 diag(s)) / 2`` as a full symmetric matrix:
         the weights of dense EP's evidence gradient (B form)."""
-        g = self.cho_inverse(L)
-        g *= s[:, None]
-        g *= s[None, :]
-        g *= -0.5
-        g += 0.5 * self.xp.outer(b, b)
-        return g
+        r = self.cho_inverse(L)
+        r *= s[:, None]
+        r *= s[None, :]
+        return self.weights_from_r(r, b)
+
+    def weights_from_r(self, r, b):
+        """``(b b^T - R) / 2`` in the storage of ``R = (K + S^-1)^-1`` (any form of it)."""
+        r *= -0.5
+        r += 0.5 * self.xp.outer(b, b)
+        return r
 
     def trmm_lower(self, L, B, trans=False):
         """``L B`` (or ``L^T B``) for lower-triangular L; may overwrite B (F-ordered)."""

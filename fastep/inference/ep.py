@@ -273,10 +273,7 @@ class EPResult:
             b = be.asarray(self.b)
             if post.Q is None and post.L is not None:           # B form: one pass
                 return be.gradient_weights(post.L, post.s, b)
-            g = post.dense_r()
-            g *= -0.5
-            g += 0.5 * be.xp.outer(b, b)
-        return g
+            return be.weights_from_r(post.dense_r(), b)
 
 
 def check_covariance(K, name="K", device="cpu"):
