@@ -12,10 +12,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 import numpy as np
+
+from . import __version__
 
 
 def cmd_demo(args):
@@ -167,6 +170,7 @@ MODELS = {
     "censored": ("CensoredGPRegressor", "mean and std of the latent f"),
     "annotators": ("MultiAnnotatorGPClassifier", "class probabilities p_<class>"),
     "regression": ("EPGaussianProcessRegressor", "mean and std of the latent f"),
+    "ordinal": ("OrdinalGPClassifier", "class probabilities p_<class>"),
 }
 #: Inducing points ``fastep fit`` uses by itself when dense EP would not fit in memory.
 AUTO_INDUCING = 256
@@ -176,7 +180,7 @@ def _kernel(args, d):
     from fastep import kernels
     cls = {"rbf": kernels.RBF, "matern32": kernels.Matern32,
            "matern52": kernels.Matern52}[args.kernel]
-    return cls(1.0, args.lengthscale if args.lengthscale else float(np.sqrt(d)))
+    return cls(1.0, args.lengthscale if args.lengthscale is not None else float(np.sqrt(d)))
 
 
 def _columns(args, names):
@@ -225,6 +229,7 @@ def _estimator(args, d, m):
     kw = {"random_state": args.seed}
     if args.model != "multiclass":
         kw["optimizer"] = None if args.no_optimize else "L-BFGS-B"
+    if args.max_iter is not None:          # EP sweeps; GWI's optimiser iterations
         kw["max_iter"] = args.max_iter
     if m:
         kw["n_inducing"] = m
@@ -234,8 +239,7 @@ def _estimator(args, d, m):
     if args.model == "regression":
         return fastep.EPGaussianProcessRegressor(kernel, likelihood=args.likelihood, **kw)
     if args.model == "multiclass":
-        return fastep.GWIClassifier(kernel, n_inducing=m or min(100, args.n_rows),
-                                    random_state=args.seed)
+        return fastep.GWIClassifier(kernel, n_inducing=m or min(100, args.n_rows), **kw)
     cls = getattr(fastep, MODELS[args.model][0])
     return cls(kernel, **kw)
 
@@ -248,7 +252,7 @@ def _targets(args, T):
     if args.model == "annotators":          # the label matrix stays on the client (EM)
         return T.compute() if hasattr(T, "compute") else T
     y = T[:, 0]
-    if args.model in ("classifier", "multiclass"):
+    if args.model in ("classifier", "multiclass", "ordinal"):
         labels = distinct_values(y)
         if not np.all(np.isfinite(labels)):
             raise ValueError(f"--target: {int(np.sum(~np.isfinite(y)))} rows have no finite "
@@ -257,11 +261,13 @@ def _targets(args, T):
         if np.all(labels == np.round(labels)):
             y = y.astype(np.int64)            # integer labels keep their names (p_1, not p_1.0)
         k = labels.size
-        if y.dtype.kind == "f" or k < 2 or (args.model == "classifier" and k > 20):
+        if y.dtype.kind == "f" or k < 2 or (args.model == "classifier" and k > 20) or \
+                (args.model == "ordinal" and k < 3):
             raise ValueError(f"--target holds {k} distinct value(s)"
                              f"{' that are not integers' * (y.dtype.kind == 'f')}; --model "
                              f"{args.model} needs 2"
-                             f"{'-20' if args.model == 'classifier' else ' or more'} integer "
+                             f"{'-20' if args.model == 'classifier' else ' or more'}"
+                             f"{' (ordinal: 3 or more, in their order)' * (args.model == 'ordinal')} integer "
                              "class labels. Is it the label column?")
     if args.model == "censored" and args.lower is not None and args.upper is not None \
             and args.lower >= args.upper:
@@ -276,23 +282,51 @@ def _targets(args, T):
     return y
 
 
-def _check_features(X):
+def _check_features(X, names):
     """Every feature cell a number (for dask columns: the first bad row, found on the
-    cluster)."""
-    bad = ~np.all(np.isfinite(X), axis=1)
-    found, i = bad.any(), bad.argmax()
+    cluster); ``names`` of X's columns, for the message."""
+    bad = ~np.isfinite(X)
+    rows = bad.any(axis=1)
+    found, i = rows.any(), rows.argmax()
     if hasattr(bad, "compute"):                     # one pass over the dask columns
         import dask
         found, i = dask.compute(found, i)
     if found:
-        raise ValueError(f"DATA: feature row {i} holds an empty or non-numeric cell; drop "
-                         "such rows or choose the columns with --features.")
+        raise ValueError(f"DATA: {_bad_cell(bad[i], i, names)}; drop such rows or choose "
+                         "the columns with --features.")
+
+
+def _bad_cell(bad_row, i, names):
+    """Where the first empty or non-numeric cell of a row is, in words."""
+    bad_row = np.asarray(bad_row.compute() if hasattr(bad_row, "compute") else bad_row)
+    j = int(np.argmax(bad_row))
+    return (f"data row {i} (0-based, not counting a header line), column {names[j]!r}, "
+            "holds an empty, non-numeric or infinite cell")
+
+
+def _check_output(path):
+    """Fail before any work where ``-o`` cannot be written: a folder that does not exist,
+    or a folder given as the file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ValueError(f"-o {path!r} is a folder; give a file name in it, e.g. "
+                         f"{os.path.join(path, 'model.npz')!r}.")
+    if not os.path.isdir(folder):
+        raise ValueError(f"-o {path!r}: the folder {folder!r} does not exist; create it "
+                         "first (mkdir -p).")
+
+
+def _named(path, names):
+    """The column names of the table if it has them (a header), else None."""
+    from fastep.io import has_names
+    return list(names) if has_names(path) else None
 
 
 def cmd_fit(args):
     import fastep
     from fastep.io import column_names, read_dask, read_table
 
+    _check_output(args.output)
     names = column_names(args.data)
     features, target = _columns(args, names)
     if args.scheduler:
@@ -304,7 +338,7 @@ def cmd_fit(args):
         X, T = client.persist([read_dask(args.data, features), read_dask(args.data, target)])
     else:
         X, T = read_table(args.data, features), read_table(args.data, target)
-    _check_features(X)
+    _check_features(X, [names[j] for j in features])
     args.n_rows = X.shape[0]
     y = _targets(args, T)
     m = _needs_inducing(X.shape[0], args)
@@ -323,6 +357,9 @@ def cmd_fit(args):
         est.fit(X, y)
     finally:
         progress.close()
+    named = _named(args.data, names)
+    if named is not None:              # fastep predict matches DATA's columns by name
+        est.feature_names_in_ = np.array([named[j] for j in features], dtype=object)
     fastep.save_model(est, args.output)
     lz = getattr(est, "log_marginal_likelihood_value_", None)
     print(f"fitted in {time.perf_counter() - t0:.2f} s"
@@ -343,18 +380,17 @@ def _connect(address):
 
 def cmd_predict(args):
     from fastep import load_model
-    from fastep.io import TableWriter, column_names, iter_rows, n_rows, resolve_columns
+    from fastep.io import TableWriter, column_names, iter_rows, n_rows
+    from fastep.likelihoods import NegativeBinomial, Poisson
 
+    _check_output(args.output)
     est = load_model(args.model)
     d = est.n_features_in_
     names = column_names(args.data)
-    if args.features:
-        columns = resolve_columns(args.features, names, "--features")
-    else:
-        columns = list(range(d)) if len(names) >= d else None
-    if columns is None or len(columns) != d:
-        raise ValueError(f"the model was fitted on {d} features; DATA has {len(names)} "
-                         "columns. Name the feature columns with --features.")
+    columns = _predict_columns(args, est, names)
+    if len(columns) != d:
+        raise ValueError(f"the model was fitted on {d} features; --features names "
+                         f"{len(columns)}.")
     classes = getattr(est, "classes_", None)
     if classes is not None:
         header = [f"p_{c}" for c in classes]
@@ -372,6 +408,12 @@ def cmd_predict(args):
             quartiles = [est.predict_quantile(Xc, q) for q in (0.25, 0.5, 0.75)]
             return np.column_stack([mean, std, y_mean, y_std,
                                     *est.predict_censored_proba(Xc), *quartiles])
+    elif isinstance(getattr(est, "likelihood_", None), (Poisson, NegativeBinomial)):
+        header = ["mean", "std", "y_mean"]          # counts: the latent log rate and E[y]
+
+        def predict(Xc):
+            mean, std = est.predict_latent(Xc, return_std=True)
+            return np.column_stack([mean, std, est.predict(Xc)])
     else:
         header = ["mean", "std"]
 
@@ -384,13 +426,40 @@ def cmd_predict(args):
     for block in _progress(iter_rows(args.data, columns, args.chunk), total, args.chunk,
                            "predict"):
         if not np.all(np.isfinite(block)):
-            i = done + int(np.argwhere(~np.isfinite(block))[0, 0])
-            raise ValueError(f"DATA: row {i} holds an empty or non-numeric cell.")
+            k = int(np.argwhere(~np.isfinite(block))[0, 0])
+            where = _bad_cell(~np.isfinite(block[k]), done + k, [names[j] for j in columns])
+            raise ValueError(f"DATA: {where}.")
         writer.write(predict(block))
         done += block.shape[0]
     writer.close()
     print(f"wrote {done} rows ({', '.join(header)}) to {args.output}", file=sys.stderr)
     return 0
+
+
+def _predict_columns(args, est, names):
+    """DATA's feature columns for ``fastep predict``: --features, else the columns named
+    as the model's features (a model fitted on a table with a header), else, for tables
+    without names, all of DATA's columns when there are exactly as many as the model's
+    features (positions are a guess only when nothing else is possible)."""
+    from fastep.io import resolve_columns
+    if args.features:
+        return resolve_columns(args.features, names, "--features")
+    d, fitted = est.n_features_in_, getattr(est, "feature_names_in_", None)
+    named = _named(args.data, names)
+    if fitted is not None and named is not None:
+        missing = [f for f in fitted if f not in named]
+        if missing:
+            raise ValueError(f"DATA has no column {', '.join(map(repr, missing[:5]))}, which the "
+                             f"model was fitted on (its features: "
+                             f"{', '.join(map(str, fitted[:20]))}); name DATA's feature "
+                             "columns, in the model's order, with --features.")
+        return [named.index(f) for f in fitted]
+    if len(names) != d:
+        have = "named" if named is not None else "unnamed"
+        raise ValueError(f"the model was fitted on {d} features; DATA has {len(names)} "
+                         f"{have} columns. Name the feature columns, in the order the model "
+                         "was fitted on, with --features.")
+    return list(range(d))
 
 
 def _tqdm():
@@ -506,9 +575,25 @@ def _show_compile_notice():
         log.setLevel(logging.INFO)
 
 
+def _positive(kind):
+    """An argparse type: a positive int or a positive finite float."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}; got "
+                                             f"{text!r}") from None
+        if not (value > 0 and np.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"must be positive; got {text}")
+        return value
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="fastep", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"fastep {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo", help="fit the EP classifier on bundled data and report")
     p.add_argument("which", nargs="?", default="classifier",
@@ -529,14 +614,19 @@ def main(argv=None):
     p.add_argument("--annotator-columns", help="annotators: the columns of their labels")
     p.add_argument("--lower", type=float, help="censored: lower censoring limit")
     p.add_argument("--upper", type=float, help="censored: upper censoring limit")
-    p.add_argument("--likelihood", choices=["student_t", "gaussian"], default="student_t",
-                   help="regression: the noise model")
+    p.add_argument("--likelihood", default="student_t",
+                   choices=["student_t", "gaussian", "poisson", "negative_binomial"],
+                   help="regression: the noise model (poisson, negative_binomial: counts; "
+                   "predict then also writes y_mean, E[y])")
     p.add_argument("--kernel", choices=["rbf", "matern32", "matern52"], default="rbf")
-    p.add_argument("--lengthscale", type=float, help="initial lengthscale (default sqrt(d))")
-    p.add_argument("--n-inducing", type=int, help="sparse EP with this many inducing points "
+    p.add_argument("--lengthscale", type=_positive(float),
+                   help="initial lengthscale (default sqrt(d))")
+    p.add_argument("--n-inducing", type=_positive(int), help="sparse EP with this many inducing points "
                    f"(default: dense, or {AUTO_INDUCING} when dense EP would not fit in "
                    "memory)")
-    p.add_argument("--max-iter", type=int, default=100, help="most EP sweeps")
+    p.add_argument("--max-iter", type=_positive(int),
+                   help="most EP sweeps (default 100); multiclass: most iterations of GWI's "
+                   "optimiser (default 200)")
     p.add_argument("--no-optimize", action="store_true", help="keep the kernel fixed")
     p.add_argument("--scheduler", help="run on the Dask scheduler at this address")
     p.add_argument("--seed", type=int, default=0)
@@ -545,12 +635,13 @@ def main(argv=None):
     p.add_argument("model")
     p.add_argument("data")
     p.add_argument("-o", "--output", required=True, help="CSV or .npy output")
-    p.add_argument("--features", help="comma-separated feature columns (default: the first "
-                   "n_features columns)")
-    p.add_argument("--chunk", type=int, default=100000, help="rows per chunk")
+    p.add_argument("--features", help="comma-separated feature columns (default: the "
+                   "columns named as the model's features; for a table without a header, "
+                   "all its columns, which must be as many as the model's)")
+    p.add_argument("--chunk", type=_positive(int), default=100000, help="rows per chunk")
     p.set_defaults(func=cmd_predict)
     p = sub.add_parser("bench", help="EP sweep time against one Cholesky")
-    p.add_argument("-n", type=int, default=2000)
+    p.add_argument("-n", type=_positive(int), default=2000)
     p.set_defaults(func=cmd_bench)
     args = parser.parse_args(argv)
     _show_compile_notice()

@@ -39,15 +39,47 @@ def _csv_header(path):
         return cells, len(cells)
 
 
+def _npy(path):
+    """The .npy table at ``path`` as a read-only memory map, 2-D (a 1-D array is one
+    column); a ValueError naming DATA for an array of Python objects or of another
+    dimension."""
+    try:
+        a = np.load(path, mmap_mode="r")
+    except ValueError as exc:
+        if "object" in str(exc).lower() or "pickle" in str(exc).lower():
+            raise ValueError(f"DATA {path!r} holds Python objects (dtype object); save a "
+                             "numeric array (e.g. np.save(path, X.astype(float))).") from None
+        raise ValueError(f"DATA {path!r} is not a readable .npy array: {exc}") from None
+    if a.ndim not in (1, 2):
+        raise ValueError(f"DATA {path!r} is a {a.ndim}-D array of shape {a.shape}; a table is "
+                         "2-D (rows x columns): reshape it, e.g. X.reshape(len(X), -1).")
+    return a[:, None] if a.ndim == 1 else a
+
+
+def has_names(path):
+    """Whether the table names its columns (a CSV header line, Parquet, a Zarr group),
+    rather than :func:`column_names` numbering them."""
+    kind = _kind(path)
+    if kind in (".csv", ".csv.gz"):
+        return _csv_header(path)[0] is not None
+    if kind == ".npy":
+        return False
+    if kind == ".parquet":
+        return True
+    import zarr
+    return not hasattr(zarr.open(path, mode="r"), "shape")
+
+
 def column_names(path):
     """The table's column names (``"0", "1", ...`` where the file has none)."""
     kind = _kind(path)
+    if not os.path.exists(path):
+        raise ValueError(f"DATA {path!r}: no such file.")
     if kind in (".csv", ".csv.gz"):
         names, width = _csv_header(path)
         return names or [str(i) for i in range(width)]
     if kind == ".npy":
-        a = np.load(path, mmap_mode="r")
-        return [str(i) for i in range(a.shape[1] if a.ndim == 2 else 1)]
+        return [str(i) for i in range(_npy(path).shape[1])]
     if kind == ".parquet":
         import pyarrow.parquet as pq
         return list(pq.read_schema(path).names)
@@ -85,8 +117,7 @@ def read_table(path, columns=None):
                              usecols=columns, ndmin=2, dtype=float)
         return data.reshape(-1, len(columns) if columns is not None else width)
     if kind == ".npy":
-        a = np.load(path, mmap_mode="r")
-        a = a[:, None] if a.ndim == 1 else a
+        a = _npy(path)
         return np.asarray(a if columns is None else a[:, columns], dtype=float)
     names = column_names(path)
     use = names if columns is None else [names[i] for i in columns]
@@ -172,9 +203,7 @@ def read_dask(path, columns=None, chunk_rows=DASK_CHUNK_ROWS):
 
 def _npy_rows(path, start, stop, columns):
     """Rows ``start:stop`` of the given columns of a .npy file, through a memory map."""
-    a = np.load(path, mmap_mode="r")
-    a = a[:, None] if a.ndim == 1 else a
-    return np.asarray(a[start:stop][:, columns], dtype=float)
+    return np.asarray(_npy(path)[start:stop][:, columns], dtype=float)
 
 
 def _numeric_frame(frame):
@@ -187,7 +216,7 @@ def n_rows(path):
     """Rows of the table (without reading it for .npy, Parquet and Zarr)."""
     kind = _kind(path)
     if kind == ".npy":
-        return np.load(path, mmap_mode="r").shape[0]
+        return _npy(path).shape[0]
     if kind == ".parquet":
         import pyarrow.parquet as pq
         return pq.ParquetFile(path).metadata.num_rows
@@ -206,9 +235,10 @@ def iter_rows(path, columns, chunk):
     """Chunks of at most ``chunk`` rows of the given columns, read one at a time: memory
     is O(chunk) whatever the table's size."""
     kind = _kind(path)
+    if chunk < 1:
+        raise ValueError(f"--chunk must be a positive number of rows; got {chunk}.")
     if kind == ".npy":
-        a = np.load(path, mmap_mode="r")
-        a = a[:, None] if a.ndim == 1 else a
+        a = _npy(path)
         for start in range(0, a.shape[0], chunk):
             block = a[start:start + chunk]
             yield np.asarray(block if columns is None else block[:, columns], dtype=float)

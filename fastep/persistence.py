@@ -17,6 +17,7 @@ import json
 import numbers
 import os
 import secrets
+import zipfile
 
 import numpy as np
 
@@ -140,6 +141,9 @@ def save_model(estimator, path):
                              "labels of mixed types); use numbers or strings.")
     header = {"format": FORMAT, "version": VERSION, "class": name, "params": params,
               "state": state}
+    names = getattr(estimator, "feature_names_in_", None)
+    if names is not None:                  # scikit-learn's name for the columns fitted on
+        header["feature_names"] = [str(v) for v in names]
     path = os.fspath(path)
     tmp, fd = _temporary_beside(path)
     try:
@@ -212,6 +216,9 @@ def load_model(path):
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such model file")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not a readable fastep model file: it is not an .npz "
+                         "archive (fastep.save_model and `fastep fit -o` write one).")
     try:
         f = np.load(path, allow_pickle=False)
         if not isinstance(f, np.lib.npyio.NpzFile):
@@ -270,6 +277,12 @@ def load_model(path):
             raise ValueError("the header's 'state' must be a dict")
         with np.errstate(all="ignore"):            # out-of-range values: checked below
             est._load_state(StateReader(state, arrays))
+        names = header.get("feature_names")
+        if names is not None:
+            if not (isinstance(names, list) and all(isinstance(v, str) for v in names)
+                    and len(names) == est.n_features_in_):
+                raise ValueError(f"'feature_names' must be {est.n_features_in_} strings")
+            est.feature_names_in_ = np.array(names, dtype=object)
     except (ValueError, TypeError, KeyError, IndexError, RecursionError,
             np.linalg.LinAlgError) as exc:
         raise ValueError(f"{path}: not a valid {name} model file: {str(exc)[:300]}") from None

@@ -16,7 +16,8 @@ def _table(tmp_path, seed=0):
     cols = {"x1": X[:, 0], "x2": X[:, 1], "label": (f > 0).astype(float),
             "cls3": np.digitize(f, [-0.7, 0.7]).astype(float),
             "ycens": np.clip(f + 0.2 * rng.normal(size=N), -0.5, None),
-            "yreg": f + 0.1 * rng.normal(size=N)}
+            "yreg": f + 0.1 * rng.normal(size=N),
+            "count": rng.poisson(np.exp(0.5 * f)).astype(float)}
     A = np.where(rng.random((N, 3)) < 0.8, cols["label"][:, None], 1 - cols["label"][:, None])
     A[rng.random((N, 3)) < 0.2] = np.nan
     for r in range(3):
@@ -34,6 +35,8 @@ def _table(tmp_path, seed=0):
 
 KINDS = {
     "classifier": ["--target", "label"],
+    "ordinal": ["--target", "cls3"],
+    "counts": ["--model", "regression", "--target", "count", "--likelihood", "poisson"],
     "multiclass": ["--target", "cls3"],
     "censored": ["--target", "ycens", "--lower", "-0.5"],
     "regression": ["--target", "yreg", "--likelihood", "gaussian"],
@@ -45,7 +48,8 @@ KINDS = {
 def test_fit_save_predict_round_trip(tmp_path, kind):
     train, cols, Xt = _table(tmp_path)
     model, out = tmp_path / "m.npz", tmp_path / "p.npy"
-    assert main(["fit", str(train), "-o", str(model), "--model", kind, "--features",
+    model_kind = [] if kind == "counts" else ["--model", kind]
+    assert main(["fit", str(train), "-o", str(model), *model_kind, "--features",
                  "x1,x2", "--no-optimize", *KINDS[kind]]) == 0
     assert main(["predict", str(model), str(tmp_path / "test.npy"), "-o", str(out),
                  "--chunk", "64"]) == 0
@@ -57,6 +61,9 @@ def test_fit_save_predict_round_trip(tmp_path, kind):
     else:
         mean, std = est.predict_latent(Xt, return_std=True)
         np.testing.assert_allclose(got[:, :2], np.column_stack([mean, std]), rtol=1e-10)
+        if kind == "counts":                         # and E[y]
+            np.testing.assert_allclose(got[:, 2], est.predict(Xt), rtol=1e-10)
+            assert got.shape[1] == 3
         if kind == "censored":                       # the censored y as well
             y_mean, y_std = est.predict(Xt, return_std=True)
             np.testing.assert_allclose(got[:, 2:4], np.column_stack([y_mean, y_std]),
@@ -279,8 +286,8 @@ def test_scheduler_feature_and_label_checks_on_dask_columns(in_process_dask):
     from fastep.cli import _check_features, _targets
     X = np.ones((40, 2))
     X[23, 1] = np.nan
-    with pytest.raises(ValueError, match="feature row 23"):
-        _check_features(da.from_array(X, chunks=10))
+    with pytest.raises(ValueError, match="data row 23 .*column 'b'"):
+        _check_features(da.from_array(X, chunks=10), ["a", "b"])
     args = type("Args", (), {"model": "classifier", "lower": None, "upper": None})()
     T = da.from_array(np.r_[np.zeros(20), np.ones(19), np.inf][:, None], chunks=10)
     with pytest.raises(ValueError, match="1 rows have no finite label"):
@@ -298,3 +305,105 @@ def in_process_dask():
         return
     with dask.config.set(scheduler="sync"):
         yield
+
+
+def test_version_is_the_installed_distributions(capsys):
+    """``fastep --version`` prints the version pip installed (the package metadata), not
+    a second copy of it."""
+    from importlib.metadata import version
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"fastep {version('fastep')}"
+
+
+def _fit_classifier(tmp_path, *extra):
+    train, cols, _ = _table(tmp_path)
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(train), "-o", str(model), "--target", "label", "--features",
+                 "x1,x2", "--no-optimize", *extra]) == 0
+    return model, cols
+
+
+def test_predict_matches_columns_by_name(tmp_path, capsys):
+    """A model fitted on a table with a header predicts another table by its column
+    names, whatever their order or what stands beside them; a missing feature, or a
+    table without names whose width is not the model's, is an error naming the fix."""
+    model, cols = _fit_classifier(tmp_path)
+    expected = load_model(model).predict_proba(np.column_stack([cols["x1"], cols["x2"]]))
+    assert list(load_model(model).feature_names_in_) == ["x1", "x2"]
+    for order in (["x2", "x1"], ["label", "x1", "x2"], ["yreg", "x2", "label", "x1"]):
+        path, out = tmp_path / "shuffled.csv", tmp_path / "p.csv"
+        np.savetxt(path, np.column_stack([cols[c] for c in order]), delimiter=",",
+                   header=",".join(order), comments="")
+        assert main(["predict", str(model), str(path), "-o", str(out)]) == 0
+        np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1), expected,
+                                   rtol=1e-10)
+    np.savetxt(path, np.column_stack([cols["x1"], cols["label"]]), delimiter=",",
+               header="x1,label", comments="")
+    assert main(["predict", str(model), str(path), "-o", str(out)]) == 2
+    assert "no column 'x2', which the model was fitted on" in capsys.readouterr().err
+    np.save(tmp_path / "three.npy", np.column_stack([cols["label"], cols["x1"], cols["x2"]]))
+    assert main(["predict", str(model), str(tmp_path / "three.npy"), "-o", str(out)]) == 2
+    assert "DATA has 3 unnamed columns" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option,value", [("--n-inducing", "0"), ("--lengthscale", "0"),
+                                          ("--max-iter", "-1"), ("--lengthscale", "nan")])
+def test_invalid_fit_options_are_refused_before_any_work(tmp_path, capsys, option, value):
+    train, _, _ = _table(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", str(train), "-o", str(tmp_path / "m.npz"), "--target", "label",
+              option, value])
+    assert exit_.value.code == 2
+    assert f"argument {option}" in capsys.readouterr().err
+
+
+def test_max_iter_reaches_the_multiclass_model(tmp_path):
+    train, _, _ = _table(tmp_path)
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(train), "-o", str(model), "--model", "multiclass", "--target",
+                 "cls3", "--features", "x1,x2", "--max-iter", "7"]) == 0
+    assert load_model(model).max_iter == 7
+
+
+def test_unwritable_output_fails_before_the_fit(tmp_path, capsys, monkeypatch):
+    """-o into a folder that does not exist, or naming a folder, fails at once (the fit
+    is never started) and names the user's path, not a temporary file."""
+    import fastep
+    train, _, _ = _table(tmp_path)
+    monkeypatch.setattr(fastep.EPGaussianProcessClassifier, "fit",
+                        lambda *a, **k: pytest.fail("the fit ran"))
+    for out, message in ((tmp_path / "nodir" / "m.npz", "does not exist; create it"),
+                         (tmp_path, "is a folder")):
+        assert main(["fit", str(train), "-o", str(out), "--target", "label"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and str(out) in err and ".tmp" not in err
+
+
+def test_bad_tables_and_model_files_are_named(tmp_path, capsys):
+    model, cols = _fit_classifier(tmp_path)
+    out = str(tmp_path / "p.csv")
+    np.save(tmp_path / "obj.npy", np.array([[1, "a"], [2, "b"]], dtype=object))
+    np.save(tmp_path / "cube.npy", np.zeros((4, 2, 2)))
+    (tmp_path / "model.txt").write_text("not a model\n")
+    (tmp_path / "bad.csv").write_text("x1,x2\n0.1,0.2\n0.3,\n")
+    cases = [
+        (["predict", str(model), str(tmp_path / "obj.npy"), "-o", out], "Python objects"),
+        (["predict", str(model), str(tmp_path / "cube.npy"), "-o", out], "3-D array"),
+        (["fit", str(tmp_path / "cube.npy"), "-o", str(tmp_path / "n.npz")], "3-D array"),
+        (["predict", str(tmp_path / "model.txt"), str(tmp_path / "bad.csv"), "-o", out],
+         "not an .npz archive"),
+        (["predict", str(model), str(tmp_path / "bad.csv"), "-o", out],
+         "data row 1 .*column 'x2'"),
+        (["fit", str(tmp_path / "nosuch.csv"), "-o", str(tmp_path / "n.npz")],
+         "no such file"),
+    ]
+    import re
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert re.search(message, err) and "allow_pickle" not in err, (argv, err)
+    with pytest.raises(SystemExit):
+        main(["predict", str(model), str(tmp_path / "bad.csv"), "-o", out, "--chunk", "0"])
+    assert "argument --chunk" in capsys.readouterr().err
