@@ -172,6 +172,8 @@ MODELS = {
     "regression": ("EPGaussianProcessRegressor", "mean and std of the latent f"),
     "ordinal": ("OrdinalGPClassifier", "class probabilities p_<class>"),
 }
+#: How many integer labels each classifier kind needs (for messages).
+NEEDED_LABELS = {"classifier": "2-20", "multiclass": "2 or more", "ordinal": "3 or more ordered"}
 #: Inducing points ``fastep fit`` uses by itself when dense EP would not fit in memory.
 AUTO_INDUCING = 256
 
@@ -239,7 +241,7 @@ def _estimator(args, d, m):
     if args.model == "regression":
         return fastep.EPGaussianProcessRegressor(kernel, likelihood=args.likelihood, **kw)
     if args.model == "multiclass":
-        return fastep.GWIClassifier(kernel, n_inducing=m or min(100, args.n_rows), **kw)
+        return fastep.GWIClassifier(kernel, **{**kw, "n_inducing": m or min(100, args.n_rows)})
     cls = getattr(fastep, MODELS[args.model][0])
     return cls(kernel, **kw)
 
@@ -265,10 +267,9 @@ def _targets(args, T):
                 (args.model == "ordinal" and k < 3):
             raise ValueError(f"--target holds {k} distinct value(s)"
                              f"{' that are not integers' * (y.dtype.kind == 'f')}; --model "
-                             f"{args.model} needs 2"
-                             f"{'-20' if args.model == 'classifier' else ' or more'}"
-                             f"{' (ordinal: 3 or more, in their order)' * (args.model == 'ordinal')} integer "
-                             "class labels. Is it the label column?")
+                             f"{args.model} needs "
+                             f"{NEEDED_LABELS[args.model]} "
+                             "integer class labels. Is it the label column?")
     if args.model == "censored" and args.lower is not None and args.upper is not None \
             and args.lower >= args.upper:
         raise ValueError(f"--lower {args.lower} must be below --upper {args.upper}.")
@@ -308,7 +309,7 @@ def _check_output(path):
     """Fail before any work where ``-o`` cannot be written: a folder that does not exist,
     or a folder given as the file."""
     folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
+    if os.path.isdir(path) or str(path).endswith(("/", os.sep)):
         raise ValueError(f"-o {path!r} is a folder; give a file name in it, e.g. "
                          f"{os.path.join(path, 'model.npz')!r}.")
     if not os.path.isdir(folder):
@@ -358,8 +359,14 @@ def cmd_fit(args):
     finally:
         progress.close()
     named = _named(args.data, names)
-    if named is not None:              # fastep predict matches DATA's columns by name
-        est.feature_names_in_ = np.array([named[j] for j in features], dtype=object)
+    if named is not None:
+        fitted = [named[j] for j in features]
+        if len(set(fitted)) == len(fitted) and all(fitted):
+            est.feature_columns_ = fitted     # fastep predict finds them by name
+        else:
+            print("fastep fit: the feature columns' names are blank or repeated, so the model "
+                  "keeps none: fastep predict will need a table of exactly its features, in "
+                  "order, or --features.", file=sys.stderr)
     fastep.save_model(est, args.output)
     lz = getattr(est, "log_marginal_likelihood_value_", None)
     print(f"fitted in {time.perf_counter() - t0:.2f} s"
@@ -408,7 +415,7 @@ def cmd_predict(args):
             quartiles = [est.predict_quantile(Xc, q) for q in (0.25, 0.5, 0.75)]
             return np.column_stack([mean, std, y_mean, y_std,
                                     *est.predict_censored_proba(Xc), *quartiles])
-    elif isinstance(getattr(est, "likelihood_", None), (Poisson, NegativeBinomial)):
+    elif _counts_without_exposure(est, Poisson, NegativeBinomial):
         header = ["mean", "std", "y_mean"]          # counts: the latent log rate and E[y]
 
         def predict(Xc):
@@ -436,6 +443,19 @@ def cmd_predict(args):
     return 0
 
 
+def _counts_without_exposure(est, *counts):
+    """Whether ``est`` is a count model that predicts E[y] without per-observation
+    exposures (one fitted in Python with ``exposure=`` needs them, which the command line
+    cannot give: it writes the latent mean and sd only)."""
+    if not isinstance(getattr(est, "likelihood_", None), counts):
+        return False
+    try:
+        est.predict(np.zeros((1, est.n_features_in_)))
+    except ValueError:
+        return False
+    return True
+
+
 def _predict_columns(args, est, names):
     """DATA's feature columns for ``fastep predict``: --features, else the columns named
     as the model's features (a model fitted on a table with a header), else, for tables
@@ -444,7 +464,7 @@ def _predict_columns(args, est, names):
     from fastep.io import resolve_columns
     if args.features:
         return resolve_columns(args.features, names, "--features")
-    d, fitted = est.n_features_in_, getattr(est, "feature_names_in_", None)
+    d, fitted = est.n_features_in_, getattr(est, "feature_columns_", None)
     named = _named(args.data, names)
     if fitted is not None and named is not None:
         missing = [f for f in fitted if f not in named]
@@ -453,6 +473,11 @@ def _predict_columns(args, est, names):
                              f"model was fitted on (its features: "
                              f"{', '.join(map(str, fitted[:20]))}); name DATA's feature "
                              "columns, in the model's order, with --features.")
+        twice = [f for f in fitted if named.count(f) > 1]
+        if twice:
+            raise ValueError(f"DATA has more than one column named "
+                             f"{', '.join(map(repr, twice[:5]))}; name DATA's feature columns, "
+                             "in the model's order, with --features (0-based positions).")
         return [named.index(f) for f in fitted]
     if len(names) != d:
         have = "named" if named is not None else "unnamed"
@@ -625,8 +650,8 @@ def main(argv=None):
                    f"(default: dense, or {AUTO_INDUCING} when dense EP would not fit in "
                    "memory)")
     p.add_argument("--max-iter", type=_positive(int),
-                   help="most EP sweeps (default 100); multiclass: most iterations of GWI's "
-                   "optimiser (default 200)")
+                   help="most EP sweeps (default: the estimator's, 100 or 200); multiclass: "
+                   "most iterations of GWI's optimiser (default 200)")
     p.add_argument("--no-optimize", action="store_true", help="keep the kernel fixed")
     p.add_argument("--scheduler", help="run on the Dask scheduler at this address")
     p.add_argument("--seed", type=int, default=0)

@@ -43,13 +43,18 @@ def _npy(path):
     """The .npy table at ``path`` as a read-only memory map, 2-D (a 1-D array is one
     column); a ValueError naming DATA for an array of Python objects or of another
     dimension."""
+    with open(path, "rb") as fh:
+        magic = fh.read(6)
+    if magic != b"\x93NUMPY":
+        raise ValueError(f"DATA {path!r} is not a .npy array (np.save writes one).")
     try:
         a = np.load(path, mmap_mode="r")
-    except ValueError as exc:
+    except Exception as exc:               # a damaged or truncated file: whatever NumPy says
         if "object" in str(exc).lower() or "pickle" in str(exc).lower():
             raise ValueError(f"DATA {path!r} holds Python objects (dtype object); save a "
                              "numeric array (e.g. np.save(path, X.astype(float))).") from None
-        raise ValueError(f"DATA {path!r} is not a readable .npy array: {exc}") from None
+        raise ValueError(f"DATA {path!r} is not a readable .npy array "
+                         f"({type(exc).__name__}: {exc}).") from None
     if a.ndim not in (1, 2):
         raise ValueError(f"DATA {path!r} is a {a.ndim}-D array of shape {a.shape}; a table is "
                          "2-D (rows x columns): reshape it, e.g. X.reshape(len(X), -1).")

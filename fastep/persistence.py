@@ -141,9 +141,9 @@ def save_model(estimator, path):
                              "labels of mixed types); use numbers or strings.")
     header = {"format": FORMAT, "version": VERSION, "class": name, "params": params,
               "state": state}
-    names = getattr(estimator, "feature_names_in_", None)
-    if names is not None:                  # scikit-learn's name for the columns fitted on
-        header["feature_names"] = [str(v) for v in names]
+    names = getattr(estimator, "feature_columns_", None)
+    if names is not None:                  # the table columns `fastep fit` read
+        header["feature_columns"] = [str(v) for v in names]
     path = os.fspath(path)
     tmp, fd = _temporary_beside(path)
     try:
@@ -277,12 +277,12 @@ def load_model(path):
             raise ValueError("the header's 'state' must be a dict")
         with np.errstate(all="ignore"):            # out-of-range values: checked below
             est._load_state(StateReader(state, arrays))
-        names = header.get("feature_names")
+        names = header.get("feature_columns")
         if names is not None:
             if not (isinstance(names, list) and all(isinstance(v, str) for v in names)
                     and len(names) == est.n_features_in_):
-                raise ValueError(f"'feature_names' must be {est.n_features_in_} strings")
-            est.feature_names_in_ = np.array(names, dtype=object)
+                raise ValueError(f"'feature_columns' must be {est.n_features_in_} strings")
+            est.feature_columns_ = names
     except (ValueError, TypeError, KeyError, IndexError, RecursionError,
             np.linalg.LinAlgError) as exc:
         raise ValueError(f"{path}: not a valid {name} model file: {str(exc)[:300]}") from None

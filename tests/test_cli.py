@@ -331,7 +331,7 @@ def test_predict_matches_columns_by_name(tmp_path, capsys):
     table without names whose width is not the model's, is an error naming the fix."""
     model, cols = _fit_classifier(tmp_path)
     expected = load_model(model).predict_proba(np.column_stack([cols["x1"], cols["x2"]]))
-    assert list(load_model(model).feature_names_in_) == ["x1", "x2"]
+    assert load_model(model).feature_columns_ == ["x1", "x2"]
     for order in (["x2", "x1"], ["label", "x1", "x2"], ["yreg", "x2", "label", "x1"]):
         path, out = tmp_path / "shuffled.csv", tmp_path / "p.csv"
         np.savetxt(path, np.column_stack([cols[c] for c in order]), delimiter=",",
@@ -343,6 +343,10 @@ def test_predict_matches_columns_by_name(tmp_path, capsys):
                header="x1,label", comments="")
     assert main(["predict", str(model), str(path), "-o", str(out)]) == 2
     assert "no column 'x2', which the model was fitted on" in capsys.readouterr().err
+    np.savetxt(path, np.column_stack([cols["x2"], cols["x1"], cols["x2"]]), delimiter=",",
+               header="x2,x1,x2", comments="")
+    assert main(["predict", str(model), str(path), "-o", str(out)]) == 2
+    assert "more than one column named 'x2'" in capsys.readouterr().err
     np.save(tmp_path / "three.npy", np.column_stack([cols["label"], cols["x1"], cols["x2"]]))
     assert main(["predict", str(model), str(tmp_path / "three.npy"), "-o", str(out)]) == 2
     assert "DATA has 3 unnamed columns" in capsys.readouterr().err
@@ -359,12 +363,43 @@ def test_invalid_fit_options_are_refused_before_any_work(tmp_path, capsys, optio
     assert f"argument {option}" in capsys.readouterr().err
 
 
-def test_max_iter_reaches_the_multiclass_model(tmp_path):
+def test_max_iter_and_inducing_points_reach_the_multiclass_model(tmp_path):
     train, _, _ = _table(tmp_path)
     model = tmp_path / "m.npz"
     assert main(["fit", str(train), "-o", str(model), "--model", "multiclass", "--target",
-                 "cls3", "--features", "x1,x2", "--max-iter", "7"]) == 0
-    assert load_model(model).max_iter == 7
+                 "cls3", "--features", "x1,x2", "--max-iter", "7", "--n-inducing", "12"]) == 0
+    assert load_model(model).max_iter == 7 and load_model(model).n_inducing == 12
+
+
+def test_repeated_header_names_are_not_kept(tmp_path, capsys):
+    """A table whose feature columns share a name gives a model without names, which then
+    predicts only a table of exactly its features (no first-match guess)."""
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(60, 2))
+    path, model, out = tmp_path / "dup.csv", tmp_path / "m.npz", tmp_path / "p.csv"
+    np.savetxt(path, np.column_stack([A, (A[:, 1] > 0)]), delimiter=",", header="x,x,y",
+               comments="")
+    assert main(["fit", str(path), "-o", str(model), "--no-optimize"]) == 0
+    assert "blank or repeated" in capsys.readouterr().err
+    assert not hasattr(load_model(model), "feature_columns_")
+    assert main(["predict", str(model), str(path), "-o", str(out)]) == 2
+    assert "DATA has 3 named columns" in capsys.readouterr().err
+    assert main(["predict", str(model), str(path), "-o", str(out), "--features", "0,1"]) == 0
+    np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1),
+                               load_model(model).predict_proba(A), rtol=1e-10)
+
+
+def test_counts_fitted_with_exposure_predict_the_latent_only(tmp_path, capsys):
+    import fastep
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 1))
+    reg = fastep.EPGaussianProcessRegressor(likelihood="poisson", optimizer=None).fit(
+        X, rng.poisson(2.0, size=80), exposure=rng.uniform(0.5, 2, size=80))
+    fastep.save_model(reg, tmp_path / "m.npz")
+    np.save(tmp_path / "X.npy", X)
+    assert main(["predict", str(tmp_path / "m.npz"), str(tmp_path / "X.npy"), "-o",
+                 str(tmp_path / "p.csv")]) == 0
+    assert (tmp_path / "p.csv").read_text().splitlines()[0] == "mean,std"
 
 
 def test_unwritable_output_fails_before_the_fit(tmp_path, capsys, monkeypatch):
@@ -375,7 +410,7 @@ def test_unwritable_output_fails_before_the_fit(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(fastep.EPGaussianProcessClassifier, "fit",
                         lambda *a, **k: pytest.fail("the fit ran"))
     for out, message in ((tmp_path / "nodir" / "m.npz", "does not exist; create it"),
-                         (tmp_path, "is a folder")):
+                         (tmp_path, "is a folder"), (f"{tmp_path}/newdir/", "is a folder")):
         assert main(["fit", str(train), "-o", str(out), "--target", "label"]) == 2
         err = capsys.readouterr().err
         assert message in err and str(out) in err and ".tmp" not in err
@@ -387,10 +422,15 @@ def test_bad_tables_and_model_files_are_named(tmp_path, capsys):
     np.save(tmp_path / "obj.npy", np.array([[1, "a"], [2, "b"]], dtype=object))
     np.save(tmp_path / "cube.npy", np.zeros((4, 2, 2)))
     (tmp_path / "model.txt").write_text("not a model\n")
+    (tmp_path / "zip.npy").write_bytes(model.read_bytes())
+    (tmp_path / "empty.npy").write_bytes(b"")
     (tmp_path / "bad.csv").write_text("x1,x2\n0.1,0.2\n0.3,\n")
     cases = [
         (["predict", str(model), str(tmp_path / "obj.npy"), "-o", out], "Python objects"),
         (["predict", str(model), str(tmp_path / "cube.npy"), "-o", out], "3-D array"),
+        (["predict", str(model), str(tmp_path / "zip.npy"), "-o", out], "not a .npy array"),
+        (["fit", str(tmp_path / "empty.npy"), "-o", str(tmp_path / "n.npz")],
+         "not a .npy array"),
         (["fit", str(tmp_path / "cube.npy"), "-o", str(tmp_path / "n.npz")], "3-D array"),
         (["predict", str(tmp_path / "model.txt"), str(tmp_path / "bad.csv"), "-o", out],
          "not an .npz archive"),

@@ -599,20 +599,20 @@ def test_regressor_file_saved_before_normalize_y_loads_unnormalised(fitted, tmp_
     np.testing.assert_array_equal(old.predict(X), est.predict(X))
 
 
-def test_feature_names_round_trip_and_are_checked(tmp_path):
-    """scikit-learn's ``feature_names_in_`` (set by ``fastep fit`` from a table's header)
-    is saved and loaded; a header whose names do not fit the model is refused."""
+def test_feature_columns_round_trip_and_are_checked(tmp_path):
+    """``feature_columns_`` (the table columns ``fastep fit`` read) is saved and loaded; a
+    header whose names do not fit the model is refused."""
     X = np.linspace(-2, 2, 30).reshape(15, 2)
     clf = fastep.EPGaussianProcessClassifier(optimizer=None).fit(X, (X[:, 0] > 0).astype(int))
-    clf.feature_names_in_ = np.array(["height", "weight"], dtype=object)
+    clf.feature_columns_ = ["height", "weight"]
     fastep.save_model(clf, tmp_path / "m.npz")
-    assert list(fastep.load_model(tmp_path / "m.npz").feature_names_in_) == ["height", "weight"]
-    del clf.feature_names_in_
+    assert fastep.load_model(tmp_path / "m.npz").feature_columns_ == ["height", "weight"]
+    del clf.feature_columns_
     fastep.save_model(clf, tmp_path / "plain.npz")
-    assert not hasattr(fastep.load_model(tmp_path / "plain.npz"), "feature_names_in_")
+    assert not hasattr(fastep.load_model(tmp_path / "plain.npz"), "feature_columns_")
     with np.load(tmp_path / "m.npz") as f:
         arrays = {k: f[k] for k in f.files}
     header = json.loads(str(arrays.pop("header")))
-    header["feature_names"] = ["height"]
+    header["feature_columns"] = ["height"]
     np.savez(tmp_path / "bad.npz", header=np.array(json.dumps(header)), **arrays)
-    _expect(tmp_path / "bad.npz", "'feature_names' must be 2 strings")
+    _expect(tmp_path / "bad.npz", "'feature_columns' must be 2 strings")
