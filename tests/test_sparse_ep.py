@@ -399,3 +399,34 @@ def test_unusable_warm_start_falls_back_to_a_cold_start(data):
     assert warm.converged and warm.n_iter == cold.n_iter
     np.testing.assert_array_equal(warm.site_tau, cold.site_tau)
     assert warm.log_marginal_likelihood == cold.log_marginal_likelihood
+
+
+def test_gradient_passes_fused_and_with_the_results_marginals_match_numpy(data):
+    """The first pass taking h_i's marginals from the result (no S V product) and the
+    compiled G of the second pass give what the plain NumPy formulas give: the base
+    backend's ``gradient_direction`` (NumPy expression) against the CPU's compiled loop,
+    serial and parallel, and the first pass with and without the marginals."""
+    from fastep.backend import Backend, resolve
+    from fastep.inference._sparse_core import (gradient_constants, gradient_first,
+                                               gradient_second_constants)
+    be = resolve("cpu")
+    rng = np.random.default_rng(0)
+    m, c = 7, 2500
+    V, SV, SUSV = (np.asfortranarray(rng.normal(size=(m, c))) for _ in range(3))
+    mv, r = rng.normal(size=m), rng.normal(size=m)
+    a, w, b, tau, gd = (rng.normal(size=c) for _ in range(5))
+    expected = Backend.gradient_direction(be, V, SV, SUSV.copy(), mv, r, a, w, b, tau, gd)
+    for serial in (True, False):
+        got = be.gradient_direction(V, SV, SUSV.copy(), mv, r, a, w, b, tau, gd, serial)
+        np.testing.assert_allclose(got, expected, rtol=1e-13, atol=1e-13)
+    X, _, yb, _, Z = data
+    k, lik = RBF(1.5, 1.1), Probit()
+    res = sparse_ep(k, Z, X, yb, lik, **TIGHT)
+    consts = gradient_constants(be, res, k, lik)
+    args = (consts, np.ascontiguousarray(X), lik.encode_targets(yb), np.zeros((len(yb), 0)),
+            res.site_tau, res.site_nu)
+    plain = gradient_first(*args)
+    reused = gradient_first(*args, (res.mean, res.var - res.resid, res.resid))
+    for p, q in zip(plain, reused):
+        np.testing.assert_allclose(q, p, rtol=1e-9, atol=1e-11)
+    gradient_second_constants(consts, *reused)

@@ -148,6 +148,15 @@ class Backend:
         overwrite G."""
         raise NotImplementedError
 
+    def gradient_direction(self, V, SV, SUSV, mv, r, a, w, b, tau, gd, serial=False):
+        """``G = mv a^T + r w^T + SV diag(b) - 2 SUSV diag(tau) - 2 V diag(gd)`` (m x c
+        arrays of one chunk), in the storage of ``SUSV``: d log Z / dV of sparse EP's
+        gradient (:func:`fastep.inference._sparse_core.gradient_second`)."""
+        xp = self.xp
+        SUSV *= -2.0 * tau
+        SUSV += xp.outer(mv, a) + xp.outer(r, w) + SV * b - 2.0 * V * gd
+        return SUSV
+
     # --- EP site loops --------------------------------------------------------------
     def site_inputs(self, likelihood, y, extra):
         """Targets, per-site extras (n, k) and likelihood parameters as this backend's

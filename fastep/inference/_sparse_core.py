@@ -422,26 +422,44 @@ def gradient_constants(be, result, kernel, likelihood):
                            mv=be.asarray(q.m), S=be.asarray(S), L_inv=be.asarray(L_inv))
 
 
-def _gradient_chunk(c, Xc, y, extra, tau, nu):
-    """Per chunk of rows: ``V = L_uu^-1 K(Z, X_c)``, ``S V``, the marginal means and the
-    site-term derivatives."""
+def _gradient_chunk(c, Xc, y, extra, tau, nu, marginals=None):
+    """Per chunk of rows: ``V = L_uu^-1 K(Z, X_c)``, ``S V`` (None with ``marginals``),
+    the marginal means and the site-term derivatives.  ``marginals``: the chunk's
+    ``(mean, var, resid)`` of h_i from the result's closing evaluation pass at the same
+    q (they agree with ``V^T m``, ``diag(V^T S V)`` and ``K_ii - |V_i|^2`` to 1e-12),
+    which spares the m x m x c product ``S V``."""
     be, xp = c.be, c.be.xp
     with be.compiled():
         At, kdiag = _gram_t(be, c.kernel, c.Z_d, Xc), c.kernel.diag(Xc, backend=be)
     V = be.trmm_lower(c.L_inv, At)
-    mean = V.T @ c.mv
-    SV = c.S @ V
-    var = xp.einsum("ij,ij->j", V, SV)
-    resid = xp.maximum(kdiag - xp.einsum("ij,ij->j", V, V), 0.0)
+    if marginals is None:
+        mean = V.T @ c.mv
+        SV = _left_product(c.S, V)
+        var = xp.einsum("ij,ij->j", V, SV)
+        resid = xp.maximum(kdiag - xp.einsum("ij,ij->j", V, V), 0.0)
+    else:
+        (mean, var, resid), SV = marginals, None
     with be.compiled():
         g = _site_derivatives(be, c.likelihood, y, extra, mean, var, resid, tau, nu, c.alpha)
     return V, SV, mean, g
 
 
-def gradient_first(c, Xc, y, extra, tau, nu):
-    """First pass of the gradient over a chunk: ``(V a, V diag(c) V^T, d/dlog lik)``."""
-    V, _, _, (g_mu, g_var, _, g_lik) = _gradient_chunk(c, Xc, y, extra, tau, nu)
-    return V @ g_mu, (V * g_var) @ V.T, c.be.to_host(g_lik.sum(0))
+def _left_product(A, V):
+    """``A V`` for an m x m A and an F-ordered m x c V, F-ordered (as ``(V^T A^T)^T``), so
+    that the chunk's m x c arrays share one layout."""
+    return (V.T @ A.T).T
+
+
+def gradient_first(c, Xc, y, extra, tau, nu, marginals=None):
+    """First pass of the gradient over a chunk: ``(V a, V diag(c) V^T, d/dlog lik)``;
+    ``marginals`` as in :func:`_gradient_chunk`."""
+    be, xp = c.be, c.be.xp
+    V, _, _, (g_mu, g_var, _, g_lik) = _gradient_chunk(c, Xc, y, extra, tau, nu, marginals)
+    m = V.shape[0]
+    Va, U = xp.zeros(m), xp.zeros((m, m), order="F")
+    be.accumulate(U, Va, V, g_var, g_mu)             # one rank-c update (its lower triangle)
+    U = xp.tril(U)
+    return Va, U + xp.tril(U, -1).T, be.to_host(g_lik.sum(0))
 
 
 def gradient_second_constants(c, Va, U, d_lik):
@@ -449,15 +467,16 @@ def gradient_second_constants(c, Va, U, d_lik):
     c.r, c.SU, c.d_lik = c.S @ Va, c.S @ U, d_lik
 
 
-def gradient_second(c, Xc, y, extra, tau, nu):
+def gradient_second(c, Xc, y, extra, tau, nu, marginals=None):
     """Second pass over a chunk: ``G = dlogZ/dV`` contracted with the kernel derivatives:
-    ``(d/dtheta, d/dZ, G V^T)``."""
-    be, xp = c.be, c.be.xp
+    ``(d/dtheta, d/dZ, G V^T)``; ``marginals`` (unused: ``S V`` is needed here) for the
+    signature of :func:`gradient_first`."""
+    be = c.be
     V, SV, mean, (g_mu, g_var, g_d, _) = _gradient_chunk(c, Xc, y, extra, tau, nu)
     w = nu - tau * mean
-    G = xp.asfortranarray(
-        xp.outer(c.mv, w + g_mu - tau * (V.T @ c.r)) + xp.outer(c.r, w)
-        + SV * (2.0 * g_var - tau) - 2.0 * (c.SU @ SV) * tau - 2.0 * V * g_d)
+    G = be.gradient_direction(V, SV, _left_product(c.SU, SV), c.mv, c.r,
+                              w + g_mu - tau * (V.T @ c.r), w, 2.0 * g_var - tau, tau, g_d,
+                              serial=getattr(c, "serial", True))
     GVt = G @ V.T
     G_uf = be.trmm_lower(c.L_inv, G, trans=True)    # L_uu^-T G (in G's storage)
     with be.compiled():

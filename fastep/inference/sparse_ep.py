@@ -405,11 +405,17 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
     chunks = list(_chunks(n, chunk_size))
     n_workers = be.n_workers(n, m, chunk_size)
 
+    c.serial = n_workers > 1                  # the compiled loops run in worker threads
+    # h_i's marginals at q from the result's closing pass (spares S V in the first pass)
+    mean, var_h, resid = (be.asarray(a) for a in (result.mean, result.var - result.resid,
+                                                  result.resid))
+
     def in_parts(pass_):
         """``sum_k pass_(chunks k, k + T, ...)`` over the backend's T workers, in order."""
         def work(part):
             return _add_all(pass_(c, rows(c0, c1), y_d[c0:c1], extra_d[c0:c1], tau[c0:c1],
-                                  nu[c0:c1]) for c0, c1 in part)
+                                  nu[c0:c1], (mean[c0:c1], var_h[c0:c1], resid[c0:c1]))
+                            for c0, c1 in part)
         jobs = [functools.partial(work, chunks[k::n_workers]) for k in range(n_workers)]
         return _add_all(be.run_all(jobs))
 
