@@ -21,7 +21,7 @@ def precompile(verbose=False):
     """
     from .backend import cpu
     from .inference.ep import ep
-    from .inference.sparse_ep import sparse_ep
+    from .inference.sparse_ep import sparse_ep, sparse_ep_gradient
     from .kernels import RBF, Matern12, Matern32, Matern52
     from .kernels._distances import reuse_distances
     from .kernels._gram import HOST
@@ -48,7 +48,8 @@ def precompile(verbose=False):
                         r = ep(K, yy, lik, method=method, max_iter=2)
                         r.predict_latent(K, np.diag(K))
                         r.kernel_gradient_weights()
-                    sparse_ep(RBF(), X[:3], X, yy, lik, max_iter=2)
+                    rs = sparse_ep(RBF(), X[:3], X, yy, lik, max_iter=2)
+                    sparse_ep_gradient(rs, RBF(), X, yy, lik)
             finally:
                 cpu.PARALLEL_MIN_N = saved
         Probit().tilted(y, y, np.ones(6), alpha=0.5)
