@@ -2,14 +2,14 @@
 
 Public names: the estimators (loaded on first use, see below), the inference functions
 :func:`ep` and :func:`sparse_ep`, :func:`save_model` / :func:`load_model`,
-:func:`precompile`, and the modules :mod:`fastep.kernels` and :mod:`fastep.likelihoods`.
+:func:`precompile`, the modules :mod:`fastep.kernels` and :mod:`fastep.likelihoods`, and
+the exceptions and warnings (:mod:`fastep.exceptions`).
 """
-from . import kernels, likelihoods
-from ._checks import DenseMemoryError
-from ._linalg import NotPositiveDefiniteError
+from . import exceptions, kernels, likelihoods
 from ._precompile import precompile
-from .inference import (ConvergenceWarning, EPNumericalWarning, EPResult, SparseEPResult, ep,
-                        sparse_ep)
+from .exceptions import (ConvergenceWarning, DenseMemoryError, EPNumericalWarning,
+                         NotPositiveDefiniteError)
+from .inference import EPResult, SparseEPResult, ep, sparse_ep
 from .persistence import load_model, save_model
 
 __version__ = "0.2.0"
@@ -36,4 +36,4 @@ __all__ = ["ep", "sparse_ep", "EPGaussianProcessRegressor", "OrdinalGPClassifier
            "MultiAnnotatorGPClassifier", "SparseGPRegressor", "GWIClassifier", "save_model",
            "load_model", "precompile", "EPResult", "SparseEPResult", "ConvergenceWarning",
            "EPNumericalWarning", "DenseMemoryError", "NotPositiveDefiniteError", "kernels",
-           "likelihoods", "__version__"]
+           "likelihoods", "exceptions", "__version__"]

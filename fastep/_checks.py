@@ -11,6 +11,8 @@ import os
 
 import numpy as np
 
+from .exceptions import DenseMemoryError
+
 __all__ = ["float_array", "all_finite", "index_array", "DenseMemoryError",
            "check_dense_memory", "host_memory_available"]
 
@@ -126,22 +128,6 @@ def index_array(value, name, n, n_classes, fix=""):
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
-class DenseMemoryError(MemoryError):
-    """Dense inference would need more memory than the machine has; raised before any
-    large allocation.  The message says how much, and to use inducing points.
-
-    Examples
-    --------
-    >>> import numpy as np, fastep
-    >>> X = np.zeros((200_000, 2)); y = np.arange(200_000) % 2
-    >>> try:
-    ...     fastep.EPGaussianProcessClassifier().fit(X, y)
-    ... except fastep.DenseMemoryError as exc:
-    ...     print(str(exc)[:48])
-    dense inference on n = 200000 points needs about
-    """
-
-
 #: n x n float64 matrices alive at the peak of dense EP (K, B's factor, the solve),
 #: and of an ML-II step (the gradient's weights and the kernel derivative beside them);
 #: measured as peak RSS over the import baseline at n = 4000.
@@ -195,7 +181,7 @@ def check_dense_memory(n, n_matrices, available, where="this machine"):
     >>> check_dense_memory(60_000, 3, 2 ** 30)      # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    fastep._checks.DenseMemoryError: dense inference on n = 60000 points needs about 80.5 GiB ...
+    fastep.exceptions.DenseMemoryError: dense inference on n = 60000 points needs about 80.5 GiB ...
     """
     need = n_matrices * 8 * n * n
     if available is None or need <= available:

@@ -26,6 +26,8 @@ import functools
 import numpy as np
 from scipy.linalg import blas, lapack
 
+from .exceptions import NotPositiveDefiniteError
+
 try:
     from threadpoolctl import ThreadpoolController
 except ImportError:  # pragma: no cover - a core dependency, but degrade gracefully
@@ -51,22 +53,6 @@ def single_threaded_blas():
 
 BLOCK_THRESHOLD = 8192
 BLOCK_SIZE = 2048
-
-
-class NotPositiveDefiniteError(np.linalg.LinAlgError):
-    """Raised when a matrix that must be positive definite is not (numerically), with a
-    message naming the knob to turn (jitter, noise variance, damping, inducing points).
-    A ``numpy.linalg.LinAlgError``, hence a ``ValueError``.
-
-    Examples
-    --------
-    >>> import numpy as np, fastep
-    >>> try:
-    ...     fastep.ep(np.zeros((2, 2)), [1.0, -1.0], fastep.likelihoods.Probit())
-    ... except fastep.NotPositiveDefiniteError as exc:
-    ...     print(isinstance(exc, ValueError))
-    True
-    """
 
 
 #: Below this size the whole EP loop runs with single-threaded BLAS (see above).

@@ -157,7 +157,7 @@ def predictive_variance(prior, var, xp=np):
     if bool(xp.any(lost & (prior > 0.0))):
         import warnings
 
-        from .inference._sweep import EPNumericalWarning
+        from .exceptions import EPNumericalWarning
         k = int(xp.sum(lost))
         warnings.warn(
             f"the predictive variance at {k} point(s) is below the resolution of "

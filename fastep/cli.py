@@ -208,7 +208,8 @@ def _columns(args, names):
 def _needs_inducing(n, args):
     """How many inducing points to use: --n-inducing, else AUTO_INDUCING when dense EP's
     n x n matrices would not fit in memory (checked before anything is allocated)."""
-    from fastep._checks import DENSE_MLII_MATRICES, DenseMemoryError, check_dense_memory
+    from fastep._checks import DENSE_MLII_MATRICES, check_dense_memory
+    from fastep.exceptions import DenseMemoryError
     from fastep._checks import host_memory_available
     if args.n_inducing:
         if args.n_inducing > n:

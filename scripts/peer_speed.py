@@ -66,7 +66,7 @@ def probit_nlpd(mean, var, y):
 def run_fastep(n, m):
     import warnings
 
-    from fastep.inference._sweep import ConvergenceWarning
+    from fastep.exceptions import ConvergenceWarning
     from fastep.inference.sparse_ep import sparse_ep
     from fastep.kernels import RBF
     from fastep.likelihoods import Probit

@@ -24,7 +24,7 @@ from sparse_scaling import make_data  # noqa: E402
 
 
 def one_size(n, m):
-    from fastep.inference._sweep import ConvergenceWarning
+    from fastep.exceptions import ConvergenceWarning
     from fastep.inference.sparse_ep import sparse_ep
     from fastep.kernels import RBF
     from fastep.likelihoods import Probit

@@ -190,3 +190,31 @@ print(at_import, len(calls) > 0, sum("compiling" in r for r in records))
                          env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["0", "True", "1"], out.stdout
+
+
+def test_every_exception_lives_in_fastep_exceptions():
+    """fastep's own exceptions and warnings are all defined in ``fastep.exceptions`` (a
+    class statement deriving from one elsewhere fails this), and stay importable where
+    0.2 had them."""
+    import importlib
+    import fastep.exceptions as exc
+    elsewhere = []
+    for name, path in MODULES.items():
+        if name == "fastep.exceptions":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef) and any(
+                    getattr(b, "id", getattr(b, "attr", "")).endswith(("Error", "Warning",
+                                                                     "Exception"))
+                    for b in node.bases):
+                elsewhere.append(f"{name}.{node.name}")
+    assert not elsewhere, elsewhere
+    old_homes = {"fastep._linalg": "NotPositiveDefiniteError",
+                 "fastep._checks": "DenseMemoryError",
+                 "fastep.inference": "ConvergenceWarning",
+                 "fastep.inference._sweep": "EPNumericalWarning",
+                 "fastep.cuda": "CUDAUnavailableError", "fastep": "ConvergenceWarning"}
+    for module, name in old_homes.items():
+        assert getattr(importlib.import_module(module), name) is getattr(exc, name)
+    assert sorted(exc.__all__) == sorted(
+        n for n, v in vars(exc).items() if isinstance(v, type) and issubclass(v, Exception))

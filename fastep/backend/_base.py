@@ -109,7 +109,7 @@ class Backend:
 
     def cholesky(self, a, what):
         """Lower Cholesky factor of the symmetric positive definite ``a`` (whose storage
-        may be overwritten); :class:`~fastep._linalg.NotPositiveDefiniteError` naming
+        may be overwritten); :class:`~fastep.exceptions.NotPositiveDefiniteError` naming
         ``what`` if it is not positive definite."""
         raise NotImplementedError
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._linalg import NotPositiveDefiniteError
+from ..exceptions import NotPositiveDefiniteError
 from ._base import Backend
 
 _INSTANCES = {}

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import importlib
 
+from ..exceptions import CUDAUnavailableError
+
 __all__ = ["is_available", "require", "CUDAUnavailableError", "simulator_enabled"]
-
-
-class CUDAUnavailableError(RuntimeError):
-    """``device="cuda"`` was asked for but the CUDA stack is not usable here."""
 
 
 def _numba_cuda():

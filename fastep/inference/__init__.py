@@ -1,5 +1,5 @@
 """Inference algorithms: pure functions over arrays, each written once over a backend."""
-from ._sweep import ConvergenceWarning, EPNumericalWarning
+from ..exceptions import ConvergenceWarning, EPNumericalWarning
 from .ep import EPResult, ep, ep_gradient
 from .sparse_ep import SparseEPResult, sparse_ep, sparse_ep_gradient
 

@@ -15,7 +15,8 @@ from scipy.linalg import blas, cho_solve, cholesky, solve_triangular
 
 from .._numerics import predictive_variance
 from .._checks import is_dask_array
-from .._linalg import NotPositiveDefiniteError, trmm_lower_nogil
+from .._linalg import trmm_lower_nogil
+from ..exceptions import NotPositiveDefiniteError
 from ._sweep import SweepControl, backtrack, site_change
 from .sparse import uu_from_whitened
 

@@ -13,15 +13,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from .._checks import float_array
-from .._linalg import NotPositiveDefiniteError
-
-
-class ConvergenceWarning(UserWarning):
-    """EP (or an optimiser) stopped at its iteration budget without meeting ``tol``."""
-
-
-class EPNumericalWarning(UserWarning):
-    """Sites were skipped because their cavity distribution was improper."""
+from ..exceptions import ConvergenceWarning, EPNumericalWarning, NotPositiveDefiniteError
 
 
 #: Every EP sweep is logged here at DEBUG level (``fastep fit`` turns it into a progress

@@ -39,13 +39,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._checks import DENSE_EP_MATRICES
-from .._linalg import NotPositiveDefiniteError
 from .._numerics import MIN_VARIANCE, predictive_variance
 from ..backend import resolve
+from ..exceptions import ConvergenceWarning, EPNumericalWarning, NotPositiveDefiniteError
 from ..likelihoods._base import check_likelihood
-from ._sweep import (ConvergenceWarning, EPNumericalWarning, StepTurn, SweepControl,
-                     anderson_for, backtrack, check_kernel_matrix, check_sweep_controls,
-                     fill_cavities, halve_towards, initial_sites, site_change)
+from ._sweep import (StepTurn, SweepControl, anderson_for, backtrack, check_kernel_matrix,
+                     check_sweep_controls, fill_cavities, halve_towards, initial_sites,
+                     site_change)
 
 SEQUENTIAL_BLOCK = 256
 

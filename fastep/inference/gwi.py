@@ -59,7 +59,8 @@ import numpy as np
 from scipy.linalg import cho_solve, cholesky, eigh, solve_triangular
 from scipy.optimize import minimize
 
-from .._linalg import NotPositiveDefiniteError, single_threaded_blas
+from .._linalg import single_threaded_blas
+from ..exceptions import NotPositiveDefiniteError
 from ..backend import resolve
 from ..likelihoods.robustmax import check_moments
 

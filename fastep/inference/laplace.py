@@ -21,8 +21,9 @@ import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
 
 from .._numerics import predictive_variance
-from .._linalg import NotPositiveDefiniteError, blas_threads_for, cholesky_inplace
-from ._sweep import ConvergenceWarning, check_kernel_matrix, check_sweep_controls
+from .._linalg import blas_threads_for, cholesky_inplace
+from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
+from ._sweep import check_kernel_matrix, check_sweep_controls
 
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from scipy.linalg import blas, cho_solve, cholesky, solve_triangular
 
 from .._numerics import predictive_variance
-from .._linalg import NotPositiveDefiniteError
+from ..exceptions import NotPositiveDefiniteError
 
 JITTER = 1e-8
 

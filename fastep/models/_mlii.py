@@ -18,8 +18,7 @@ import warnings
 import numpy as np
 from scipy.optimize import minimize
 
-from .._linalg import NotPositiveDefiniteError
-from ..inference import ConvergenceWarning, EPNumericalWarning
+from ..exceptions import ConvergenceWarning, EPNumericalWarning, NotPositiveDefiniteError
 
 _LOG = logging.getLogger("fastep")
 _FAILED = 1e25          # -log Z of a trial point where EP or a factorisation failed

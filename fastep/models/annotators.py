@@ -13,7 +13,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._checks import class_labels, is_dask_array
 from ..backend import resolve
-from ..inference import ConvergenceWarning
+from ..exceptions import ConvergenceWarning
 from ..likelihoods.annotators import MultiAnnotator, log_ab
 from ._base import EPEstimator, as_generator, fit_entry, fresh_kernel, latent_output, shared
 from ._latent import LatentGP

@@ -14,7 +14,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._checks import class_labels
 from .._linalg import single_threaded_blas
 from ..backend import resolve
-from ..inference import ConvergenceWarning, gwi
+from ..exceptions import ConvergenceWarning
+from ..inference import gwi
 from ..kernels import RBF
 from ..likelihoods.robustmax import RobustMax
 from ..kernels import kernel_from_dict
