@@ -7,6 +7,7 @@ the exceptions and warnings (:mod:`fastep.exceptions`).
 """
 from . import exceptions, kernels, likelihoods
 from ._precompile import precompile
+from ._registry import ESTIMATORS
 from .exceptions import (ConvergenceWarning, DenseMemoryError, EPNumericalWarning,
                          NotPositiveDefiniteError)
 from .inference import EPResult, SparseEPResult, ep, sparse_ep
@@ -14,26 +15,21 @@ from .persistence import load_model, save_model
 
 __version__ = "0.2.0"
 
-_ESTIMATORS = ("EPGaussianProcessRegressor", "OrdinalGPClassifier", "CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier",
-               "SparseGPRegressor", "GWIClassifier")
-
 
 def __getattr__(name):
     """Estimators load on first use (PEP 562): they import scikit-learn, which would
     otherwise double the time of ``import fastep``."""
-    if name in _ESTIMATORS:
+    if name in ESTIMATORS:
         from . import models
         return getattr(models, name)
     raise AttributeError(f"module 'fastep' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_ESTIMATORS))
+    return sorted(set(globals()) | set(ESTIMATORS))
 
 
-__all__ = ["ep", "sparse_ep", "EPGaussianProcessRegressor", "OrdinalGPClassifier",
-           "CensoredGPRegressor", "EPGaussianProcessClassifier",
-           "MultiAnnotatorGPClassifier", "SparseGPRegressor", "GWIClassifier", "save_model",
-           "load_model", "precompile", "EPResult", "SparseEPResult", "ConvergenceWarning",
-           "EPNumericalWarning", "DenseMemoryError", "NotPositiveDefiniteError", "kernels",
-           "likelihoods", "exceptions", "__version__"]
+__all__ = ["ep", "sparse_ep", *ESTIMATORS, "save_model", "load_model", "precompile",
+           "EPResult", "SparseEPResult", "ConvergenceWarning", "EPNumericalWarning",
+           "DenseMemoryError", "NotPositiveDefiniteError", "kernels", "likelihoods",
+           "exceptions", "__version__"]

@@ -21,18 +21,17 @@ import zipfile
 
 import numpy as np
 
+from ._registry import ESTIMATORS
+
 FORMAT = "fastep-model"
 VERSION = 2
-_CLASSES = ("EPGaussianProcessClassifier", "CensoredGPRegressor", "MultiAnnotatorGPClassifier",
-            "SparseGPRegressor", "GWIClassifier", "EPGaussianProcessRegressor",
-            "OrdinalGPClassifier")
 
 __all__ = ["save_model", "load_model", "FORMAT", "VERSION"]
 
 
 def _estimator_classes():
     from . import models
-    return {name: getattr(models, name) for name in _CLASSES}
+    return {name: getattr(models, name) for name in ESTIMATORS}
 
 
 def _params_to_header(est, arrays):
@@ -126,8 +125,8 @@ def save_model(estimator, path):
     """
     from sklearn.utils.validation import check_is_fitted
     name = type(estimator).__name__
-    if name not in _CLASSES:
-        raise ValueError(f"save_model saves fastep estimators {list(_CLASSES)}; got {name}.")
+    if name not in ESTIMATORS:
+        raise ValueError(f"save_model saves fastep estimators {list(ESTIMATORS)}; got {name}.")
     check_is_fitted(estimator)
     arrays = {}
     params = _params_to_header(estimator, arrays)

@@ -21,8 +21,8 @@ from fastep.datasets import simulate_annotators
 from fastep.kernels import RBF
 from fastep.likelihoods import Logistic
 
-ALL = (EPGaussianProcessClassifier, CensoredGPRegressor, MultiAnnotatorGPClassifier,
-       SparseGPRegressor, GWIClassifier, EPGaussianProcessRegressor, OrdinalGPClassifier)
+#: Every estimator, from the package's one registry
+ALL = tuple(getattr(fastep, name) for name in fastep.ESTIMATORS)
 EP = (EPGaussianProcessClassifier, CensoredGPRegressor, MultiAnnotatorGPClassifier,
       EPGaussianProcessRegressor, OrdinalGPClassifier)
 

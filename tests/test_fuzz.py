@@ -50,3 +50,9 @@ def test_the_checker_catches_what_it_should():
     import fastep
     assert properties.call(fastep.ep, np.eye(2), [1.0, 0.5], fastep.likelihoods.Probit()) \
         is None                                   # fastep's own ValueError: kept
+
+
+def test_every_estimator_is_fuzzed():
+    """The property table covers every estimator of the package's registry."""
+    import fastep
+    assert set(fastep.ESTIMATORS) <= set(properties.ENTRY_POINTS)

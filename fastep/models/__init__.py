@@ -7,7 +7,6 @@ from .ordinal import OrdinalGPClassifier
 from .regression import EPGaussianProcessRegressor
 from .sparse import SparseGPRegressor
 
-__all__ = ["EPGaussianProcessRegressor", "OrdinalGPClassifier",
-           "CensoredGPRegressor", "EPGaussianProcessClassifier", "MultiAnnotatorGPClassifier",
-           "GWIClassifier", "SparseGPRegressor", "majority_vote",
-           "concatenate_labels"]
+from .._registry import ESTIMATORS
+
+__all__ = [*ESTIMATORS, "majority_vote", "concatenate_labels"]
