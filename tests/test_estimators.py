@@ -107,6 +107,29 @@ def test_every_ep_estimator_has_the_fitted_attributes(cls, sparse, data):
         assert est.inducing_points_.shape == (10, 2)
 
 
+@pytest.mark.parametrize("cls", [c for c in ALL if c is not GWIClassifier])
+def test_every_estimator_with_an_evidence_gives_it_and_its_gradient_at_any_theta(cls, data):
+    """``log_marginal_likelihood(theta, eval_gradient)`` on every estimator with an
+    evidence (GWI has none): its value at the fitted theta is the fitted one, and its
+    gradient matches central differences of the values (EP run tight)."""
+    X, y = data[cls]
+    tight = {} if cls is SparseGPRegressor else {"tol": 1e-10, "max_iter": 500}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+        est = _quick(cls, random_state=0, optimizer=None, **tight).fit(X, y)
+    problem = est._evidence_problems()[0]
+    theta = problem.theta
+    value, grad = est.log_marginal_likelihood(theta, eval_gradient=True)
+    assert value == pytest.approx(est.log_marginal_likelihood_value_, rel=1e-8, abs=1e-8)
+    assert est.log_marginal_likelihood() == est.log_marginal_likelihood_value_
+    h = 1e-5
+    fd = [(est.log_marginal_likelihood(theta + h * e) - est.log_marginal_likelihood(theta - h * e))
+          / (2 * h) for e in np.eye(theta.size)]
+    np.testing.assert_allclose(grad, fd, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="theta!=None"):
+        est.log_marginal_likelihood(eval_gradient=True)
+
+
 @pytest.mark.parametrize("cls", ALL)
 @pytest.mark.parametrize("seed", [None, 3, np.random.RandomState(3), np.random.default_rng(3)])
 def test_random_state_accepts_what_scikit_learn_accepts(cls, seed, data):

@@ -128,7 +128,33 @@ def da_map_rows(fn, *columns, width=None):
                          chunks=(columns[0].chunks[0], (width,)))
 
 
-class EPEstimator(BaseEstimator):
+class EvidenceMixin:
+    """``log_marginal_likelihood(theta, eval_gradient)`` of every estimator with an
+    evidence, written once over the fitted problems that :meth:`_evidence_problems` gives
+    (one per latent GP; their ``with_theta(theta).evidence()``)."""
+
+    def _evidence_problems(self):
+        """The fitted problems whose evidence is averaged."""
+        return [self._latent]
+
+    def log_marginal_likelihood(self, theta=None, eval_gradient=False):
+        """Approximate log evidence at ``theta`` (the fitted problems': log kernel
+        parameters, likelihood parameters, then the inducing inputs if they are fitted),
+        averaged over the problems (one-vs-rest: the classes'); optionally with its
+        gradient (for EP exact at the fixed point: ``1/2 tr((b b^T - R) dK/dtheta)`` plus
+        the likelihood's terms).  ``theta=None`` gives ``log_marginal_likelihood_value_``,
+        as scikit-learn's Gaussian-process estimators do."""
+        check_is_fitted(self)
+        if theta is None:
+            if eval_gradient:
+                raise ValueError("Gradient can only be evaluated for theta!=None")
+            return self.log_marginal_likelihood_value_
+        vals = [p.with_theta(theta).evidence() for p in self._evidence_problems()]
+        value = float(np.mean([v[0] for v in vals]))
+        return (value, np.mean([v[1] for v in vals], axis=0)) if eval_gradient else value
+
+
+class EPEstimator(EvidenceMixin, BaseEstimator):
     """Base of the estimators that run EP on latent GPs (see the module docstring)."""
 
     #: what ``method="auto"`` means for dense EP (a :func:`fastep.ep` method)
@@ -340,19 +366,6 @@ class SingleLatentEstimator(EPEstimator):
         self.log_marginal_likelihood_value_ = float(result.log_marginal_likelihood)
         self.n_iter_ = int(result.n_iter)
         self.converged_ = bool(result.converged)
-
-    def log_marginal_likelihood(self, theta=None, eval_gradient=False):
-        """Approximate log evidence at ``theta`` (the fitted problem's: log kernel
-        parameters, likelihood parameters, then the inducing inputs if they are fitted),
-        optionally with its gradient; ``theta=None`` gives
-        ``log_marginal_likelihood_value_``."""
-        check_is_fitted(self)
-        if theta is None:
-            if eval_gradient:
-                raise ValueError("Gradient can only be evaluated for theta!=None")
-            return self.log_marginal_likelihood_value_
-        value, grad, _ = self._latent.with_theta(theta).evidence()
-        return (value, grad) if eval_gradient else value
 
     def predict_latent(self, X, return_std=False):
         """Mean (and standard deviation) of the latent f at X (lazy dask arrays, computed

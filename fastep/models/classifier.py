@@ -252,24 +252,8 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         self.n_features_in_ = X.shape[1]
         self._set_fitted(classes, [f[0] for f in fits], [f[1] for f in fits])
 
-    def log_marginal_likelihood(self, theta=None, eval_gradient=False):
-        """log Z_EP at ``theta`` (log kernel, then likelihood parameters, then the inducing
-        inputs if they are fitted), averaged over the binary problems.
-
-        With ``theta=None`` returns ``log_marginal_likelihood_value_``.  With
-        ``eval_gradient=True`` also returns the gradient (exact at the EP fixed
-        point: ``1/2 tr((b b^T - R) dK/dtheta)`` plus likelihood terms).
-        """
-        check_is_fitted(self)
-        if theta is None:
-            if eval_gradient:
-                raise ValueError("Gradient can only be evaluated for theta!=None")
-            return self.log_marginal_likelihood_value_
-        vals = [latent.with_theta(theta).evidence() for latent in self._latents]
-        value = float(np.mean([v[0] for v in vals]))
-        if eval_gradient:
-            return value, np.mean([v[1] for v in vals], axis=0)
-        return value
+    def _evidence_problems(self):
+        return self._latents
 
     def _latent_moments(self, X):
         check_is_fitted(self)

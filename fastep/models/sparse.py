@@ -14,7 +14,8 @@ from .._linalg import blas_threads_for
 from ..inference import sparse
 from ..kernels import kernel_from_dict
 from ._mlii import theta_names
-from ._base import as_generator, fit_entry, fresh_kernel, latent_output, shared
+from ._base import (EvidenceMixin, as_generator, fit_entry, fresh_kernel, latent_output,
+                    shared)
 from ._latent import inducing_bounds
 from ._mlii import maximize_evidence
 
@@ -84,7 +85,7 @@ class CollapsedSparseGP:
                                                  else [])), st
 
 
-class SparseGPRegressor(RegressorMixin, BaseEstimator):
+class SparseGPRegressor(EvidenceMixin, RegressorMixin, BaseEstimator):
     """Gaussian-process regression with m inducing points in O(n m^2) time, O(n m) memory.
 
     Maximises the collapsed Power-EP objective of Bui, Yan & Turner (2017) with power
@@ -233,14 +234,7 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         scikit-learn's GaussianProcessRegressor) at X."""
         return self.predict_latent(X, return_std)
 
-    def log_marginal_likelihood(self, theta=None, eval_gradient=False):
-        """The objective at ``theta = [log kernel params, log noise variance]`` (inducing
-        inputs fixed at ``inducing_points_``), optionally with its gradient."""
-        check_is_fitted(self)
-        if theta is None:
-            if eval_gradient:
-                raise ValueError("Gradient can only be evaluated for theta!=None")
-            return self.log_marginal_likelihood_value_
-        fixed = dataclasses.replace(self._problem, optimize_inducing=False)
-        value, grad, _ = fixed.with_theta(theta).evidence()
-        return (value, grad) if eval_gradient else value
+    def _evidence_problems(self):
+        """The collapsed objective with the inducing inputs fixed at ``inducing_points_``
+        (``theta = [log kernel params, log noise variance]``)."""
+        return [dataclasses.replace(self._problem, optimize_inducing=False)]
