@@ -70,6 +70,14 @@ def halve_towards(old_tau, old_nu, tau, nu):
     return shrink
 
 
+def damping_rule(damping, adaptive_schedule=True):
+    """What ``damping`` means to every EP driver: ``(first step, adaptive)``.  None is
+    adaptive damping (:class:`SweepControl`) starting from a full step, where the schedule
+    adapts (dense EP's sequential sweeps do not: they take full steps); a number is that
+    fixed step."""
+    return (1.0 if damping is None else damping), (damping is None and adaptive_schedule)
+
+
 def check_sweep_controls(damping, tol, max_iter):
     """Raise ValueError unless damping is in (0, 1], tol > 0 and max_iter is an int >= 1."""
     if not (isinstance(damping, numbers.Real) and 0.0 < damping <= 1.0):

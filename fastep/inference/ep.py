@@ -44,8 +44,8 @@ from ..backend import resolve
 from ..exceptions import ConvergenceWarning, EPNumericalWarning, NotPositiveDefiniteError
 from ..likelihoods._base import check_likelihood
 from ._sweep import (StepTurn, SweepControl, anderson_for, backtrack, check_kernel_matrix,
-                     check_sweep_controls, fill_cavities, halve_towards, initial_sites,
-                     site_change)
+                     check_sweep_controls, damping_rule, fill_cavities, halve_towards,
+                     initial_sites, site_change)
 
 SEQUENTIAL_BLOCK = 256
 
@@ -398,8 +398,7 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
     (True, True)
     """
     be = resolve(device, "fastep.ep")
-    adaptive = damping is None and method in ("parallel", "auto")
-    damping = 1.0 if damping is None else damping
+    damping, adaptive = damping_rule(damping, method in ("parallel", "auto"))
     check_sweep_controls(damping, tol, max_iter)
     K, inputs = _prepare(be, K, y, likelihood, method, extra)
     robust = (not likelihood.log_concave) if robust is None else bool(robust)

@@ -54,7 +54,8 @@ from ._sparse_core import (SparseEPResult, SweepSums, _InducingPosterior, _Sweep
                            gradient_finish, gradient_first, gradient_second,
                            gradient_second_constants, sweep_context,
                            warm_rows)
-from ._sweep import StepTurn, check_sweep_controls, halve_towards, initial_sites
+from ._sweep import (StepTurn, check_sweep_controls, damping_rule, halve_towards,
+                     initial_sites)
 from .sparse import cholesky_uu
 
 CHUNK = CHUNK_ROWS
@@ -174,8 +175,7 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     (True, 1.0)
     """
     be = resolve(device, "sparse_ep")
-    adaptive = damping is None
-    damping = 1.0 if damping is None else damping
+    damping, adaptive = damping_rule(damping)
     robust = (not likelihood.log_concave) if robust is None else robust
     if is_dask_array(X):
         Z = _validate(Z, X, y, alpha, damping, tol, max_iter, chunk_size, xp=None)
