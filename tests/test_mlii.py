@@ -165,3 +165,38 @@ def test_hyperprior_dict_round_trips_through_save_and_load(tmp_path, three_class
     back = load_model(tmp_path / "m.npz")
     assert back.hyperprior == prior
     np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
+
+
+class _Bowl:
+    """A stand-in ML-II problem: log Z(theta) = -(c + a |theta - t0|^2 (1 + |theta|^2 / 4)),
+    smooth, known maximum c at t0; no EP (the evidence and gradient are exact)."""
+
+    def __init__(self, theta, c=10.0, a=50.0):
+        self.theta, self.c, self.a = np.asarray(theta, float), c, a
+        self.t0 = np.array([0.3, -0.2])
+        self.bounds = np.array([[-20.0, 20.0]] * 2)
+
+    def with_theta(self, theta):
+        return _Bowl(theta, self.c, self.a)
+
+    def evidence(self, sites=None, tol=None):
+        d, q = self.theta - self.t0, 1.0 + self.theta @ self.theta / 4
+        value = -(self.c + self.a * (d @ d) * q)
+        grad = -self.a * (2 * d * q + (d @ d) * self.theta / 2)
+        return value, grad, None
+
+
+def test_a_start_far_from_the_optimum_does_not_loosen_the_relative_tolerance():
+    """ML-II's stopping rules are relative to the evidence: a start whose |log Z| is 10^4
+    times the optimum's must end as close (relative to the optimum's log Z) as a start
+    near it.  Before the rescale, the start's scale let L-BFGS-B stop once a step gained
+    less than 1e-6 of the start's |log Z|."""
+    tol = 1e-6
+    ends = []
+    for start in ([12.0, -9.0], [0.35, -0.25]):
+        problem, _ = _mlii.maximize_evidence(_Bowl(start), tol=tol)
+        ends.append(problem.evidence()[0])
+    far, near = ends
+    assert abs(_Bowl([12.0, -9.0]).evidence()[0]) > 1e4 * 10
+    assert abs(far - (-10.0)) <= 10 * tol * 10.0, far
+    assert abs(near - (-10.0)) <= 10 * tol * 10.0, near
