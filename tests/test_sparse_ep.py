@@ -430,3 +430,16 @@ def test_gradient_passes_fused_and_with_the_results_marginals_match_numpy(data):
     for p, q in zip(plain, reused):
         np.testing.assert_allclose(q, p, rtol=1e-9, atol=1e-11)
     gradient_second_constants(consts, *reused)
+
+
+def test_gradient_without_the_inputs_is_the_same_gradient(data):
+    """``inputs=False`` (ML-II with fixed inducing inputs) skips d/dZ and changes nothing
+    else."""
+    X, _, yb, _, Z = data
+    k, lik = RBF(1.5, 1.1), Probit()
+    res = sparse_ep(k, Z, X, yb, lik, **TIGHT)
+    full = sparse_ep_gradient(res, k, X, yb, lik, chunk_size=7)
+    part = sparse_ep_gradient(res, k, X, yb, lik, chunk_size=7, inputs=False)
+    assert part[1] is None and full[1].shape == Z.shape
+    np.testing.assert_array_equal(part[0], full[0])
+    np.testing.assert_array_equal(part[2], full[2])

@@ -483,7 +483,8 @@ def gradient_second(c, Xc, y, extra, tau, nu, marginals=None):
     with be.compiled():
         d_theta = (c.kernel.gradient_contract(c.Z_d, G_uf, Xc, backend=be)
                    + c.kernel.diag_gradient_contract(Xc, g_d, backend=be))
-        d_Z = c.kernel.input_gradient_contract(c.Z_d, G_uf, Xc, backend=be)
+        d_Z = (c.kernel.input_gradient_contract(c.Z_d, G_uf, Xc, backend=be)
+               if getattr(c, "inputs", True) else 0.0)
     return d_theta, d_Z, GVt
 
 
@@ -491,6 +492,7 @@ def gradient_finish(c, d_theta, d_Z, GVt):
     """The gradient from the second pass's sums and the m x m terms of K_uu."""
     G_uu = uu_from_whitened(c.be.to_host(GVt), c.L_uu)
     d_theta = d_theta + c.kernel.gradient_contract(c.Z, G_uu)
-    d_Z = d_Z + c.kernel.input_gradient_contract(c.Z, G_uu)
+    d_Z = (d_Z + c.kernel.input_gradient_contract(c.Z, G_uu)
+           if getattr(c, "inputs", True) else None)
     return d_theta, d_Z, c.d_lik
 

@@ -427,10 +427,11 @@ class ClusterSites:
             da.from_delayed(dask.delayed(_field)(s, name), shape=(r,), dtype=float)
             for s, r in zip(self.states, self.rows)])
 
-    def gradient(self, result, kernel, likelihood):
+    def gradient(self, result, kernel, likelihood, inputs=True):
         """:func:`~fastep.inference.sparse_ep.sparse_ep_gradient` on the cluster: its two
         passes as maps over the chunks (at the result's sites) and sums."""
         c = gradient_constants(CPU, result, kernel, likelihood)
+        c.inputs = bool(inputs)
         with stealing_paused(self.client):
             c_f = self.client.submit(_identity, c, pure=False)
             first = self._reduce(self._map(_gradient_block, c_f, gradient_first))

@@ -180,7 +180,7 @@ class LatentGP:
         """d log Z / d theta at ``result`` (its fixed point), aligned with ``theta``."""
         if self.sparse:
             gk, gz, gl = sparse_ep_gradient(result, self.kernel, self.X, self.y,
-                                            self.likelihood)
+                                            self.likelihood, inputs=self._moves_z)
             gz = [gz.ravel()] if self._moves_z else []
         else:
             gk, gl = ep_gradient(result, self.kernel, self.X, self.y, self.likelihood)
