@@ -173,7 +173,8 @@ MODELS = {
     "ordinal": ("OrdinalGPClassifier", "class probabilities p_<class>"),
 }
 #: How many integer labels each classifier kind needs (for messages).
-NEEDED_LABELS = {"classifier": "2-20", "multiclass": "2 or more", "ordinal": "3 or more ordered"}
+NEEDED_LABELS = {"classifier": "2-20", "multiclass": "2 or more",
+                 "ordinal": "3 or more ordered"}
 #: Inducing points ``fastep fit`` uses by itself when dense EP would not fit in memory.
 AUTO_INDUCING = 256
 
@@ -470,8 +471,8 @@ def _predict_columns(args, est, names):
     if fitted is not None and named is not None:
         missing = [f for f in fitted if f not in named]
         if missing:
-            raise ValueError(f"DATA has no column {', '.join(map(repr, missing[:5]))}, which the "
-                             f"model was fitted on (its features: "
+            raise ValueError(f"DATA has no column {', '.join(map(repr, missing[:5]))}, "
+                             f"which the model was fitted on (its features: "
                              f"{', '.join(map(str, fitted[:20]))}); name DATA's feature "
                              "columns, in the model's order, with --features.")
         twice = [f for f in fitted if named.count(f) > 1]
@@ -647,7 +648,8 @@ def main(argv=None):
     p.add_argument("--kernel", choices=["rbf", "matern32", "matern52"], default="rbf")
     p.add_argument("--lengthscale", type=_positive(float),
                    help="initial lengthscale (default sqrt(d))")
-    p.add_argument("--n-inducing", type=_positive(int), help="sparse EP with this many inducing points "
+    p.add_argument("--n-inducing", type=_positive(int),
+                   help="sparse EP with this many inducing points "
                    f"(default: dense, or {AUTO_INDUCING} when dense EP would not fit in "
                    "memory)")
     p.add_argument("--max-iter", type=_positive(int),

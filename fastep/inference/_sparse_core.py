@@ -410,9 +410,10 @@ def _add_all(parts):
     return total
 
 
-def gradient_constants(be, result, kernel, likelihood):
+def gradient_constants(be, result, kernel, likelihood, inputs=True, serial=True):
     """What both passes of :func:`sparse_ep_gradient` read (backend arrays of m or m x m
-    numbers): ``m`` and ``S = P^-1`` of q(v), ``L_uu^-1``, Z."""
+    numbers): ``m`` and ``S = P^-1`` of q(v), ``L_uu^-1``, Z; whether d/dZ is wanted
+    (``inputs``) and whether the passes run in worker threads (``serial`` loops)."""
     q, Z = result._q, result.inducing_points
     m = Z.shape[0]
     S = cho_solve((q.L_P, True), np.eye(m), check_finite=False)
@@ -420,7 +421,8 @@ def gradient_constants(be, result, kernel, likelihood):
                                                check_finite=False))
     return SimpleNamespace(be=be, kernel=kernel, likelihood=likelihood, alpha=result.alpha,
                            L_uu=q.L_uu, Z=Z, Z_d=be.xp.ascontiguousarray(be.asarray(Z)),
-                           mv=be.asarray(q.m), S=be.asarray(S), L_inv=be.asarray(L_inv))
+                           mv=be.asarray(q.m), S=be.asarray(S), L_inv=be.asarray(L_inv),
+                           inputs=bool(inputs), serial=bool(serial))
 
 
 def _gradient_chunk(c, Xc, y, extra, tau, nu, marginals=None):
@@ -458,33 +460,33 @@ def gradient_first(c, Xc, y, extra, tau, nu, marginals=None):
     V, _, _, (g_mu, g_var, _, g_lik) = _gradient_chunk(c, Xc, y, extra, tau, nu, marginals)
     m = V.shape[0]
     Va, U = xp.zeros(m), xp.zeros((m, m), order="F")
-    be.accumulate(U, Va, V, g_var, g_mu)             # one rank-c update (its lower triangle)
-    U = xp.tril(U)
-    return Va, U + xp.tril(U, -1).T, be.to_host(g_lik.sum(0))
+    be.accumulate(U, Va, V, g_var, g_mu)     # a rank-c update of U's lower triangle at least
+    return Va, U, be.to_host(g_lik.sum(0))
 
 
 def gradient_second_constants(c, Va, U, d_lik):
-    """``r = S V a`` and ``S U`` for the second pass (in ``c``), from the first pass's sums."""
+    """``r = S V a`` and ``S U`` for the second pass (in ``c``), from the first pass's sums
+    (``U``: the sum of the chunks' lower triangles, made symmetric here, once)."""
+    U = c.be.asarray(_symmetrise_lower(c.be.to_host(U)))
     c.r, c.SU, c.d_lik = c.S @ Va, c.S @ U, d_lik
 
 
-def gradient_second(c, Xc, y, extra, tau, nu, marginals=None):
+def gradient_second(c, Xc, y, extra, tau, nu):
     """Second pass over a chunk: ``G = dlogZ/dV`` contracted with the kernel derivatives:
-    ``(d/dtheta, d/dZ, G V^T)``; ``marginals`` (unused: ``S V`` is needed here) for the
-    signature of :func:`gradient_first`."""
+    ``(d/dtheta, d/dZ (0 without ``c.inputs``), G V^T)``."""
     be = c.be
     V, SV, mean, (g_mu, g_var, g_d, _) = _gradient_chunk(c, Xc, y, extra, tau, nu)
     w = nu - tau * mean
     G = be.gradient_direction(V, SV, _left_product(c.SU, SV), c.mv, c.r,
                               w + g_mu - tau * (V.T @ c.r), w, 2.0 * g_var - tau, tau, g_d,
-                              serial=getattr(c, "serial", True))
+                              serial=c.serial)
     GVt = G @ V.T
     G_uf = be.trmm_lower(c.L_inv, G, trans=True)    # L_uu^-T G (in G's storage)
     with be.compiled():
         d_theta = (c.kernel.gradient_contract(c.Z_d, G_uf, Xc, backend=be)
                    + c.kernel.diag_gradient_contract(Xc, g_d, backend=be))
         d_Z = (c.kernel.input_gradient_contract(c.Z_d, G_uf, Xc, backend=be)
-               if getattr(c, "inputs", True) else 0.0)
+               if c.inputs else 0.0)
     return d_theta, d_Z, GVt
 
 
@@ -492,7 +494,6 @@ def gradient_finish(c, d_theta, d_Z, GVt):
     """The gradient from the second pass's sums and the m x m terms of K_uu."""
     G_uu = uu_from_whitened(c.be.to_host(GVt), c.L_uu)
     d_theta = d_theta + c.kernel.gradient_contract(c.Z, G_uu)
-    d_Z = (d_Z + c.kernel.input_gradient_contract(c.Z, G_uu)
-           if getattr(c, "inputs", True) else None)
+    d_Z = d_Z + c.kernel.input_gradient_contract(c.Z, G_uu) if c.inputs else None
     return d_theta, d_Z, c.d_lik
 

@@ -430,8 +430,7 @@ class ClusterSites:
     def gradient(self, result, kernel, likelihood, inputs=True):
         """:func:`~fastep.inference.sparse_ep.sparse_ep_gradient` on the cluster: its two
         passes as maps over the chunks (at the result's sites) and sums."""
-        c = gradient_constants(CPU, result, kernel, likelihood)
-        c.inputs = bool(inputs)
+        c = gradient_constants(CPU, result, kernel, likelihood, inputs)
         with stealing_paused(self.client):
             c_f = self.client.submit(_identity, c, pure=False)
             first = self._reduce(self._map(_gradient_block, c_f, gradient_first))

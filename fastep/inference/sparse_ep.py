@@ -369,8 +369,8 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
     At a Power-EP fixed point log Z is stationary in the sites, so its total
     derivative is the partial one with sites held fixed.  Returns
     ``(d/dtheta kernel, d/dZ, d/dlog likelihood params)``; ``inputs=False`` skips the
-    contraction for d/dZ (None then), which ML-II with fixed inducing inputs never reads:
-    it cost about an eighth of the gradient at n = 10^5, m = 256, d = 4.  Two streamed passes on the
+    contraction for d/dZ (None then), which ML-II with fixed inducing inputs never reads
+    (a fifth of the gradient at n = 10^5, m = 256, d = 4).  Two streamed passes on the
     backend that ran EP: the first collects ``V a`` and ``U = V diag(c) V^T`` (a, c:
     derivatives of the site terms in the marginal mean and variance), the second forms
     ``G = dlogZ/dV`` per chunk and contracts it with the kernel derivatives.  The chunks
@@ -403,28 +403,27 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
     extra = likelihood.check_extra(extra, n)
     y_d, extra_d, _ = be.site_inputs(likelihood, y, extra)
     tau, nu = be.asarray(result.site_tau), be.asarray(result.site_nu)
-    c = gradient_constants(be, result, kernel, likelihood)
-    c.inputs = bool(inputs)
     rows = be.rows(Xv)
     chunks = list(_chunks(n, chunk_size))
     n_workers = be.n_workers(n, m, chunk_size)
-
-    c.serial = n_workers > 1                  # the compiled loops run in worker threads
+    # with several workers the compiled loops run in their threads: the serial ones
+    c = gradient_constants(be, result, kernel, likelihood, inputs, serial=n_workers > 1)
     # h_i's marginals at q from the result's closing pass (spares S V in the first pass)
-    mean, var_h, resid = (be.asarray(a) for a in (result.mean, result.var - result.resid,
-                                                  result.resid))
+    marginals = tuple(be.asarray(a) for a in (result.mean, result.var - result.resid,
+                                              result.resid))
 
-    def in_parts(pass_):
-        """``sum_k pass_(chunks k, k + T, ...)`` over the backend's T workers, in order."""
+    def in_parts(pass_, *per_site):
+        """``sum_k pass_(chunks k, k + T, ...)`` over the backend's T workers, in order;
+        ``per_site``: more per-site vectors for ``pass_``, sliced to the chunk."""
         def work(part):
             return _add_all(pass_(c, rows(c0, c1), y_d[c0:c1], extra_d[c0:c1], tau[c0:c1],
-                                  nu[c0:c1], (mean[c0:c1], var_h[c0:c1], resid[c0:c1]))
+                                  nu[c0:c1], *[tuple(a[c0:c1] for a in v) for v in per_site])
                             for c0, c1 in part)
         jobs = [functools.partial(work, chunks[k::n_workers]) for k in range(n_workers)]
         return _add_all(be.run_all(jobs))
 
     with be.threads_for(m):
-        gradient_second_constants(c, *in_parts(gradient_first))
+        gradient_second_constants(c, *in_parts(gradient_first, marginals))
         return gradient_finish(c, *in_parts(gradient_second))
 
 

@@ -94,8 +94,9 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
     from the optimum: digits' first problem starts at log Z = -868 and ends at -43), the
     run goes on from there with ``s`` from the optimum, so that the rules are relative to
     the evidence found, not to the start's (with the start's, that problem ended 3.4e-4
-    nats, 7.9e-6 relative, from where ML-II at tight EP tolerance ended).  A run that used up ``max_iter`` iterations, or ends with a kernel or
-    likelihood parameter at one of its bounds, gives a ``ConvergenceWarning``.
+    nats, 7.9e-6 relative, from where ML-II at tight EP tolerance ended).  A run that
+    used up ``max_iter`` iterations, or ends with a kernel or likelihood parameter at one
+    of its bounds, gives a ``ConvergenceWarning``.
 
     Parameters
     ----------
