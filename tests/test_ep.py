@@ -722,3 +722,37 @@ def test_anderson_acceleration_reaches_the_same_fixed_point_in_fewer_sweeps(monk
                                                              rel=1e-9)
         np.testing.assert_allclose(fast.site_tau, plain.site_tau, rtol=1e-5, atol=1e-7)
         assert fast.n_iter < plain.n_iter
+
+
+@pytest.mark.parametrize("need_cov", [False, True], ids=["parallel", "sequential"])
+def test_posterior_marginals_at_extreme_site_precisions_match_40_digits(need_cov):
+    """The posterior refresh's two forms of var_i (K_ii - |V e_i|^2 and
+    (1 - (B^-1)_ii) / tau_i, each used where the other cancels) and its mean, against
+    Sigma = K (I + S K)^-1, mu = Sigma nu solved by mpmath at 40 digits, for sites whose
+    tau_i K_ii span 1e-14 .. 1e8, zero precisions with a nonzero nu, and a negative one.
+    ``need_cov``: the sequential sweeps' refresh (full Sigma from V) or the parallel
+    sweeps' (L^-1, marginals only)."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 40
+    ep_module = __import__("sys").modules["fastep.inference.ep"]
+    rng = np.random.default_rng(3)
+    n = 14
+    X = rng.normal(size=(n, 2))
+    K = RBF(50.0, 1.5)(X) + 1e-6 * np.eye(n)
+    tau = np.array([1e-16, 1e-12, 1e-9, 1e-6, 3e-6, 1e-4, 0.02, 0.5, 1.0, 30.0, 1e3, 1e6,
+                    0.0, -1e-4]) / 50.0
+    nu = rng.normal(size=n) * np.maximum(tau, 1e-3)
+    nu[12] = 0.7
+    be = fastep.backend.resolve("cpu")
+    post = ep_module._Posterior(be, K, np.diag(K).copy(), tau, nu, need_cov)
+    Km = mp.matrix(K.tolist())
+    Sigma = Km * (mp.eye(n) + mp.diag(tau.tolist()) * Km) ** -1
+    mu = Sigma * mp.matrix(nu.tolist())
+    want_var = np.array([float(Sigma[i, i]) for i in range(n)])
+    want_mu = np.array([float(mu[i]) for i in range(n)])
+    np.testing.assert_allclose(post.var, want_var, rtol=1e-9)
+    np.testing.assert_allclose(post.mean, want_mu, rtol=1e-7,
+                               atol=1e-10 * float(np.abs(want_mu).max()))
+    if need_cov:
+        want_cov = np.array([[float(Sigma[i, j]) for j in range(n)] for i in range(n)])
+        np.testing.assert_allclose(post.cov, want_cov, atol=1e-9 * float(np.abs(want_cov).max()))

@@ -121,14 +121,19 @@ class Backend:
         """``(L L^T)^-1 B``."""
         return self.solve_lower(L, self.solve_lower(L, B), trans=True, overwrite=True)
 
-    def cho_inverse(self, L):
-        """``(L L^T)^-1`` as a full symmetric matrix."""
-        raise NotImplementedError
+    def tri_inverse(self, L, out=None):
+        """``L^-1`` of the lower-triangular ``L`` (whose strict upper triangle is not
+        read), zero above the diagonal; ``out`` an (n, n) buffer it may use."""
+        return self.solve_lower(L, self.xp.eye(L.shape[0]), overwrite=True)
 
-    def gradient_weights(self, L, s, b):
-        """``G = (b b^T - diag(s) (L L^T)^-1 diag(s)) / 2`` as a full symmetric matrix:
-        the weights of dense EP's evidence gradient (B form)."""
-        r = self.cho_inverse(L)
+    def inverse_from_tri(self, li):
+        """``(L L^T)^-1 = L^-T L^-1`` as a full symmetric matrix, from ``li = L^-1``."""
+        return li.T @ li
+
+    def gradient_weights(self, li, s, b):
+        """``G = (b b^T - diag(s) (L L^T)^-1 diag(s)) / 2`` as a full symmetric matrix,
+        from ``li = L^-1``: the weights of dense EP's evidence gradient (B form)."""
+        r = self.inverse_from_tri(li)
         r *= s[:, None]
         r *= s[None, :]
         return self.weights_from_r(r, b)

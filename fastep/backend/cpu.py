@@ -29,10 +29,11 @@ from numba import prange, types
 from scipy.linalg import cho_solve, lapack
 
 from .._jit import TiltedFn, f8, f8_1d, jit, pjit
-from .._linalg import (SMALL_N, blas_threads_for, cholesky_inplace, solve_lower_inplace,
+from .._linalg import (BLOCK_THRESHOLD, SMALL_N, blas_threads_for, cholesky_inplace, solve_lower_inplace,
                        syrk_lower_nogil, trmm_lower_nogil)
 from .._sites import (cavity, damped_site, power_cavity, power_site_evidence,
                       site_from_derivatives, store_site)
+from ..exceptions import NotPositiveDefiniteError
 from ..kernels._gram import HostGram
 from ..likelihoods import robustmax
 from ._base import Backend
@@ -203,6 +204,13 @@ def gradient_direction(V, SV, G, mv, r, a, w, b, tau, gd):
                        - 2.0 * G[i, j] * tau[j] - 2.0 * V[i, j] * gd[j])
 
 
+def zero_upper(a):
+    """a[i, j] = 0 above the diagonal (a F-ordered: column by column)."""
+    for j in prange(a.shape[1]):
+        for i in range(min(j, a.shape[0])):
+            a[i, j] = 0.0
+
+
 def row_sumsq(a, out):
     """out[i] = sum_j a[i, j]^2."""
     for i in prange(a.shape[0]):
@@ -252,6 +260,7 @@ class KernelSet:
         self.build_b = wrap(_twin(build_b, suffix))
         self.scale_columns = wrap(_twin(scale_columns, suffix))
         self.row_sumsq = wrap(_twin(row_sumsq, suffix))
+        self.zero_upper = wrap(_twin(zero_upper, suffix))
         self.gradient_weights = wrap(_twin(gradient_weights, suffix))
         # also run by the worker threads of the streamed passes: without the GIL
         self.gradient_direction = wrap(nogil=True)(_twin(gradient_direction, suffix))
@@ -361,13 +370,28 @@ class CPUBackend(HostGram, Backend):
     def cho_solve(self, L, B):
         return cho_solve((L, True), B, check_finite=False)
 
-    def cho_inverse(self, L):
-        inv, _ = lapack.dpotri(L.copy(order="F"), lower=1)
+    def tri_inverse(self, L, out=None):
+        n = L.shape[0]
+        if n > BLOCK_THRESHOLD:         # where dpotrf is blocked (_linalg): no threaded dtrtri
+            return super().tri_inverse(L, out)
+        if out is None:
+            f = np.empty((n, n), order="F")
+        else:
+            f = out.T if out.flags.c_contiguous else out
+        np.copyto(f, L)
+        f, info = lapack.dtrtri(f, lower=1, overwrite_c=1)
+        if info != 0:  # pragma: no cover - L comes from a successful Cholesky
+            raise NotPositiveDefiniteError(f"dtrtri failed (info {info}): L is singular.")
+        select(n).zero_upper(f)
+        return f
+
+    def inverse_from_tri(self, li):
+        inv, _ = lapack.dlauum(li.copy(order="F"), lower=1)        # L^-T L^-1, lower
         inv = np.tril(inv)
         return inv + np.tril(inv, -1).T
 
-    def gradient_weights(self, L, s, b):
-        inv, _ = lapack.dpotri(L.copy(order="F"), lower=1)
+    def gradient_weights(self, li, s, b):
+        inv, _ = lapack.dlauum(li.copy(order="F"), lower=1)
         out = inv.T                      # C-ordered; the inverse is in its upper triangle
         select(s.shape[0]).gradient_weights(out, np.ascontiguousarray(s, dtype=float),
                                             np.ascontiguousarray(b, dtype=float))

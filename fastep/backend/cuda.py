@@ -104,10 +104,6 @@ class CUDABackend(Backend):
         return self._la.solve_triangular(L, B, lower=True, trans=int(trans),
                                          overwrite_b=overwrite, check_finite=False)
 
-    def cho_inverse(self, L):
-        li = self.solve_lower(L, self.xp.eye(L.shape[0]), overwrite=True)
-        return li.T @ li
-
     def trmm_lower(self, L, B, trans=False):
         return (L.T if trans else L) @ B
 

@@ -55,6 +55,11 @@ SEQUENTIAL_BLOCK = 256
 ANDERSON = True
 ANDERSON_START = 1e-2
 
+#: Below this tau_i K_ii a site's posterior variance is K_ii - |L^-1 S^1/2 K e_i|^2 (n^2
+#: flops per site) rather than (1 - (B^-1)_ii) / tau_i, which loses log10(1 / (tau_i K_ii))
+#: digits to cancellation: at most 4 here
+WEAK_SITE = 1e-4
+
 #: method="auto"'s schedule switches (DEBUG; not on ``fastep.sweeps``, which counts sweeps)
 LOG = logging.getLogger(__name__)
 
@@ -84,7 +89,7 @@ class _Posterior:
                     "K has a zero (or underflowing, below 1e-290) prior variance on its "
                     "diagonal: EP needs every latent value uncertain. Add jitter to the "
                     "kernel diagonal (a WhiteKernel(1e-6)) or rescale the kernel's variance.")
-            self.L = self.vt = None
+            self.L = self._li = None
             self.var = kdiag.copy()
             self.mean = xp.zeros(n)
             self.half_logdet = 0.0
@@ -99,39 +104,50 @@ class _Posterior:
                 "so K is not a valid covariance matrix. Add jitter to the kernel's diagonal "
                 "(e.g. a WhiteKernel(1e-6)) or check K for NaN/negative eigenvalues.") from exc
         del B
-        vt = be.scale_columns(K, s, work[1])                  # K S^1/2 = (S^1/2 K)^T
-        vt = be.solve_lower(L, vt.T, overwrite=True).T        # V^T, V = L^-1 S^1/2 K
-        self.L, self.vt = L, vt
-        var = kdiag - be.row_sumsq(vt)
-        # Sites that dominate their prior (tau K_ii >> 1, e.g. nearly noise-free
-        # regression): K_ii - |V e_i|^2 cancels; use var_i = (1 - (B^-1)_ii) / tau_i there.
-        strong = xp.flatnonzero(tau_pos * kdiag > 1e4)
-        if strong.size:
-            k = int(strong.size)
-            e = xp.zeros((n, k), order="F")
-            e[strong, xp.arange(k)] = 1.0
-            e = be.solve_lower(L, e, overwrite=True)
-            var[strong] = (1.0 - xp.einsum("ij,ij->j", e, e)) / tau_pos[strong]
+        # Two forms of var_i, each cancelling where the other does not:
+        # K_ii - |V e_i|^2 (V = L^-1 S^1/2 K) where tau_i K_ii is large, and
+        # (1 - (B^-1)_ii) / tau_i (S^1/2 Sigma S^1/2 = I - B^-1) where it is small.
+        # Parallel sweeps need only the marginals: B^-1's diagonal from L^-1 (dtrtri, n^3/3
+        # flops against the n^3 of V), the other form on the sites with tau_i K_ii < WEAK_SITE.
+        # The sequential sweeps' full Sigma = K - V^T V needs V (dtrsm) and not L^-1.
+        self.L, self._li = L, None
+        if need_cov:
+            vt = be.solve_lower(L, be.scale_columns(K, s, work[1]).T, overwrite=True).T
+            cov = vt @ vt.T
+            xp.subtract(K, cov, out=cov)
+            var = xp.diagonal(cov).copy()
+            other = xp.flatnonzero(tau_pos * kdiag > 1.0 / WEAK_SITE)
+            if other.size:
+                e = be.solve_lower(L, xp.asfortranarray(self._unit_columns(other)),
+                                   overwrite=True)
+                var[other] = (1.0 - xp.einsum("ij,ij->j", e, e)) / tau_pos[other]
+        else:
+            self._li = li = be.tri_inverse(L, work[1])
+            weak = tau_pos * kdiag < WEAK_SITE
+            var = (1.0 - be.row_sumsq(li.T)) / xp.where(weak, 1.0, tau_pos)
+            other = xp.flatnonzero(weak)
+            if other.size:
+                v = be.trmm_lower(li, xp.asfortranarray(s[:, None] * K[:, other]))
+                var[other] = kdiag[other] - xp.einsum("ij,ij->j", v, v)
         self.half_logdet = float(xp.sum(xp.log(xp.diagonal(L))))
         neg = xp.flatnonzero(tau < 0.0)
         if neg.size:
             self._split_form(neg, var)
         self.var = var
         # mu = Sigma nu.  For sites with s > 0, write nu = s * w: then
-        # K nu - V^T V nu = V^T L^-1 w exactly (B - S^1/2 K S^1/2 = I), free of the
-        # cancellation between K nu and V^T V nu.  Sites with s = 0 use the plain form.
+        # Sigma nu = K S^1/2 B^-1 w (as (K^-1 + S)^-1 = K S^1/2 B^-1 S^-1/2), free of the
+        # cancellation between K nu and K S^1/2 B^-1 S^1/2 K nu.  Sites with s = 0 use
+        # the plain form.
         pos = s > 0.0
         w = xp.where(pos, nu / xp.where(pos, s, 1.0), 0.0)
-        mean = vt @ be.solve_lower(L, w, overwrite=True)
+        mean = K @ (s * self._binv(w))
         rest = xp.where(pos, 0.0, nu)
         if bool(xp.any(rest != 0.0)):
-            mean += K @ rest - vt @ (vt.T @ rest)
+            mean += self._sigma_plus(rest)
         if self.Q is not None:
             mean += self.Q @ (self.Q.T @ nu)
         self.mean = mean
         if need_cov:
-            cov = vt @ vt.T
-            xp.subtract(K, cov, out=cov)
             if self.Q is not None:
                 cov += self.Q @ self.Q.T
             self.cov = cov
@@ -145,7 +161,7 @@ class _Posterior:
     def _split_form(self, neg, var):
         be, xp = self.be, self.be.xp
         r = xp.sqrt(-self.tau[neg])
-        p = self.K[:, neg] - self.vt @ self.vt[neg, :].T      # Sigma_+[:, neg]
+        p = self._sigma_plus(self._unit_columns(neg))          # Sigma_+[:, neg]
         p *= r
         c = xp.eye(int(neg.size)) - r[:, None] * p[neg, :]
         try:
@@ -159,11 +175,35 @@ class _Posterior:
         self.half_logdet += float(xp.sum(xp.log(xp.diagonal(lc))))
         var += xp.einsum("ij,ij->i", self.Q, self.Q)
 
+    @property
+    def li(self):
+        """L^-1 (made on first use where the refresh did not need it)."""
+        if self._li is None and self.L is not None:
+            self._li = self.be.tri_inverse(self.L)
+        return self._li
+
+    def _binv(self, z):
+        """B^-1 z = L^-T L^-1 z."""
+        if self._li is None:
+            return self.be.cho_solve(self.L, z)
+        return self._li.T @ (self._li @ z)
+
+    def _unit_columns(self, idx):
+        e = self.be.xp.zeros((self.n, int(idx.size)))
+        e[idx, self.be.xp.arange(int(idx.size))] = 1.0
+        return e
+
+    def _sigma_plus(self, z):
+        """Sigma_+ z = K z - K S^1/2 B^-1 S^1/2 K z (the posterior of the positive sites)."""
+        kz = self.K @ z
+        if self.L is None:
+            return kz
+        sv = self.s if z.ndim == 1 else self.s[:, None]
+        return kz - self.K @ (sv * self._binv(sv * kz))
+
     def apply_cov(self, z):
         """Sigma @ z for an (n, m) array."""
-        out = self.K @ z
-        if self.vt is not None:
-            out -= self.vt @ (self.vt.T @ z)
+        out = self._sigma_plus(z)
         if self.Q is not None:
             out += self.Q @ (self.Q.T @ z)
         return out
@@ -185,7 +225,7 @@ class _Posterior:
             return xp.zeros((self.n, self.n))
         if self.Q is not None:
             return self.apply_r(xp.eye(self.n))
-        inv = self.be.cho_inverse(self.L)
+        inv = self.be.inverse_from_tri(self.li)
         inv *= self.s[:, None]
         inv *= self.s[None, :]
         return inv
@@ -272,7 +312,7 @@ class EPResult:
         with be.threads_for(self.mean.shape[0], one_pool=post.Q is None):
             b = be.asarray(self.b)
             if post.Q is None and post.L is not None:           # B form: one pass
-                return be.gradient_weights(post.L, post.s, b)
+                return be.gradient_weights(post.li, post.s, b)
             return be.weights_from_r(post.dense_r(), b)
 
 
@@ -520,8 +560,16 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
                           ctl.sweeps)
                 ctl.damping = max(min(MIN_SEQUENTIAL_DAMPING, ctl.damping), 0.5 * ctl.damping)
 
+    if need_cov:
+        # the result in the form of a parallel refresh, which posterior_from_sites (a
+        # loaded model) rebuilds: the sequential refresh's marginals differ in rounding
+        post = None
+        post = _Posterior(be, K, kdiag, tau, nu, False, work)
+        skipped, ok, log_ev = _evaluate(be, tilted, y, extra, params, post, tau, nu,
+                                        ctl.damping, clip, new_tau, new_nu, log_z, mu_cav,
+                                        var_cav)
+        ctl.history[-1] = log_ev
     mu_cav, var_cav = ctl.finish(ok, mu_cav, var_cav, post.mean, post.var, xp)
-    post.cov = None                                   # not needed after the sweeps
     return _result(be, post, tau, nu, log_ev, ctl.sweeps, ctl.converged, skipped, mu_cav,
                    var_cav, method, ctl.history)
 
