@@ -724,25 +724,40 @@ def test_anderson_acceleration_reaches_the_same_fixed_point_in_fewer_sweeps(monk
         assert fast.n_iter < plain.n_iter
 
 
+def _extreme_sites(case, rng):
+    """(K, tau, nu): ``scatter``, sites whose tau_i K_ii span 1e-14 .. 1e8 with a zero and
+    a negative precision; ``clusters``, near-duplicate inputs, one strong site per cluster
+    pinning its neighbours (tau_i K_ii ~ 1e-4..1 but tau_i Sigma_ii ~ 1e-10)."""
+    if case == "scatter":
+        n = 14
+        X = rng.normal(size=(n, 2))
+        K = RBF(50.0, 1.5)(X) + 1e-6 * np.eye(n)
+        tau = np.array([1e-16, 1e-12, 1e-9, 1e-6, 3e-6, 1e-4, 0.02, 0.5, 1.0, 30.0, 1e3, 1e6,
+                        0.0, -1e-4]) / 50.0
+        nu = rng.normal(size=n) * np.maximum(tau, 1e-3)
+        nu[12] = 0.7
+        return K, tau, nu
+    centres = rng.normal(size=(4, 2)) * 3.0
+    X = np.repeat(centres, 4, axis=0) + 1e-4 * rng.normal(size=(16, 2))
+    K = RBF(1.0, 1.0)(X) + 1e-9 * np.eye(16)
+    tau = 10.0 ** rng.uniform(-4, 0, 16)
+    tau[::4] = 1e6
+    return K, tau, rng.normal(size=16) * tau
+
+
+@pytest.mark.parametrize("case", ["scatter", "clusters"])
 @pytest.mark.parametrize("need_cov", [False, True], ids=["parallel", "sequential"])
-def test_posterior_marginals_at_extreme_site_precisions_match_40_digits(need_cov):
+def test_posterior_marginals_at_extreme_site_precisions_match_40_digits(need_cov, case):
     """The posterior refresh's two forms of var_i (K_ii - |V e_i|^2 and
     (1 - (B^-1)_ii) / tau_i, each used where the other cancels) and its mean, against
-    Sigma = K (I + S K)^-1, mu = Sigma nu solved by mpmath at 40 digits, for sites whose
-    tau_i K_ii span 1e-14 .. 1e8, zero precisions with a nonzero nu, and a negative one.
-    ``need_cov``: the sequential sweeps' refresh (full Sigma from V) or the parallel
-    sweeps' (L^-1, marginals only)."""
+    Sigma = K (I + S K)^-1, mu = Sigma nu solved by mpmath at 40 digits (sites from
+    :func:`_extreme_sites`).  ``need_cov``: the sequential sweeps' refresh (full Sigma
+    from V) or the parallel sweeps' (L^-1, marginals only)."""
     mp = pytest.importorskip("mpmath")
     mp.mp.dps = 40
     ep_module = __import__("sys").modules["fastep.inference.ep"]
-    rng = np.random.default_rng(3)
-    n = 14
-    X = rng.normal(size=(n, 2))
-    K = RBF(50.0, 1.5)(X) + 1e-6 * np.eye(n)
-    tau = np.array([1e-16, 1e-12, 1e-9, 1e-6, 3e-6, 1e-4, 0.02, 0.5, 1.0, 30.0, 1e3, 1e6,
-                    0.0, -1e-4]) / 50.0
-    nu = rng.normal(size=n) * np.maximum(tau, 1e-3)
-    nu[12] = 0.7
+    K, tau, nu = _extreme_sites(case, np.random.default_rng(3))
+    n = K.shape[0]
     be = fastep.backend.resolve("cpu")
     post = ep_module._Posterior(be, K, np.diag(K).copy(), tau, nu, need_cov)
     Km = mp.matrix(K.tolist())

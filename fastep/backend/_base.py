@@ -124,7 +124,14 @@ class Backend:
     def tri_inverse(self, L, out=None):
         """``L^-1`` of the lower-triangular ``L`` (whose strict upper triangle is not
         read), zero above the diagonal; ``out`` an (n, n) buffer it may use."""
-        return self.solve_lower(L, self.xp.eye(L.shape[0]), overwrite=True)
+        n = L.shape[0]
+        if out is None:
+            eye = self.xp.eye(n).T                       # F-ordered: solved in place
+        else:
+            eye = out.T if out.flags.c_contiguous else out
+            eye[...] = 0.0
+            eye[self.xp.arange(n), self.xp.arange(n)] = 1.0
+        return self.solve_lower(L, eye, overwrite=True)
 
     def inverse_from_tri(self, li):
         """``(L L^T)^-1 = L^-T L^-1`` as a full symmetric matrix, from ``li = L^-1``."""

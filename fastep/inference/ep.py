@@ -55,10 +55,12 @@ SEQUENTIAL_BLOCK = 256
 ANDERSON = True
 ANDERSON_START = 1e-2
 
-#: Below this tau_i K_ii a site's posterior variance is K_ii - |L^-1 S^1/2 K e_i|^2 (n^2
-#: flops per site) rather than (1 - (B^-1)_ii) / tau_i, which loses log10(1 / (tau_i K_ii))
-#: digits to cancellation: at most 4 here
+#: Where tau_i Sigma_ii = 1 - (B^-1)_ii falls below this, a parallel refresh takes the site's
+#: posterior variance as K_ii - |L^-1 S^1/2 K e_i|^2 (n^2 flops per site, in blocks of
+#: WEAK_BLOCK columns) rather than (1 - (B^-1)_ii) / tau_i, which loses
+#: log10(1 / (tau_i Sigma_ii)) digits to cancellation: at most 4 here
 WEAK_SITE = 1e-4
+WEAK_BLOCK = 256
 
 #: method="auto"'s schedule switches (DEBUG; not on ``fastep.sweeps``, which counts sweeps)
 LOG = logging.getLogger(__name__)
@@ -105,10 +107,11 @@ class _Posterior:
                 "(e.g. a WhiteKernel(1e-6)) or check K for NaN/negative eigenvalues.") from exc
         del B
         # Two forms of var_i, each cancelling where the other does not:
-        # K_ii - |V e_i|^2 (V = L^-1 S^1/2 K) where tau_i K_ii is large, and
-        # (1 - (B^-1)_ii) / tau_i (S^1/2 Sigma S^1/2 = I - B^-1) where it is small.
+        # K_ii - |V e_i|^2 (V = L^-1 S^1/2 K) where Sigma_ii << K_ii (tau_i K_ii large), and
+        # (1 - (B^-1)_ii) / tau_i (S^1/2 Sigma S^1/2 = I - B^-1) where tau_i Sigma_ii << 1.
         # Parallel sweeps need only the marginals: B^-1's diagonal from L^-1 (dtrtri, n^3/3
-        # flops against the n^3 of V), the other form on the sites with tau_i K_ii < WEAK_SITE.
+        # flops against the n^3 of V), the other form on the sites with tau_i Sigma_ii below
+        # WEAK_SITE.
         # The sequential sweeps' full Sigma = K - V^T V needs V (dtrsm) and not L^-1.
         self.L, self._li = L, None
         if need_cov:
@@ -116,19 +119,21 @@ class _Posterior:
             cov = vt @ vt.T
             xp.subtract(K, cov, out=cov)
             var = xp.diagonal(cov).copy()
-            other = xp.flatnonzero(tau_pos * kdiag > 1.0 / WEAK_SITE)
+            other = xp.flatnonzero(tau_pos * kdiag > 1e4)
             if other.size:
                 e = be.solve_lower(L, xp.asfortranarray(self._unit_columns(other)),
                                    overwrite=True)
                 var[other] = (1.0 - xp.einsum("ij,ij->j", e, e)) / tau_pos[other]
         else:
             self._li = li = be.tri_inverse(L, work[1])
-            weak = tau_pos * kdiag < WEAK_SITE
-            var = (1.0 - be.row_sumsq(li.T)) / xp.where(weak, 1.0, tau_pos)
+            t_sigma = 1.0 - be.row_sumsq(li.T)                  # tau_i Sigma_ii
+            weak = t_sigma < WEAK_SITE
+            var = t_sigma / xp.where(weak, 1.0, tau_pos)
             other = xp.flatnonzero(weak)
-            if other.size:
-                v = be.trmm_lower(li, xp.asfortranarray(s[:, None] * K[:, other]))
-                var[other] = kdiag[other] - xp.einsum("ij,ij->j", v, v)
+            for b0 in range(0, int(other.size), WEAK_BLOCK):
+                cols = other[b0:b0 + WEAK_BLOCK]
+                v = be.trmm_lower(li, xp.asfortranarray(s[:, None] * K[:, cols]))
+                var[cols] = kdiag[cols] - xp.einsum("ij,ij->j", v, v)
         self.half_logdet = float(xp.sum(xp.log(xp.diagonal(L))))
         neg = xp.flatnonzero(tau < 0.0)
         if neg.size:
