@@ -114,9 +114,9 @@ def sweep_seconds(latent, repeats=5):
         return float(np.median([(run(6) - run(2)) / 4.0 for _ in range(repeats)]))
 
 
-def evaluation_cost(log, latent, what):
-    """Print the time of an ML-II evaluation after the first in sweeps of ``latent``."""
-    later = log if isinstance(log, list) else log.summary()[2]
+def evaluation_cost(later, latent, what):
+    """Print the time of an ML-II evaluation after the first (``later``: seconds, from
+    :meth:`EvaluationLog.summary`) in sweeps of ``latent``."""
     if later:
         sweep = sweep_seconds(latent)
         print(f"  one {what} sweep {sweep * 1e3:.1f} ms; an ML-II evaluation after the first: "
@@ -213,7 +213,7 @@ def counts(args):
         row(name, seconds, f"mean Poisson deviance {mean_poisson_deviance(yte, mean):.4f}",
             extra)
         if name.startswith("fastep"):
-            evaluation_cost(log, est._latent, "dense EP")
+            evaluation_cost(log.summary()[2], est._latent, "dense EP")
 
 
 def censored(args):
@@ -236,7 +236,7 @@ def censored(args):
             extra = f"evaluations {n_eval}, EP sweeps {sweeps}"
         row(name, seconds, f"RMSE {rmse:.4f}", extra)
         if name.startswith("fastep"):
-            evaluation_cost(log, est._latent, "sparse EP")
+            evaluation_cost(log.summary()[2], est._latent, "sparse EP")
 
 
 def main():

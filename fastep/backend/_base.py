@@ -130,7 +130,7 @@ class Backend:
         else:
             eye = out.T if out.flags.c_contiguous else out
             eye[...] = 0.0
-            eye[self.xp.arange(n), self.xp.arange(n)] = 1.0
+            self.xp.fill_diagonal(eye, 1.0)
         return self.solve_lower(L, eye, overwrite=True)
 
     def inverse_from_tri(self, li):

@@ -29,8 +29,8 @@ from numba import prange, types
 from scipy.linalg import cho_solve, lapack
 
 from .._jit import TiltedFn, f8, f8_1d, jit, pjit
-from .._linalg import (BLOCK_THRESHOLD, SMALL_N, blas_threads_for, cholesky_inplace, solve_lower_inplace,
-                       syrk_lower_nogil, trmm_lower_nogil)
+from .._linalg import (BLOCK_THRESHOLD, SMALL_N, blas_threads_for, cholesky_inplace,
+                       solve_lower_inplace, syrk_lower_nogil, trmm_lower_nogil)
 from .._sites import (cavity, damped_site, power_cavity, power_site_evidence,
                       site_from_derivatives, store_site)
 from ..exceptions import NotPositiveDefiniteError
@@ -385,14 +385,19 @@ class CPUBackend(HostGram, Backend):
         select(n).zero_upper(f)
         return f
 
+    @staticmethod
+    def _inverse_upper(li):
+        """``L^-T L^-1`` (dlauum, on a copy of ``li``) in the upper triangle of a
+        C-ordered array."""
+        inv, _ = lapack.dlauum(li.copy(order="F"), lower=1)
+        return inv.T
+
     def inverse_from_tri(self, li):
-        inv, _ = lapack.dlauum(li.copy(order="F"), lower=1)        # L^-T L^-1, lower
-        inv = np.tril(inv)
-        return inv + np.tril(inv, -1).T
+        inv = np.triu(self._inverse_upper(li))
+        return inv + np.triu(inv, 1).T
 
     def gradient_weights(self, li, s, b):
-        inv, _ = lapack.dlauum(li.copy(order="F"), lower=1)
-        out = inv.T                      # C-ordered; the inverse is in its upper triangle
+        out = self._inverse_upper(li)
         select(s.shape[0]).gradient_weights(out, np.ascontiguousarray(s, dtype=float),
                                             np.ascontiguousarray(b, dtype=float))
         return out

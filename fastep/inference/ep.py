@@ -121,8 +121,10 @@ class _Posterior:
             var = xp.diagonal(cov).copy()
             other = xp.flatnonzero(tau_pos * kdiag > 1e4)
             if other.size:
-                e = be.solve_lower(L, xp.asfortranarray(self._unit_columns(other)),
-                                   overwrite=True)
+                k = int(other.size)
+                e = xp.zeros((n, k), order="F")
+                e[other, xp.arange(k)] = 1.0
+                e = be.solve_lower(L, e, overwrite=True)
                 var[other] = (1.0 - xp.einsum("ij,ij->j", e, e)) / tau_pos[other]
         else:
             self._li = li = be.tri_inverse(L, work[1])
@@ -166,7 +168,7 @@ class _Posterior:
     def _split_form(self, neg, var):
         be, xp = self.be, self.be.xp
         r = xp.sqrt(-self.tau[neg])
-        p = self._sigma_plus(self._unit_columns(neg))          # Sigma_+[:, neg]
+        p = self._sigma_plus_of(self.K[:, neg])                 # Sigma_+[:, neg]
         p *= r
         c = xp.eye(int(neg.size)) - r[:, None] * p[neg, :]
         try:
@@ -193,17 +195,16 @@ class _Posterior:
             return self.be.cho_solve(self.L, z)
         return self._li.T @ (self._li @ z)
 
-    def _unit_columns(self, idx):
-        e = self.be.xp.zeros((self.n, int(idx.size)))
-        e[idx, self.be.xp.arange(int(idx.size))] = 1.0
-        return e
-
     def _sigma_plus(self, z):
-        """Sigma_+ z = K z - K S^1/2 B^-1 S^1/2 K z (the posterior of the positive sites)."""
-        kz = self.K @ z
+        """Sigma_+ z (the posterior covariance of the positive sites) for a vector or an
+        (n, m) array."""
+        return self._sigma_plus_of(self.K @ z)
+
+    def _sigma_plus_of(self, kz):
+        """Sigma_+ z = K z - K S^1/2 B^-1 S^1/2 K z from ``kz = K z``."""
         if self.L is None:
             return kz
-        sv = self.s if z.ndim == 1 else self.s[:, None]
+        sv = self.s if kz.ndim == 1 else self.s[:, None]
         return kz - self.K @ (sv * self._binv(sv * kz))
 
     def apply_cov(self, z):
