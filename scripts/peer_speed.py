@@ -101,7 +101,7 @@ def one_pass_floor(kernel, X, Z, chunk=8192, repeats=3):
     """Median seconds of one pass of K(X_c, Z) and L_uu^-1 K(Z, X_c) over all rows."""
     from scipy.linalg.blas import dtrmm
 
-    from fastep.inference.sparse import cholesky_uu
+    from fastep.inference.inducing import cholesky_uu
 
     L_inv = np.linalg.inv(cholesky_uu(kernel(Z)))
     times = []

@@ -135,7 +135,7 @@ def accuracy(ms, n=2000):
 def collapsed(n, m, repeats=5):
     """The collapsed Power-EP objective (alpha = 0.5) with every gradient, against the
     floor of one threaded ``K_uf K_uf^T`` product (dsyrk) of the same shape."""
-    from fastep.inference.sparse import collapsed_objective, kernel_gradient
+    from fastep.inference.collapsed import collapsed_objective, kernel_gradient
     from fastep.kernels import RBF
 
     X, y, _ = make_data(n, seed=5)

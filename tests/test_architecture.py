@@ -110,12 +110,14 @@ def test_layers_import_one_way(layer, forbidden):
 
 
 def test_each_ep_driver_exists_once():
-    """The convergence loop (SweepControl) runs in exactly the dense and the sparse driver
-    (the sparse one, ``drive``, is shared by this process and a Dask cluster); nothing
-    under fastep/cuda or fastep/backend drives EP sweeps."""
+    """The convergence loop (SweepControl's ``done``) runs in exactly the dense driver and
+    the sparse one (``drive``, shared by this process and a Dask cluster, and the
+    chunk-sequential passes only this process runs); nothing under fastep/cuda or
+    fastep/backend drives EP sweeps."""
     users = sorted(name for name, path in MODULES.items()
-                   if name != "fastep.inference._sweep" and "SweepControl(" in path.read_text())
-    assert users == ["fastep.inference._sparse_core", "fastep.inference.ep"]
+                   if name != "fastep.inference._sweep" and ".done(" in path.read_text())
+    assert users == ["fastep.inference.ep", "fastep.inference.sparse_ep._local",
+                     "fastep.inference.sparse_ep._loop"]
     for name in MODULES:
         if name.startswith(("fastep.cuda", "fastep.backend")):
             source = MODULES[name].read_text()

@@ -120,7 +120,7 @@ def test_a_sweep_moves_m_by_m_numbers_not_rows(client):
 
 def test_a_worker_killed_in_the_third_sweep_changes_nothing(client):
     """The scheduler recomputes the lost chunks' sites from their lineage (module docstring
-    of fastep.inference.cluster); the fit ends where the undisturbed one does."""
+    of fastep.inference.sparse_ep._cluster); the fit ends where the undisturbed one does."""
     X, y, lik, _, Z = _problem("probit", n=60000, seed=3)
     k = RBF(1.2, [0.9, 1.4])
     Xd, yd = da.from_array(X, chunks=6000), da.from_array(y, chunks=6000)

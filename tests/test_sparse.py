@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from fastep.inference.sparse import collapsed_objective, predict
+from fastep.inference.collapsed import collapsed_objective, predict
 from fastep.kernels import RBF
 
 import reference as ref
@@ -56,7 +56,7 @@ def test_bad_alpha_and_noise(data):
 
 # --- gradients and the estimator -------------------------------------------------------------
 from fastep import SparseGPRegressor  # noqa: E402
-from fastep.inference.sparse import kernel_gradient  # noqa: E402
+from fastep.inference.collapsed import kernel_gradient  # noqa: E402
 from fastep.kernels import Matern32  # noqa: E402
 
 
@@ -129,3 +129,18 @@ def test_regressor_bad_input(data):
             SparseGPRegressor(power=power).fit(X, y)
     with pytest.raises(ValueError, match="n_inducing"):
         SparseGPRegressor(n_inducing=0).fit(X, y)
+
+
+def test_old_module_name_still_imports_with_a_warning():
+    """``fastep.inference.sparse`` (0.2) is an alias of ``fastep.inference.collapsed`` and
+    ``fastep.inference.inducing`` that says so."""
+    import importlib
+    import sys
+
+    import fastep.inference.collapsed as collapsed
+    import fastep.inference.inducing as inducing
+    sys.modules.pop("fastep.inference.sparse", None)
+    with pytest.warns(FutureWarning, match="fastep.inference.collapsed"):
+        old = importlib.import_module("fastep.inference.sparse")
+    assert old.collapsed_objective is collapsed.collapsed_objective
+    assert old.check_inducing is inducing.check_inducing

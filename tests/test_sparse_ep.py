@@ -1,7 +1,7 @@
 """Sparse Power EP (seed 003, "Thing Two"): exact limits, gradients, the tilted bound.
 
 Truth: dense EP at Z = X (alpha = 1), the collapsed Power-EP objective of
-``fastep.inference.sparse`` (Gaussian likelihood, any alpha), central finite
+``fastep.inference.collapsed`` (Gaussian likelihood, any alpha), central finite
 differences, and the exact probit evidence (a Gaussian orthant probability by
 scipy's multivariate normal CDF) for the tilted variational bound.
 """
@@ -21,7 +21,7 @@ from fastep import CensoredGPRegressor, EPGaussianProcessClassifier, MultiAnnota
 from fastep._linalg import syrk_lower_nogil, trmm_lower_nogil
 from fastep.datasets import simulate_annotators
 from fastep.inference.bounds import tilted_bound
-from fastep.inference.sparse import collapsed_objective
+from fastep.inference.collapsed import collapsed_objective
 from fastep.inference.sparse_ep import sparse_ep, sparse_ep_gradient
 from fastep.kernels import RBF
 from fastep.likelihoods import Gaussian, MultiAnnotator, Probit, Tobit
@@ -203,7 +203,7 @@ def test_estimators_choose_the_schedule(data):
 
 
 def test_sequential_blocks_cover_every_row_once():
-    from fastep.inference.sparse_ep import FIRST_BLOCK, GROWTH, _blocks, _share
+    from fastep.inference.sparse_ep._local import FIRST_BLOCK, GROWTH, _blocks, _share
     for n, chunk, growing in [(1, 5, True), (10007, 64, True), (10007, 64, False),
                               (300, 1000, True)]:
         taken = 0
@@ -407,8 +407,8 @@ def test_gradient_passes_fused_and_with_the_results_marginals_match_numpy(data):
     backend's ``gradient_direction`` (NumPy expression) against the CPU's compiled loop,
     serial and parallel, and the first pass with and without the marginals."""
     from fastep.backend import Backend, resolve
-    from fastep.inference._sparse_core import (gradient_constants, gradient_first,
-                                               gradient_second_constants)
+    from fastep.inference.sparse_ep._gradient import (gradient_constants, gradient_first,
+                                                      gradient_second_constants)
     be = resolve("cpu")
     rng = np.random.default_rng(0)
     m, c = 7, 2500

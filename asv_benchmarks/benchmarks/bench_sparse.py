@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 
 import fastep
-from fastep.inference.sparse import collapsed_objective, kernel_gradient
+from fastep.inference.collapsed import collapsed_objective, kernel_gradient
 from fastep.inference.sparse_ep import sparse_ep, sparse_ep_gradient
 from fastep.kernels import RBF
 from fastep.likelihoods import Probit

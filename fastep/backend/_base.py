@@ -163,7 +163,7 @@ class Backend:
     def gradient_direction(self, V, SV, SUSV, mv, r, a, w, b, tau, gd, serial=False):
         """``G = mv a^T + r w^T + SV diag(b) - 2 SUSV diag(tau) - 2 V diag(gd)`` (m x c
         arrays of one chunk), in the storage of ``SUSV``: d log Z / dV of sparse EP's
-        gradient (:func:`fastep.inference._sparse_core.gradient_second`)."""
+        gradient (:func:`fastep.inference.sparse_ep._gradient.gradient_second`)."""
         xp = self.xp
         SUSV *= -2.0 * tau
         SUSV += xp.outer(mv, a) + xp.outer(r, w) + SV * b - 2.0 * V * gd

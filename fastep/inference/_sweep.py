@@ -196,6 +196,11 @@ class SweepControl:
         self.history, self.sweeps, self.converged = [], 0, False
         self.changes, self.settled = [], True
 
+    def restarted(self):
+        """A fresh control with this one's settings (a run that starts over)."""
+        return SweepControl(self.what, self.ceiling, self.adaptive, self.tol, self.max_iter,
+                            self.callback, self.min_sweeps)
+
     def done(self, log_ev, settled=True):
         """Record the current sweep's log Z; True when the loop is to stop.  (With
         ``max_iter=0`` the loop only evaluates given sites: nothing is to converge.)

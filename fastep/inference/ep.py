@@ -43,6 +43,7 @@ from .._numerics import MIN_VARIANCE, predictive_variance
 from ..backend import resolve
 from ..exceptions import ConvergenceWarning, EPNumericalWarning, NotPositiveDefiniteError
 from ..likelihoods._base import check_likelihood
+from ._result import EPResultBase
 from ._sweep import (StepTurn, SweepControl, anderson_for, backtrack, check_kernel_matrix,
                      check_sweep_controls, damping_rule, fill_cavities, halve_towards,
                      initial_sites, site_change)
@@ -238,8 +239,9 @@ class _Posterior:
 
 
 @dataclass
-class EPResult:
-    """Output of :func:`ep`: the EP posterior at the training inputs and its evidence.
+class EPResult(EPResultBase):
+    """Output of :func:`ep`: the EP posterior at the training inputs and its evidence
+    (the fields of :class:`~fastep.inference._result.EPResultBase` and those below).
 
     All arrays are NumPy arrays (also after a GPU run).
 
@@ -275,16 +277,6 @@ class EPResult:
     ('parallel', True, (8,))
     """
 
-    mean: np.ndarray
-    var: np.ndarray
-    site_tau: np.ndarray
-    site_nu: np.ndarray
-    log_marginal_likelihood: float
-    n_iter: int
-    converged: bool
-    n_skipped: int
-    cavity_mean: np.ndarray
-    cavity_var: np.ndarray
     method: str
     history: list = field(default_factory=list, repr=False)
     _posterior: _Posterior = field(default=None, repr=False)

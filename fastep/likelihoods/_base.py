@@ -486,13 +486,6 @@ class Likelihood:
         """E[y] given f ~ N(mean, var), per point (the mean of ``predict_y``)."""
         return self.predict_y(mean, var)[0]
 
-    def log_predictive_density(self, y, mean, var):
-        """log p(y_i) = log int p(y_i | f) N(f | mean_i, var_i) df per point: the tilted
-        normaliser at alpha = 1, with this likelihood's per-site data (all of its sites:
-        one per point)."""
-        return self.tilted(y, mean, np.maximum(var, 1e-300),
-                           extra=self.site_extra(np.size(mean)))[0]
-
     def encode_targets(self, y):
         """Validate targets (a vector, or one column) and return them as the float array
         the compiled code reads."""
@@ -607,7 +600,9 @@ class Likelihood:
         return np.array(out).T.reshape(np.size(mu_cav), self.n_dims)
 
     def log_predictive_density(self, y, mean, var, extra=None):
-        """log p(y* | data) = log int p(y* | f) N(f | mean, var) df."""
+        """log p(y_i) = log int p(y_i | f) N(f | mean_i, var_i) df per point: the tilted
+        normaliser at alpha = 1, with ``extra`` or (None) this likelihood's own per-site
+        data (all of its sites: one per point)."""
         return self.tilted(y, mean, var, extra=extra)[0]
 
     def predict_proba(self, mean, var):

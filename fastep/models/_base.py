@@ -32,7 +32,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._checks import class_labels, is_dask_array
 from ..kernels import RBF, Kernel, as_kernel
-from ..inference.sparse import check_inducing
+from ..inference.inducing import check_inducing
 from ..inference.ep import EPResult, posterior_from_sites
 from ..priors import hyperprior_terms
 from ._jobs import run_jobs

@@ -11,7 +11,8 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._linalg import blas_threads_for
-from ..inference import sparse
+from ..inference import collapsed
+from ..inference.inducing import check_inducing
 from ..kernels import kernel_from_dict
 from ._mlii import theta_names
 from ._base import (EvidenceMixin, as_generator, fit_entry, fresh_kernel, latent_output,
@@ -73,13 +74,13 @@ class CollapsedSparseGP:
 
     def state(self, eval_gradient=False):
         k = self.kernel
-        return sparse.collapsed_objective(k(self.Z), k(self.Z, self.X), k.diag(self.X), self.y,
+        return collapsed.collapsed_objective(k(self.Z), k(self.Z, self.X), k.diag(self.X), self.y,
                                           self.noise_variance, self.alpha, eval_gradient)
 
     def evidence(self, sites=None, tol=None):
         """``(objective, gradient, state)``: exact (no sites, no EP tolerance)."""
         st = self.state(eval_gradient=True)
-        d_theta, d_z = sparse.kernel_gradient(self.kernel, self.Z, self.X, st.grad)
+        d_theta, d_z = collapsed.kernel_gradient(self.kernel, self.Z, self.X, st.grad)
         parts = [d_theta, [self.noise_variance * st.grad.noise_variance]]
         return st.value, np.concatenate(parts + ([d_z.ravel()] if self.optimize_inducing
                                                  else [])), st
@@ -89,7 +90,7 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, BaseEstimator):
     """Gaussian-process regression with m inducing points in O(n m^2) time, O(n m) memory.
 
     Maximises the collapsed Power-EP objective of Bui, Yan & Turner (2017) with power
-    alpha (``power``; see :func:`fastep.inference.sparse.collapsed_objective`): ``power=0``
+    alpha (``power``; see :func:`fastep.inference.collapsed.collapsed_objective`): ``power=0``
     is Titsias' (2009) variational bound (VFE), ``power=1`` the FITC evidence.  The kernel,
     the noise variance and the inducing inputs are fitted by L-BFGS-B with analytic
     gradients.
@@ -173,7 +174,7 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, BaseEstimator):
         X = np.ascontiguousarray(X)
         rng = as_generator(self.random_state)
         m = min(100, X.shape[0]) if self.n_inducing is None else self.n_inducing
-        Z = sparse.check_inducing(X, m, self.inducing_points, rng)
+        Z = check_inducing(X, m, self.inducing_points, rng)
         problem = CollapsedSparseGP(X, np.asarray(y, dtype=float), fresh_kernel(self.kernel),
                                     float(self.noise_variance), Z, float(self.power),
                                     bool(self.optimize_inducing))
@@ -226,7 +227,7 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         k = self.kernel_
-        mean, var = sparse.predict(self.state_, k(self.inducing_points_, X), k.diag(X))
+        mean, var = collapsed.predict(self.state_, k(self.inducing_points_, X), k.diag(X))
         return latent_output(mean, var, return_std)
 
     def predict(self, X, return_std=False):

@@ -1,67 +1,30 @@
-"""Sparse (inducing-point) Power EP for any EP likelihood, streamed over the data.
-
-Inducing inputs Z, ``u = f(Z) ~ N(0, K_uu)``, whitened ``v = L_uu^-1 u ~ N(0, I)``.
-Each site acts on the projection ``h_i = E[f_i | u] = V_i^T v`` with
-``V = L_uu^-1 K_uf``, and ``f_i = h_i + N(0, d_i)``, ``d_i = K_ii - |V_i|^2``
-(Qi, Abdel-Gawad & Minka 2010; Bui, Yan & Turner 2017, power alpha in (0, 1]).
-The posterior is ``q(v) = N(m, P^-1)``, ``P = I + V T V^T``, ``m = P^-1 V nu``.
-
-A parallel sweep updates every site from the same q (compiled ``prange`` loop, O(m) per
-site once the marginals are known), then rebuilds q.  The chunk-sequential schedule (the
-default) refreshes q after every block of two chunks instead, from the change of that
-block's sites, ``P += V_b dT V_b^T`` as an update of q's Cholesky factor, so each pass
-learns from the blocks before it (online / stochastic EP; Li, Hernandez-Lobato & Turner
-2015): same fixed point, about half the passes.
-The data are read in chunks of rows; per chunk the work is BLAS-3::
-
-    G = R^-1 K(Z, X_c),  R = L_uu L_P              (compiled Gram, then one dtrmm in place)
-    mean(h_i) = G_i^T beta,  var(h_i) = |G_i|^2     (beta = L_P^-1 b)
-    P_G += G diag(tau) G^T,  b_G += G nu             (dsyrk / gemv)
-
-and ``P = I + L_P P_G L_P^T``, ``b = L_P b_G`` at the end of the sweep, so memory is
-O(chunk m + m^2) plus O(n) site vectors, whatever n is.  ``d_i`` is computed once.
-
-log Z (the Power-EP energy at the current sites, Bui et al. 2017 eq. 19)::
-
-    log Z = 1/2 b^T P^-1 b - 1/2 log|P|
-            + (1/alpha) sum_i [log Z_i + 1/2 log(v_-i / v_i) + mu_-i^2/(2 v_-i) - mu_i^2/(2 v_i)]
-
-with ``Z_i = int N(h | mu_-i, v_-i) N(f | h, d_i) p(y_i | f)^alpha``.  At alpha = 1
-and Z = X it is dense EP's log Z_EP; with a Gaussian likelihood its fixed point
-is the collapsed objective of :mod:`fastep.inference.sparse`.
-
-The driver and its gradient are written once over a backend (:mod:`fastep.backend`):
-a sweep is a map over chunks of rows followed by a sum of m x m matrices.  On the CPU
-the chunks are shared among threads that call single-threaded BLAS without the GIL; on
-the GPU the data, the sites and the per-site vectors stay on the device and only the
-m x m sums come back.  ``q(v)`` (m x m) is refactorised on the host by the same code for
-every backend.
-"""
+"""The public functions of sparse EP: arguments checked once, then the run in this
+process or on a Dask cluster, a saved model's posterior, and the evidence gradient."""
 from __future__ import annotations
 
 import functools
-import math
 import numbers
 
 import numpy as np
 
-from .._checks import all_finite, float_array, is_dask_array
-from ..backend import resolve
-from ..backend._base import CHUNK_ROWS
-from ..likelihoods._base import check_likelihood
-from ._sparse_core import (SparseEPResult, SweepSums, _InducingPosterior, _SweepPart, _add_all,
-                           _chunks, _on_backend, _sum_parts, drive, gradient_constants,
-                           gradient_finish, gradient_first, gradient_second,
-                           gradient_second_constants, sweep_context,
-                           warm_rows)
-from ._sweep import (StepTurn, check_sweep_controls, damping_rule, halve_towards,
-                     initial_sites)
-from .sparse import cholesky_uu
+from ..._checks import all_finite, float_array, is_dask_array
+from ...backend import resolve
+from ...backend._base import CHUNK_ROWS
+from ...likelihoods._base import check_likelihood
+from .._sweep import SweepControl, check_sweep_controls, damping_rule, initial_sites
+from ..inducing import cholesky_uu
+from ._gradient import (_add_all, gradient_constants, gradient_finish, gradient_first,
+                        gradient_second, gradient_second_constants)
+from ._local import _LocalSites
+from ._loop import drive
+from ._posterior import SparseEPResult, _InducingPosterior
+from ._sweep import _chunks, sweep_context
+
 
 CHUNK = CHUNK_ROWS
-GRAM_CACHE = 2 ** 31
 
-__all__ = ["sparse_ep", "sparse_ep_gradient", "SparseEPResult", "CHUNK", "GRAM_CACHE"]
+
+GRAM_CACHE = 2 ** 31
 
 
 def _validate(Z, X, y, alpha, damping, tol, max_iter, chunk_size, xp=np):
@@ -183,7 +146,7 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
             raise ValueError(f"sparse_ep with a dask array X runs on the Dask cluster's "
                              f"CPUs; got device={be.name!r}. Use device='cpu' or a NumPy X.")
         check_likelihood(likelihood)
-        from .cluster import sparse_ep_on_cluster
+        from ._cluster import sparse_ep_on_cluster
         return sparse_ep_on_cluster(kernel, Z, X, y, likelihood, alpha, damping, adaptive, tol,
                                     max_iter, site_tau, site_nu, extra,
                                     chunk_size or CHUNK_ROWS, callback, robust)
@@ -215,11 +178,11 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
     # the prior there); a warm start needs one extra pass, which also builds q from the sites
     warm = q is not None or bool(xp.any(tau != 0.0)) or bool(xp.any(nu != 0.0))
     L_uu = cholesky_uu(kernel(Z))
-    ctx = sweep_context(be, kernel, likelihood, Z, L_uu, Xv, y, extra, alpha, damping,
-                        cold=not warm, cache=be.gram_cache(Xv, n, m, gram_cache))
+    ctx = sweep_context(be, kernel, likelihood, Z, L_uu, Xv, y, extra, alpha, cold=not warm,
+                        cache=be.gram_cache(Xv, n, m, gram_cache))
     sites = _LocalSites(ctx, tau, nu, chunk_size)
-    q, ctl, log_ev, skipped = drive(sites, L_uu, q, warm, ("sparse EP", damping, adaptive, tol,
-                                                          max_iter, callback), schedule, robust)
+    ctl = SweepControl("sparse EP", damping, adaptive, tol, max_iter, callback)
+    q, ctl, log_ev, skipped = drive(sites, L_uu, q, warm, ctl, schedule, robust)
     mean, var, resid = ctx.mean, ctx.var, ctx.resid
     mu_cav, var_cav = ctl.finish(xp.isfinite(ctx.site_ev), ctx.mu_cav, ctx.var_cav, mean, var,
                                  xp)
@@ -231,120 +194,6 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
                           alpha=float(alpha), inducing_points=Z, history=ctl.history,
                           resid=host(resid), _q=q,
                           _backend=be)
-
-
-class _LocalSites:
-    """The sites of a sparse EP run in this process (the backend's arrays, all n), swept
-    by the backend's workers: each takes a fixed share of the chunks (:class:`_SweepPart`)
-    and the sums are added in a fixed order."""
-
-    def __init__(self, ctx, tau, nu, chunk_size):
-        be, xp = ctx.be, ctx.be.xp
-        self.ctx, self.tau, self.nu, self.chunk_size = ctx, tau, nu, chunk_size
-        self.n, m = tau.shape[0], ctx.Z.shape[0]
-        self.new_tau, self.new_nu = xp.empty(self.n), xp.empty(self.n)
-        self.turn = StepTurn()
-        n_workers = be.n_workers(self.n, m, chunk_size)
-        self.parts = [_SweepPart(be, k, n_workers, self.n, m, chunk_size)
-                      for k in range(n_workers)]
-
-    def warm_pass(self, build):
-        """d_i at the given sites, and (``build``) the sums that make q from them."""
-        return warm_rows(self.ctx, self.n, self.chunk_size, self.tau, self.nu, build)
-
-    def reset(self):
-        """A cold start: zero sites, d_i recomputed in the first sweep."""
-        self.tau[...], self.nu[...] = 0.0, 0.0
-        self.ctx.cold = True
-        self.turn = StepTurn()
-
-    def sequential_passes(self, ctl, q, prior):
-        return _sequential_passes(self.ctx, ctl, self.parts, q, self.tau, self.nu,
-                                  self.new_tau, self.new_nu, self.n, self.chunk_size, prior)
-
-    def sweep(self, q, prior, first, damping, sums=True):
-        """Parallel EP proposals for every site from ``q`` (into ``new_tau``, ``new_nu``),
-        and the marginals and site terms at the current sites."""
-        ctx, be, xp = self.ctx, self.ctx.be, self.ctx.be.xp
-        ctx.damping = damping
-        args = (ctx, _on_backend(be, q, prior=prior), self.tau, self.nu, self.new_tau,
-                self.new_nu, first)
-        skipped = sum(r[0] for r in be.run_all(
-            [functools.partial(part.sweep, *args, sums=sums) for part in self.parts]))
-        ok = xp.isfinite(ctx.site_ev)
-        out = SweepSums(skipped, float(xp.sum(ctx.site_ev[ok])), math.nan)
-        if sums:
-            out.P_G, out.b_G = _sum_parts(be, self.parts)
-            out.change, out.turn = self.turn(xp, self.tau, self.nu, self.new_tau, self.new_nu)
-        return out
-
-    def adopt(self):
-        """The proposals become the sites."""
-        self.tau, self.new_tau = self.new_tau, self.tau
-        self.nu, self.new_nu = self.new_nu, self.nu
-
-    def shrink(self):
-        """Halve the step of the adopted proposals (robust EP)."""
-        halve_towards(self.new_tau, self.new_nu, self.tau, self.nu)()
-
-    def keep_marginals(self, q, out):
-        """The last sweep left the marginals at the final sites in ``ctx``."""
-
-
-# the first pass from the prior takes in blocks of max(FIRST_BLOCK, GROWTH x the rows already
-# taken in) rows (chosen by measuring passes to tol at n = 2e5 and 1e6)
-FIRST_BLOCK, GROWTH = 16, 0.25
-
-
-def _blocks(n, chunk_size, growing):
-    """Row ranges ``(c0, c1)`` of the blocks of the chunk-sequential schedule: two chunks
-    each, whatever the number of workers (the answer does not depend on it); in the first
-    pass from the prior (``growing``) a block holds at most GROWTH times the rows already
-    taken in, so q has learnt from earlier blocks before a block can overwhelm it (a block
-    of parallel updates from a cavity that knows little of the data overshoots)."""
-    full, c0 = 2 * chunk_size, 0
-    while c0 < n:
-        size = min(full, max(FIRST_BLOCK, int(GROWTH * c0))) if growing else full
-        yield c0, min(n, c0 + size)
-        c0 += size
-
-
-def _share(c0, c1, n_parts, chunk_size):
-    """Rows c0:c1 as ``n_parts`` lists of contiguous ranges of at most ``chunk_size`` rows
-    (part k takes ranges k, k + n_parts, ...)."""
-    pieces = max(n_parts, -(-(c1 - c0) // chunk_size))
-    step = -(-(c1 - c0) // pieces)
-    ranges = [(a, min(c1, a + step)) for a in range(c0, c1, step)]
-    return [ranges[k::n_parts] for k in range(min(n_parts, len(ranges)))]
-
-
-def _sequential_passes(ctx, ctl, parts, q, tau, nu, new_tau, new_nu, n, chunk_size, prior):
-    """Chunk-sequential EP: the rows are visited in blocks of two chunks; every
-    block's sites are updated (damped) from the current q, which is refreshed from their
-    change before the next block (rank-``block`` update, :meth:`_InducingPosterior.updated`).
-    Each pass is scored like a parallel sweep (largest site change, log Z with every site
-    term from the cavity it was updated with); returns q after the last pass.  The fixed
-    point is that of parallel EP; the caller ends with an evaluation pass at it."""
-    be, xp = ctx.be, ctx.be.xp
-    while True:
-        ctx.damping = ctl.damping
-        first, change = ctl.sweeps == 0, 0.0
-        for c0, c1 in _blocks(n, chunk_size, growing=first and prior):
-            qd = _on_backend(be, q, prior=prior)
-            shares = _share(c0, c1, len(parts), chunk_size)
-            used = parts[:len(shares)]
-            done = be.run_all([functools.partial(part.sweep, ctx, qd, tau, nu, new_tau, new_nu,
-                                                 first, share)
-                               for part, share in zip(used, shares)])
-            change = max([change] + [r[1] for r in done])
-            P_G, b_G = _sum_parts(be, used)
-            q, prior = q.updated(P_G, b_G), False
-        ok = xp.isfinite(ctx.site_ev)
-        ctl.advance(change)
-        if ctl.done(q.log_z_global() + float(xp.sum(ctx.site_ev[ok]))):
-            # derived factors recomputed from (L_P, b) as a loaded model does, so a saved
-            # model evaluates bit for bit the same
-            return _InducingPosterior.from_factor(q.L_uu, q.L_P, q.b)
 
 
 def sparse_posterior_from_state(kernel, Z, X, y, likelihood, alpha, site_tau, site_nu, L_P, b,
@@ -425,5 +274,3 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
     with be.threads_for(m):
         gradient_second_constants(c, *in_parts(gradient_first, marginals))
         return gradient_finish(c, *in_parts(gradient_second))
-
-

@@ -1,7 +1,7 @@
 """Sparse Power EP on a Dask cluster: the sites live on the workers, next to their rows.
 
 This is one more way to hold the sites of :func:`fastep.sparse_ep` and run its sweeps;
-the loop itself (:func:`fastep.inference._sparse_core.drive`), the per-chunk sweep
+the loop itself (:func:`fastep.inference.sparse_ep._loop.drive`), the per-chunk sweep
 (``_SweepPart``), q(u) and the gradient passes are the ones every backend runs.  With X
 a row-chunked ``dask.array`` (from Parquet, Zarr, .npy or memory), on the active
 ``distributed.Client``:
@@ -55,13 +55,14 @@ from dask.core import flatten
 from dask.sizeof import sizeof
 from distributed import Future, get_client, wait
 
-from ..backend.cpu import CPU
-from ._sparse_core import (_add_all, _chunks, drive, gradient_constants, gradient_finish,
-                           gradient_first, gradient_second, gradient_second_constants,
-                           _on_backend, SparseEPResult, _sum_parts, sweep_context, _SweepPart,
-                           SweepSums, _symmetrise_lower, warm_rows)
-from ._sweep import site_change
-from .sparse import cholesky_uu
+from ...backend.cpu import CPU
+from .._sweep import SweepControl, site_change
+from ..inducing import cholesky_uu
+from ._gradient import (_add_all, gradient_constants, gradient_finish, gradient_first,
+                        gradient_second, gradient_second_constants)
+from ._loop import Sites, drive
+from ._posterior import SparseEPResult, _on_backend, _symmetrise_lower
+from ._sweep import SweepSums, _SweepPart, _chunks, _sum_parts, sweep_context, warm_rows
 
 #: Rows per dask chunk when the caller's X has a single chunk (or none).
 DEFAULT_BLOCK_ROWS = 2 ** 18
@@ -196,10 +197,10 @@ def _encoded(const, X, y, extra, offset):
     return lik.encode_targets(y), lik.check_extra(extra, X.shape[0])
 
 
-def _context(const, X, y, extra, offset, damping, cold, resid):
+def _context(const, X, y, extra, offset, cold, resid):
     y, extra = _encoded(const, X, y, extra, offset)
     ctx = sweep_context(CPU, const.kernel, const.likelihood, const.Z, const.L_uu, X, y,
-                            extra, const.alpha, damping, cold)
+                        extra, const.alpha, cold)
     if resid is not None:
         ctx.resid[...] = resid
     return ctx
@@ -210,13 +211,12 @@ def _sweep_block(const, state, X, y, extra, offset, q, first, prior, damping, ev
     the chunk's rows with the serial site loop): new sites and the chunk's sums, or, in
     an evaluation pass, the marginals at the current sites."""
     n_rows, m = X.shape[0], const.Z.shape[0]
-    ctx = _context(const, X, y, extra, offset, damping, cold=state.resid is None,
-                   resid=state.resid)
+    ctx = _context(const, X, y, extra, offset, cold=state.resid is None, resid=state.resid)
     part = _SweepPart(CPU, 0, 1, n_rows, m, const.chunk_size)
     part.serial = True                       # one thread per worker: no nested threads
     new_tau, new_nu = np.empty(n_rows), np.empty(n_rows)
     skipped, _ = part.sweep(ctx, _on_backend(CPU, q, prior=prior), state.tau, state.nu,
-                            new_tau, new_nu, first, sums=not evaluate)
+                            new_tau, new_nu, first, damping, sums=not evaluate)
     ok = np.isfinite(ctx.site_ev)
     out = SweepSums(int(skipped), float(np.sum(ctx.site_ev[ok])), math.nan)
     if evaluate:
@@ -230,8 +230,8 @@ def _sweep_block(const, state, X, y, extra, offset, q, first, prior, damping, ev
 
 def _warm_block(const, state, X, y, extra, offset, build):
     """d_i of a chunk at given sites and (``build``) their sums in the prior's coordinates
-    (:func:`~fastep.inference._sparse_core.warm_rows` over the chunk's rows)."""
-    ctx = _context(const, X, y, extra, offset, 1.0, cold=False, resid=None)
+    (:func:`~fastep.inference.sparse_ep._sweep.warm_rows` over the chunk's rows)."""
+    ctx = _context(const, X, y, extra, offset, cold=False, resid=None)
     P_G, b_G = warm_rows(ctx, X.shape[0], const.chunk_size, state.tau, state.nu, build)
     return _BlockSites(state.tau, state.nu, ctx.resid), SweepSums(0, 0.0, 0.0, P_G, b_G)
 
@@ -311,10 +311,10 @@ def stealing_paused(client):
             client.run_on_scheduler(_resume_stealing)
 
 
-class ClusterSites:
+class ClusterSites(Sites):
     """The sites of a sparse EP run held on a Dask cluster's workers, chunk by chunk (see
-    the module docstring); the methods are those :func:`~fastep.inference._sparse_core.drive`
-    calls."""
+    the module docstring); it implements the :class:`~fastep.inference.sparse_ep._loop.Sites`
+    protocol that :func:`~fastep.inference.sparse_ep._loop.drive` calls."""
 
     def __init__(self, client, kernel, likelihood, Z, L_uu, X, y, extra, alpha, tau, nu,
                  chunk_size):
@@ -401,9 +401,6 @@ class ClusterSites:
     def reset(self):
         self.states = self._per_chunk(_zero, ((s,) for s in self.states))
 
-    def sequential_passes(self, ctl, q, prior):   # pragma: no cover - drive() never asks
-        raise NotImplementedError("sparse EP on a cluster runs the parallel schedule")
-
     def sweep(self, q, prior, first, damping, sums=True, evaluate=False):
         self.proposals, out = self._split(
             self._map(_sweep_block, self._q(q), first, prior, damping, evaluate))
@@ -450,9 +447,9 @@ def sparse_ep_on_cluster(kernel, Z, X, y, likelihood, alpha, damping, adaptive, 
     with stealing_paused(client):
         sites = ClusterSites(client, kernel, likelihood, Z, L_uu, X, y, extra, alpha, site_tau,
                              site_nu, chunk_size)
-        q, ctl, log_ev, skipped = drive(sites, L_uu, None, site_tau is not None,
-                                        ("sparse EP", damping, adaptive, tol, max_iter,
-                                         callback), "parallel", robust)
+        ctl = SweepControl("sparse EP", damping, adaptive, tol, max_iter, callback)
+        q, ctl, log_ev, skipped = drive(sites, L_uu, None, site_tau is not None, ctl,
+                                        "parallel", robust)
     mean, var, resid = sites.array("mean"), sites.array("var"), sites.array("resid")
     ok = da.isfinite(sites.array("site_ev"))
     mu_cav, var_cav = ctl.finish(ok, sites.array("mu_cav"), sites.array("var_cav"), mean, var,

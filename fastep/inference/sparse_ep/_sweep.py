@@ -1,0 +1,166 @@
+"""One parallel sweep of sparse Power EP over chunks of rows, as every way of holding the
+sites runs it: what it reads and writes (:func:`sweep_context`), one worker's share of the
+chunks (:class:`_SweepPart`), a warm start's pass (:func:`warm_rows`) and what the sweep
+reports to the loop (:class:`SweepSums`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+
+from .._sweep import site_change
+from ._posterior import _InducingPosterior
+
+
+def warm_rows(ctx, n, chunk_size, tau, nu, build):
+    """A warm start's pass over rows ``0:n`` of ``ctx`` (:func:`sweep_context`), in chunks:
+    d_i into ``ctx.resid`` and (``build``) the sums ``V T V^T``, ``V nu`` that make q from
+    the given sites (host arrays).  Run over all n rows in this process, or over one
+    chunk's rows on a Dask worker."""
+    be, xp = ctx.be, ctx.be.xp
+    m = ctx.Z.shape[0]
+    P_G, b_G = xp.zeros((m, m), order="F"), xp.zeros(m)
+    for c0, c1 in _chunks(n, chunk_size):
+        Xc = ctx.rows(c0, c1)
+        V = be.trmm_lower(ctx.L_uu_inv, _gram_t(be, ctx.kernel, ctx.Z, Xc))
+        ctx.resid[c0:c1] = xp.maximum(ctx.kernel.diag(Xc, backend=be)
+                                      - xp.einsum("ij,ij->j", V, V), 0.0)
+        if build:
+            be.accumulate(P_G, b_G, V, tau[c0:c1], nu[c0:c1])
+    return be.to_host(P_G), be.to_host(b_G)
+
+
+def _sum_parts(be, parts):
+    """The workers' sums ``P_G``, ``b_G`` added in a fixed order, on the host."""
+    return (be.to_host(parts[0].P_G + sum(part.P_G for part in parts[1:])),
+            be.to_host(parts[0].b_G + sum(part.b_G for part in parts[1:])))
+
+
+def _chunks(n, size):
+    for c0 in range(0, n, size):
+        yield c0, min(n, c0 + size)
+
+
+def _gram_t(be, kernel, Z, Xc):
+    """``K(Z, X_c)`` as an F-ordered backend array (the transpose of ``K(X_c, Z)``)."""
+    return be.xp.asfortranarray(kernel(Xc, Z, backend=be).T)
+
+
+def sweep_context(be, kernel, likelihood, Z, L_uu, X, y, extra, alpha, cold,
+                  cache=None):
+    """What a parallel sweep over the rows of X reads and writes (``y``, ``extra``: the
+    likelihood's encoding, checked): the backend's copies of the data and the per-site
+    vectors (marginals, cavities, site terms of log Z and d_i).  Built for all n rows in
+    this process, or for one block of rows on a Dask worker."""
+    xp, n = be.xp, X.shape[0]
+    y_d, extra_d, params = be.site_inputs(likelihood, y, extra)
+    return SimpleNamespace(
+        be=be, kernel=kernel, Z=xp.ascontiguousarray(be.asarray(Z)), rows=be.rows(X), y=y_d,
+        extra=extra_d, cache=cache, cold=cold, params=params,
+        tilted=likelihood.scalar_tilted, clip=bool(likelihood.log_concave), alpha=float(alpha),
+        resid=xp.empty(n), mean=xp.empty(n), var=xp.empty(n),
+        site_ev=xp.empty(n), mu_cav=xp.empty(n), var_cav=xp.empty(n),
+        L_uu_inv=be.asarray(_InducingPosterior.prior(L_uu).R_inv))   # L_uu^-1
+
+
+@dataclass
+class SweepSums:
+    """What a parallel sweep reports to the driver: sites skipped, the site terms of log Z
+    (over the finite ones), the largest relative site change, and the proposal's sums
+    ``P_G = G diag(tau) G^T``, ``b_G = G nu`` (host, lower triangle of P_G at least);
+    ``turn``: the cosine of the proposed site step with the last one (:class:`StepTurn`),
+    None where the sites are not at hand (a Dask cluster)."""
+
+    skipped: int
+    site_ev: float
+    change: float
+    P_G: np.ndarray = None
+    b_G: np.ndarray = None
+    turn: float = None
+
+
+class _SweepPart:
+    """One worker's share of a sweep: chunks ``k, k + T, k + 2T, ...`` of the rows, with its
+    own Gram buffer and its own sums ``P_G``, ``b_G``.
+
+    Every chunk writes only its own rows of the site arrays.  On the CPU the BLAS-3 work
+    (dtrmm, dsyrk) runs without the GIL, so T threads keep T cores busy; the fixed
+    assignment of chunks to parts and the fixed order of the final sum keep results
+    reproducible.  With T > 1 the site loop is the serial one (the threads are the
+    parallelism).  Per chunk::
+
+        G = R^-1 K(Z, X_c),  mean(h_i) = G_i^T beta,  var(h_i) = |G_i|^2,
+        sites,  P_G += G diag(tau) G^T,  b_G += G nu
+    """
+
+    def __init__(self, be, index, n_workers, n, m, chunk_size):
+        xp = be.xp
+        self.chunks = list(_chunks(n, chunk_size))[index::n_workers]
+        self.serial = n_workers > 1
+        self.buffer = xp.empty((m, min(n, chunk_size)), order="F")
+        self.P_G, self.b_G = xp.zeros((m, m), order="F"), xp.zeros(m)
+
+    def sweep(self, ctx, q, tau, nu, new_tau, new_nu, first, damping, chunks=None, sums=True):
+        """Parallel EP over this part's chunks from ``q``, steps of ``damping``.  With ``chunks`` given (a block of
+        the chunk-sequential schedule) the new sites are adopted at once and only their
+        change enters the sums; ``sums=False`` (an evaluation pass) skips the sums.  Returns
+        ``(sites skipped, largest site change)``."""
+        be, xp = ctx.be, ctx.be.xp
+        self.P_G[...] = 0.0
+        self.b_G[...] = 0.0
+        skipped, change = 0, 0.0
+        for c0, c1 in self.chunks if chunks is None else chunks:
+            sl, At = slice(c0, c1), self.buffer[:, : c1 - c0]
+            if ctx.cache is not None and not first:
+                xp.copyto(At, ctx.cache[sl].T)
+            else:
+                Xc = ctx.rows(c0, c1)
+                with be.compiled():
+                    K = ctx.kernel(Xc, ctx.Z, backend=be)
+                    kdiag = ctx.kernel.diag(Xc, backend=be)
+                xp.copyto(At, K.T)
+                if ctx.cache is not None:
+                    ctx.cache[sl] = K
+            if first and ctx.cold and not q.prior:
+                # d_i = K_ii - |V_i|^2 with V = L_uu^-1 K_uf (q has moved off the prior)
+                V = be.trmm_lower(ctx.L_uu_inv, xp.array(At, order="F"))
+                ctx.resid[sl] = xp.maximum(kdiag - xp.einsum("ij,ij->j", V, V), 0.0)
+            G = be.trmm_lower(q.R_inv, At)
+            ctx.mean[sl], ctx.var[sl] = be.projection_marginals(G, q.beta)
+            if first and ctx.cold and q.prior:
+                ctx.resid[sl] = xp.maximum(kdiag - ctx.var[sl], 0.0)
+            skipped += be.power_sites(
+                ctx.tilted, ctx.y[sl], ctx.extra[sl], ctx.params, ctx.mean[sl], ctx.var[sl],
+                ctx.resid[sl], tau[sl], nu[sl], ctx.alpha, damping, ctx.clip, new_tau[sl],
+                new_nu[sl], ctx.site_ev[sl], ctx.mu_cav[sl], ctx.var_cav[sl],
+                serial=self.serial)
+            if chunks is None:
+                if sums:
+                    be.accumulate(self.P_G, self.b_G, G, new_tau[sl], new_nu[sl])
+                continue
+            change = max(change, site_change(xp, tau[sl], nu[sl], new_tau[sl], new_nu[sl]))
+            be.accumulate(self.P_G, self.b_G, G, new_tau[sl] - tau[sl], new_nu[sl] - nu[sl])
+            tau[sl], nu[sl] = new_tau[sl], new_nu[sl]
+        return skipped, change
+
+
+def _site_derivatives(be, lik, y, extra, mean, var, resid, tau, nu, alpha):
+    """d psi_i / d(mu_i, v_i, d_i) for the site terms psi_i of log Z (module docstring),
+    and d psi_i / d log(likelihood params); zero for sites with an improper cavity."""
+    xp = be.xp
+    sc = 1.0 - alpha * tau * var                     # s of the power_sites loop
+    ok = sc > 0
+    sc = xp.where(ok, sc, 1.0)
+    vc = var / sc
+    mc = (mean - alpha * nu * var) / sc
+    _, d1, d2 = be.tilted(lik, y, extra, mc, vc + resid, alpha)
+    e = 0.5 * (d2 + d1 * d1)                         # d log Z_i / d var (Gaussian convolution)
+    quad = alpha * (tau * mean * mean - 2.0 * nu * mean) + alpha * alpha * nu * nu * var
+    g_mu = (d1 + alpha * (tau * mean - nu)) / sc
+    g_var = ((d1 * alpha * (tau * mean - nu) + e) / (sc * sc) + 0.5 * alpha * tau / sc
+             + 0.5 * (alpha * alpha * nu * nu * sc + alpha * tau * quad) / (sc * sc))
+    g_lik = (be.tilted_dparams(lik, y, mc, vc + resid, extra, alpha) if lik.n_dims
+             else xp.zeros((y.shape[0], 0)))
+    z = xp.where(ok, 1.0 / alpha, 0.0)
+    return g_mu * z, g_var * z, e * z, g_lik * z[:, None]
