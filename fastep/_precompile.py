@@ -23,8 +23,8 @@ def precompile(verbose=False):
     from .inference.ep import ep
     from .inference.sparse_ep import sparse_ep, sparse_ep_gradient
     from .kernels import RBF, Matern12, Matern32, Matern52
-    from .kernels._distances import reuse_distances
-    from .kernels._gram import HOST
+    from .kernels.distances import reuse_distances
+    from .kernels.gram import HOST
     from .likelihoods import Gaussian, Logistic, Probit, RobustMax
 
     t0 = time.perf_counter()

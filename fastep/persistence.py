@@ -260,7 +260,7 @@ def load_model(path):
     if not isinstance(name, str) or name not in classes:
         raise ValueError(f"{path}: unknown estimator class {name!r:.60}; a fastep model file "
                          f"holds one of {list(classes)}.")
-    from .models._state import StateReader
+    from .models import StateReader
     try:
         params = _params_from_header(header.get("params"), arrays)
         if "hyperprior" not in params and "hyperprior" in classes[name]().get_params():

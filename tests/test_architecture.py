@@ -86,7 +86,7 @@ def test_the_graph_is_built_from_real_imports():
     assert "fastep.backend" in GRAPH["fastep.inference.ep"]
     assert "fastep.backend.cuda" in GRAPH["fastep.backend"]          # inside resolve()
     assert "fastep.cuda.kernels" in GRAPH["fastep.backend.cuda"]
-    assert "fastep.kernels._gram" in GRAPH["fastep.kernels.stationary"]
+    assert "fastep.kernels.gram" in GRAPH["fastep.kernels.stationary"]
 
 
 def test_import_graph_has_no_cycle():
@@ -220,3 +220,58 @@ def test_every_exception_lives_in_fastep_exceptions():
         assert getattr(importlib.import_module(module), name) is getattr(exc, name)
     assert sorted(exc.__all__) == sorted(
         n for n, v in vars(exc).items() if isinstance(v, type) and issubclass(v, Exception))
+
+
+def _private_owner(module, name):
+    """The package whose private thing ``from module import name`` reaches, or None: the
+    package above the first ``_x`` component of the module path (``fastep.kernels`` for
+    ``fastep.kernels._base``; ``fastep`` for ``fastep._jit``, the package-wide internals),
+    else, for a private name ``_x`` of a public module, that module's package."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    if name.startswith("_") and not name.startswith("__"):
+        path = MODULES.get(module)
+        return module if path is not None and path.name == "__init__.py" else \
+            module.rpartition(".")[0]
+    return None
+
+
+def _private_imports():
+    """``(importer, what, owner)`` for every ``from ... import`` of a private module or
+    name of fastep, also inside functions."""
+    out = []
+    for name, path in MODULES.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                pkg = package
+                for _ in range(node.level - 1):
+                    pkg = pkg.rpartition(".")[0]
+                base = f"{pkg}.{base}" if node.module else pkg
+            if not base.startswith("fastep"):
+                continue
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                module, what = (full, "") if full in MODULES else (base, alias.name)
+                owner = _private_owner(module, what)
+                if owner is not None:
+                    out.append((name, package, full, owner))
+    return out
+
+
+def test_private_names_stay_in_their_subpackage():
+    """A private module or name (``_x``) is imported only from inside the package that
+    owns it: ``fastep.kernels._base`` and ``fastep.inference._sweep.x`` by their own
+    subpackage (and the subpackages below it), the root's private modules (``fastep._jit``,
+    ``fastep._checks``, ...) by any module of fastep.  What another subpackage needs is
+    exported by its ``__init__`` or a public module."""
+    found = _private_imports()
+    assert any(owner == "fastep.inference" for *_, owner in found)    # the rule sees imports
+    bad = sorted(f"{name} imports {full} (private to {owner})" for name, package, full, owner
+                 in found if not (package == owner or package.startswith(owner + ".")))
+    assert not bad, bad

@@ -26,7 +26,7 @@ import fastep
 import cuda_checks as cc
 from fastep.backend import cpu as kern
 from fastep.inference import ep_gradient, sparse_ep, sparse_ep_gradient
-from fastep.kernels import _gram
+from fastep.kernels import gram as host_gram
 from fastep.likelihoods._base import tilted_batch
 
 HERE = Path(__file__).parent
@@ -245,16 +245,16 @@ def test_sparse_marginals_equal_cpu(gpu):
 def test_stationary_gram_and_contractions_equal_cpu(gpu, kind):
     x1, x2, inv_ls, g = (gpu[f"gram/{k}"] for k in ("x1", "x2", "inv_ls", "g"))
     cross, sym = np.empty((x1.shape[0], x2.shape[0])), np.empty((x1.shape[0],) * 2)
-    _gram.stationary_gram(x1, x2, inv_ls, 1.7, kind, False, cross)
-    _gram.stationary_gram(x1, x1, inv_ls, 1.7, kind, True, sym)
+    host_gram.stationary_gram(x1, x2, inv_ls, 1.7, kind, False, cross)
+    host_gram.stationary_gram(x1, x1, inv_ls, 1.7, kind, True, sym)
     assert_twin(gpu[f"gram/{kind}/cross"], cross)
     assert_twin(gpu[f"gram/{kind}/sym"], sym)
     # the GPU kernel owns columns: it equals the CPU kernel with the roles swapped
     rows = np.empty((x2.shape[0], 1 + x2.shape[1]))
-    _gram.stationary_contract(x2, x1, inv_ls, 1.7, kind, np.ascontiguousarray(g.T), rows)
+    host_gram.stationary_contract(x2, x1, inv_ls, 1.7, kind, np.ascontiguousarray(g.T), rows)
     assert_twin(gpu[f"gram/{kind}/contract"], rows)
     dx = np.empty(x1.shape)
-    _gram.stationary_input_contract(x1, x2, inv_ls, 1.7, kind, g, dx)
+    host_gram.stationary_input_contract(x1, x2, inv_ls, 1.7, kind, g, dx)
     assert_twin(gpu[f"gram/{kind}/input"], dx)
 
 

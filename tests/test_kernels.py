@@ -115,8 +115,8 @@ def test_gram_and_gradient_from_reused_distances(name):
     """Inside ``reuse_distances`` (ML-II), an isotropic kernel's Gram and contraction come
     from X's squared distances, computed once: the same K as scikit-learn's, the same
     gradient as finite differences; other kernels and other inputs are untouched."""
-    from fastep.kernels._distances import reuse_distances, reused_distances
-    from fastep.kernels._gram import HOST
+    from fastep.kernels.distances import reuse_distances, reused_distances
+    from fastep.kernels.gram import HOST
     from scipy.spatial.distance import cdist
     make, make_sk = CASES[name]
     k = make()
@@ -124,9 +124,9 @@ def test_gram_and_gradient_from_reused_distances(name):
     outside = k(X), k.gradient_contract(X, G)
     with reuse_distances(X, HOST):
         K, got = k(X), k.gradient_contract(X, G)
-        from fastep.kernels import _distances
+        from fastep.kernels import distances
         iso = name.endswith("_iso") or name in ("product", "nested", "sum_scalar")
-        assert (_distances._ACTIVE.get().D is not None) == iso     # one lengthscale inside
+        assert (distances._ACTIVE.get().D is not None) == iso     # one lengthscale inside
         fd = _fd_contract(k, X, G)
         np.testing.assert_allclose(reused_distances(X), cdist(X, X, "sqeuclidean"),
                                    rtol=1e-13, atol=1e-14)

@@ -34,7 +34,7 @@ from .._linalg import (BLOCK_THRESHOLD, SMALL_N, blas_threads_for, cholesky_inpl
 from .._sites import (cavity, damped_site, power_cavity, power_site_evidence,
                       site_from_derivatives, store_site)
 from ..exceptions import NotPositiveDefiniteError
-from ..kernels._gram import HostGram
+from ..kernels.gram import HostGram
 from ..likelihoods import robustmax
 from ._base import Backend
 

@@ -213,7 +213,7 @@ class CUDABackend(Backend):
         self._ck.prob_largest_grad(d_mean, d_var, d_labels, d_nodes, d_weights, s, dm, dv)
         return self._host(s), self._host(dm), self._host(dv)
 
-    # --- Gram operations (the protocol of fastep.kernels._gram.HostGram) ---------------
+    # --- Gram operations (the protocol of fastep.kernels.gram.HostGram) ---------------
     def stationary_gram(self, x1, x2, inv_ls, variance, kind):
         x2 = x1 if x2 is None else x2
         out = self._empty((x1.shape[0], x2.shape[0]))

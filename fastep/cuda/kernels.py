@@ -37,7 +37,7 @@ from numba import cuda, float64
 from numba.core.registry import CPUDispatcher
 
 from .._sites import cavity, damped_site, power_cavity, power_site_evidence, store_site
-from ..kernels._gram import scaled_sqdist, shape, shape_grad
+from ..kernels.gram import scaled_sqdist, shape, shape_grad
 from ..likelihoods import robustmax as _rm
 
 #: Threads per block of 1-D kernels, and the side of a 2-D block.
@@ -265,7 +265,7 @@ def projection_marginals(g, beta, mean, var):
 
 
 # ---------------------------------------------------------------------------------------
-# stationary Gram matrices and gradient contractions (twins of fastep.kernels._gram)
+# stationary Gram matrices and gradient contractions (twins of fastep.kernels.gram)
 # ---------------------------------------------------------------------------------------
 _d_shape = device_function(shape)
 _d_sqdist = device_function(scaled_sqdist)
@@ -283,7 +283,7 @@ def _stationary_gram_kernel(x1, x2, inv_ls, variance, kind, out):
 
 
 def stationary_gram(x1, x2, inv_ls, variance, kind, out):
-    """out[i, j] = variance * g(r(x1_i, x2_j)) (twin of ``_gram.stationary_gram``; the
+    """out[i, j] = variance * g(r(x1_i, x2_j)) (twin of ``gram.stationary_gram``; the
     symmetric case is computed in full: both triangles hold the same bits)."""
     _stationary_gram_kernel[_launch_2d(x1.shape[0], x2.shape[0])](
         x1, x2, inv_ls, float(variance), int(kind), out)
@@ -313,7 +313,7 @@ def _stationary_contract_kernel(x1, x2, inv_ls, variance, kind, g, out_cols):
 def stationary_contract(x1, x2, inv_ls, variance, kind, g, out_cols):
     """Column-wise contraction: ``out_cols[j, 0] = sum_i G_ij K_ij`` (d/d log variance),
     ``out_cols[j, 1 + c] = sum_i G_ij dK_ij / d log l_c``.  It equals the CPU kernel
-    ``_gram.stationary_contract(x2, x1, ..., G^T)`` row for row (a thread owns a column
+    ``gram.stationary_contract(x2, x1, ..., G^T)`` row for row (a thread owns a column
     of G, so a warp reads contiguous memory)."""
     _stationary_contract_kernel[_launch_1d(x2.shape[0])](
         x1, x2, inv_ls, float(variance), int(kind), g, out_cols)
@@ -338,7 +338,7 @@ def _stationary_input_contract_kernel(x1, x2, inv_ls, variance, kind, gt, out):
 
 def stationary_input_contract(x1, x2, inv_ls, variance, kind, gt, out):
     """out[i, c] = sum_j G_ij dK(x1_i, x2_j)/dx1_ic (twin of
-    ``_gram.stationary_input_contract``); takes ``gt = G^T`` (C order) so that a warp
+    ``gram.stationary_input_contract``); takes ``gt = G^T`` (C order) so that a warp
     reads contiguous memory."""
     _stationary_input_contract_kernel[_launch_1d(x1.shape[0])](
         x1, x2, inv_ls, float(variance), int(kind), gt, out)

@@ -42,7 +42,7 @@ from .._checks import DENSE_EP_MATRICES
 from .._numerics import MIN_VARIANCE, predictive_variance
 from ..backend import resolve
 from ..exceptions import ConvergenceWarning, EPNumericalWarning, NotPositiveDefiniteError
-from ..likelihoods._base import check_likelihood
+from ..likelihoods import check_likelihood
 from ._result import EPResultBase
 from ._sweep import (StepTurn, SweepControl, anderson_for, backtrack, check_kernel_matrix,
                      check_sweep_controls, damping_rule, fill_cavities, halve_towards,

@@ -7,7 +7,7 @@ gradient tensor, :meth:`Kernel.gradient_contract` returns ``sum_jk G_jk dK_jk/dt
 computed in compiled code; that is all the evidence gradient ever needs.
 
 Every public method takes ``backend=``: an object with the Gram operations of
-:class:`fastep.kernels._gram.HostGram` (``fastep.backend.resolve("cuda")`` is one), on
+:class:`fastep.kernels.gram.HostGram` (``fastep.backend.resolve("cuda")`` is one), on
 whose arrays the Gram matrix is built and the contractions run.  ``None`` means the host
 (NumPy and the compiled CPU loops).  A kernel class implements the hooks below once, in
 terms of those operations, and so runs on every backend::
@@ -26,7 +26,7 @@ import numbers
 import numpy as np
 
 from .._checks import float_array
-from ._gram import HOST
+from .gram import HOST
 
 
 def _as_2d(X, name="X", backend=None):

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _gram
+from . import gram
 from ._base import Hyperparameter, Kernel
-from ._distances import reused_distances
+from .distances import reused_distances
 
 
 class _Stationary(Kernel):
     """``variance * g(r)``, ``r^2 = sum_d ((x_d - x'_d) / l_d)^2``; ``g`` is selected by the
-    class's ``_kind`` in the compiled loops of :mod:`fastep.kernels._gram` (and their GPU
+    class's ``_kind`` in the compiled loops of :mod:`fastep.kernels.gram` (and their GPU
     twins), which the backend's ``stationary_*`` operations run."""
 
     _kind = -1
@@ -42,10 +42,10 @@ class _Stationary(Kernel):
         return be.asarray(self._inv_ls(X.shape[1])), self.variance, self._kind
 
     def _distances(self, be, X, Y):
-        """X's squared distances when they are being reused (:mod:`._distances`) on the
+        """X's squared distances when they are being reused (:mod:`.distances`) on the
         host and this kernel has one lengthscale, else None."""
         if ((Y is None or Y is X) and self._params[1].value.size == 1
-                and isinstance(be, _gram.HostGram)):
+                and isinstance(be, gram.HostGram)):
             return reused_distances(X)
         return None
 
@@ -92,7 +92,7 @@ class RBF(_Stationary):
     >>> K.tolist()[0]
     [2.0, 2.0, 2.0]
     """
-    _kind = _gram.RBF
+    _kind = gram.RBF
 
 
 class Matern12(_Stationary):
@@ -104,7 +104,7 @@ class Matern12(_Stationary):
     >>> round(float(Matern12(lengthscale=1.0)(np.array([[0.0]]), np.array([[1.0]]))[0, 0]), 6)
     0.367879
     """
-    _kind = _gram.MATERN12
+    _kind = gram.MATERN12
 
 
 class Matern32(_Stationary):
@@ -116,7 +116,7 @@ class Matern32(_Stationary):
     >>> Matern32(variance=2.0)(np.zeros((1, 2))).tolist()
     [[2.0]]
     """
-    _kind = _gram.MATERN32
+    _kind = gram.MATERN32
 
 
 class Matern52(_Stationary):
@@ -128,4 +128,4 @@ class Matern52(_Stationary):
     >>> Matern52(variance=3.0)(np.zeros((1, 2))).tolist()
     [[3.0]]
     """
-    _kind = _gram.MATERN52
+    _kind = gram.MATERN52

@@ -18,8 +18,8 @@ import numpy as np
 from .._checks import DENSE_EP_MATRICES, DENSE_MLII_MATRICES, is_dask_array
 from ..backend import Backend
 from ..inference.ep import ep, ep_gradient
-from ..inference._sweep import carry_anderson
-from ..kernels._distances import reuse_distances
+from ..inference import carry_anderson
+from ..kernels.distances import reuse_distances
 from ..inference.laplace import laplace
 from ..inference.sparse_ep import sparse_ep, sparse_ep_gradient
 from ._mlii import theta_names
@@ -147,7 +147,7 @@ class LatentGP:
     def reuse(self):
         """A block in which the evaluations of ML-II share what does not change with
         theta, or changes little: X's squared distances (dense EP on the host,
-        :func:`fastep.kernels._distances.reuse_distances`) and parallel EP's Anderson
+        :func:`fastep.kernels.distances.reuse_distances`) and parallel EP's Anderson
         history (:func:`fastep.inference._sweep.carry_anderson`)."""
         if self.sparse or is_dask_array(self.X):
             return nullcontext()

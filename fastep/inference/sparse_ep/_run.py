@@ -8,9 +8,8 @@ import numbers
 import numpy as np
 
 from ..._checks import all_finite, float_array, is_dask_array
-from ...backend import resolve
-from ...backend._base import CHUNK_ROWS
-from ...likelihoods._base import check_likelihood
+from ...backend import CHUNK_ROWS, resolve
+from ...likelihoods import check_likelihood
 from .._sweep import SweepControl, check_sweep_controls, damping_rule, initial_sites
 from ..inducing import cholesky_uu
 from ._gradient import (_add_all, gradient_constants, gradient_finish, gradient_first,

@@ -1,4 +1,6 @@
-"""Compiled Gram builders and gradient contractions for stationary kernels.
+"""The Gram protocol of kernels (:class:`HostGram`, which every backend implements), its
+host implementation, and the scalar shapes of stationary kernels that the CPU loops here
+and their GPU twins (:mod:`fastep.cuda.kernels`) compile from one source.
 
 A stationary kernel here is ``k(x, x') = variance * g(r)`` with
 ``r^2 = sum_d ((x_d - x'_d) / l_d)^2``.  For every shape ``g`` we also need
@@ -191,7 +193,7 @@ class HostGram:
     ``isotropic_gram(D, inv_l, variance, kind)``, ``isotropic_contract(D, inv_l,
     variance, kind, G)``
         the same for one lengthscale, from squared distances ``D`` already computed
-        (:mod:`fastep.kernels._distances`; the host only).
+        (:mod:`fastep.kernels.distances`; the host only).
     """
 
     xp = np

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from .._checks import DENSE_MLII_MATRICES, host_memory_available
-from ._gram import HostGram, squared_distances
+from .gram import HostGram, squared_distances
 
 _ACTIVE = contextvars.ContextVar("fastep_reused_distances", default=None)
 
