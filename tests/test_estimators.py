@@ -130,6 +130,16 @@ def test_every_estimator_with_an_evidence_gives_it_and_its_gradient_at_any_theta
         est.log_marginal_likelihood(eval_gradient=True)
 
 
+def test_all_estimators_share_one_base():
+    """One base for the seven (their common fitted attributes set in one place), and an
+    evidence wherever the model has one: every estimator but GWI's (whose objective is a
+    Wasserstein bound, not an evidence)."""
+    from fastep.models._base import FastepEstimator
+    assert all(issubclass(cls, FastepEstimator) for cls in ALL), ALL
+    with_evidence = {cls.__name__ for cls in ALL if hasattr(cls, "log_marginal_likelihood")}
+    assert with_evidence == set(fastep.ESTIMATORS) - {"GWIClassifier"}
+
+
 @pytest.mark.parametrize("cls", ALL)
 @pytest.mark.parametrize("seed", [None, 3, np.random.RandomState(3), np.random.default_rng(3)])
 def test_random_state_accepts_what_scikit_learn_accepts(cls, seed, data):

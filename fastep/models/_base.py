@@ -128,6 +128,39 @@ def da_map_rows(fn, *columns, width=None):
                          chunks=(columns[0].chunks[0], (width,)))
 
 
+class FastepEstimator(BaseEstimator):
+    """The base of all seven estimators: scikit-learn's conventions (parameters in
+    ``__init__``, checked once by :func:`fit_entry`) and the fitted attributes they all
+    have, set in one place (:meth:`_set_model`), in ``fit`` and when a model is loaded."""
+
+    def _loaded_inputs(self, reader):
+        """The saved training inputs X (n, d) of a model being loaded (a
+        :class:`~fastep.models._state.StateReader`), ``n_features_in_`` set from them."""
+        X = reader.array("X", (None, None))
+        self.n_features_in_ = X.shape[1]
+        return X
+
+    def _set_model(self, kernel, likelihood=None, inducing_points=None, log_evidence=None,
+                   n_iter=None, converged=None):
+        """``kernel_``, ``likelihood_``, ``inducing_points_`` (None: a dense model, which
+        has none, also after refitting a sparse one), ``log_marginal_likelihood_value_``
+        (where the model has an evidence), ``n_iter_`` and ``converged_``; an argument left
+        None (other than ``inducing_points``) sets nothing."""
+        self.kernel_ = kernel
+        if likelihood is not None:
+            self.likelihood_ = likelihood
+        if inducing_points is not None:
+            self.inducing_points_ = inducing_points
+        else:
+            self.__dict__.pop("inducing_points_", None)
+        if log_evidence is not None:
+            self.log_marginal_likelihood_value_ = float(log_evidence)
+        if n_iter is not None:
+            self.n_iter_ = int(n_iter)
+        if converged is not None:
+            self.converged_ = bool(converged)
+
+
 class EvidenceMixin:
     """``log_marginal_likelihood(theta, eval_gradient)`` of every estimator with an
     evidence, written once over the fitted problems that :meth:`_evidence_problems` gives
@@ -154,7 +187,7 @@ class EvidenceMixin:
         return (value, np.mean([v[1] for v in vals], axis=0)) if eval_gradient else value
 
 
-class EPEstimator(EvidenceMixin, BaseEstimator):
+class EPEstimator(EvidenceMixin, FastepEstimator):
     """Base of the estimators that run EP on latent GPs (see the module docstring)."""
 
     #: what ``method="auto"`` means for dense EP (a :func:`fastep.ep` method)
@@ -358,14 +391,8 @@ class SingleLatentEstimator(EPEstimator):
         """The fitted attributes every single-latent estimator has."""
         self._latent = latent
         self.result_ = result
-        self.kernel_, self.likelihood_ = latent.kernel, latent.likelihood
-        if latent.sparse:
-            self.inducing_points_ = latent.Z
-        else:                                  # a dense refit of a sparse model
-            self.__dict__.pop("inducing_points_", None)
-        self.log_marginal_likelihood_value_ = float(result.log_marginal_likelihood)
-        self.n_iter_ = int(result.n_iter)
-        self.converged_ = bool(result.converged)
+        self._set_model(latent.kernel, latent.likelihood, latent.Z,
+                        result.log_marginal_likelihood, result.n_iter, result.converged)
 
     def predict_latent(self, X, return_std=False):
         """Mean (and standard deviation) of the latent f at X (lazy dask arrays, computed

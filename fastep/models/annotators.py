@@ -358,19 +358,13 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     def _set_fitted(self, latent, result, n_iter, converged):
         self._latent = latent
         self.result_ = result
-        self.kernel_, self.likelihood_ = latent.kernel, latent.likelihood
+        self._set_model(latent.kernel, latent.likelihood, latent.Z,
+                        result.log_marginal_likelihood, n_iter, converged)
         self.sensitivity_ = latent.likelihood.sensitivity
         self.specificity_ = latent.likelihood.specificity
-        if latent.sparse:
-            self.inducing_points_ = latent.Z
-        else:                                  # a dense refit of a sparse model
-            self.__dict__.pop("inducing_points_", None)
         self.true_label_proba_ = true_label_posterior(
             latent.likelihood.site_extra(latent.X.shape[0]), result.cavity_mean,
             result.cavity_var)
-        self.log_marginal_likelihood_value_ = float(result.log_marginal_likelihood)
-        self.n_iter_ = int(n_iter)
-        self.converged_ = converged
 
     def _state(self):
         """Fitted state as header values and arrays (:func:`fastep.save_model`)."""
@@ -383,7 +377,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
 
     def _load_state(self, reader):
         """Inverse of :meth:`_state` on an estimator built from the saved parameters."""
-        X = reader.array("X", (None, None))
+        X = self._loaded_inputs(reader)
         n = X.shape[0]
         Y01 = reader.array("labels", (n, None), allow_nan=True)
         classes = reader.classes(2)
@@ -394,7 +388,6 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         latent, result = latent_from_state(reader, reader.meta, "f_", X, np.ones(n), likelihood,
                                            config)
         self.classes_, self._Y01 = classes, Y01
-        self.n_features_in_ = X.shape[1]
         self._set_fitted(latent, result, reader.value("n_iter_", int),
                          reader.value("converged_", bool))
 

@@ -181,7 +181,7 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
 
     def _load_state(self, reader):
         """Inverse of :meth:`_state` on an estimator built from the saved parameters."""
-        X = reader.array("X", (None, None))
+        X = self._loaded_inputs(reader)
         n = X.shape[0]
         limits = reader.array("limits", (n, 2), allow_inf=True)
         y, lo, up = check_censored_data(reader.array("y", (n,), allow_nan=True), limits[:, 0],
@@ -207,7 +207,6 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
             elif value is not None:
                 value = reader.value(name, float)
             limits_fit.append(value)
-        self.n_features_in_ = X.shape[1]
         self._set_fitted(latent, result, *limits_fit)
 
 

@@ -211,16 +211,9 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         self.classes_ = classes
         self._latents = latents
         self.results_ = results
-        self.kernel_ = latents[0].kernel
-        self.likelihood_ = latents[0].likelihood
-        if latents[0].sparse:
-            self.inducing_points_ = latents[0].Z
-        else:                                  # a dense refit of a sparse model
-            self.__dict__.pop("inducing_points_", None)
-        self.log_marginal_likelihood_value_ = float(
-            np.mean([r.log_marginal_likelihood for r in results]))
-        self.n_iter_ = max(r.n_iter for r in results)
-        self.converged_ = all(r.converged for r in results)
+        self._set_model(latents[0].kernel, latents[0].likelihood, latents[0].Z,
+                        np.mean([r.log_marginal_likelihood for r in results]),
+                        max(r.n_iter for r in results), all(r.converged for r in results))
 
     def _state(self):
         """Fitted state as header values and arrays (:func:`fastep.save_model`)."""
@@ -233,7 +226,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
 
     def _load_state(self, reader):
         """Inverse of :meth:`_state` on an estimator built from the saved parameters."""
-        X = reader.array("X", (None, None))
+        X = self._loaded_inputs(reader)
         classes = reader.classes()
         problems = reader.value("problems", list)
         if len(problems) != (1 if classes.size == 2 else classes.size):
@@ -249,7 +242,6 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
                                  f"{type(likelihood).__name__}, which is not binary")
             y = reader.array(f"y_{i}", (X.shape[0],))
             fits.append(latent_from_state(reader, meta, f"p{i}_", X, y, likelihood, config))
-        self.n_features_in_ = X.shape[1]
         self._set_fitted(classes, [f[0] for f in fits], [f[1] for f in fits])
 
     def _evidence_problems(self):

@@ -7,7 +7,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from scipy.linalg import solve_triangular
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -19,7 +19,8 @@ from ..inference import gwi
 from ..kernels import RBF
 from ..likelihoods.robustmax import RobustMax
 from ..kernels import kernel_from_dict
-from ._base import as_generator, fit_entry, fresh_kernel, latent_output, shared
+from ._base import (FastepEstimator, as_generator, fit_entry, fresh_kernel, latent_output,
+                    shared)
 from ._state import likelihood_of
 
 _LOG = logging.getLogger("fastep")
@@ -38,7 +39,7 @@ def median_heuristic(X, rng, max_points=500):
     return float(np.median(d)) if d.size else 1.0
 
 
-class GWIClassifier(ClassifierMixin, BaseEstimator):
+class GWIClassifier(ClassifierMixin, FastepEstimator):
     """Multiclass Gaussian-process classifier by generalized variational inference.
 
     One latent GP per class with the robust-max likelihood, fitted by minimising
@@ -291,13 +292,11 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         if not np.isfinite(value):
             raise FloatingPointError("GWIClassifier: the objective is not finite at the end of "
                                      "the fit; lower learning_rate (adam) or check the kernel.")
-        self.inducing_points_ = Z
+        self._set_model(self.kernel_, self.likelihood_, Z, n_iter=n_iter, converged=converged)
         self._C = C
         self._params = params
         self.objective_ = float(value)
         self.w2_ = parts["w2"]
-        self.n_iter_ = n_iter
-        self.converged_ = converged
 
     def _set_public_params(self):
         """The paper's parameters from the whitened ones: a = C^-T a~, L = C^-T L~."""
@@ -348,15 +347,14 @@ class GWIClassifier(ClassifierMixin, BaseEstimator):
         if not T > 0:
             raise ValueError(f"the temperature must be positive; got {T!r}")
         kernel = kernel_from_dict(reader.value("kernel", dict))
-        self.classes_, self.likelihood_, self.kernel_ = classes, likelihood, kernel
-        self.n_features_in_, self.inducing_points_, self.temperature_ = d, Z, T
+        self.classes_, self.n_features_in_, self.temperature_ = classes, d, T
+        self._set_model(kernel, likelihood, Z, n_iter=reader.value("n_iter", int),
+                        converged=reader.value("converged", bool))
         self._backend = resolve("cpu")
         self._C = gwi.inducing_cholesky(kernel, Z)
         self._params = gwi.GWIParams(a, np.tril(L), W, b)
         self.objective_ = reader.value("objective", float)
         self.w2_ = reader.array("w2", (J,))
-        self.n_iter_ = reader.value("n_iter", int)
-        self.converged_ = reader.value("converged", bool)
         self._set_public_params()
 
     def _latent(self, X, tempered=True):

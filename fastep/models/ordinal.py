@@ -149,7 +149,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         return latent_state("f_", latent, self.result_, arrays), arrays
 
     def _load_state(self, reader):
-        X = reader.array("X", (None, None))
+        X = self._loaded_inputs(reader)
         n = X.shape[0]
         classes = reader.classes()
         likelihood = likelihood_of(reader, reader.meta)
@@ -163,7 +163,6 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         config = self._ep_config(resolve("cpu"), likelihood)
         latent, result = latent_from_state(reader, reader.meta, "f_", X, y, likelihood, config)
         self.classes_ = classes
-        self.n_features_in_ = X.shape[1]
         self._set_fitted(latent, result)
 
 

@@ -251,7 +251,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
 
     def _load_state(self, reader):
         """Inverse of :meth:`_state` on an estimator built from the saved parameters."""
-        X = reader.array("X", (None, None))
+        X = self._loaded_inputs(reader)
         n = X.shape[0]
         saved = likelihood_of(reader, reader.meta)
         if saved.binary or isinstance(saved, OrdinalProbit):
@@ -263,7 +263,6 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         y = likelihood.encode_targets(reader.array("y", (n,), allow_nan=saved.nan_targets))
         config = self._ep_config(resolve("cpu"), likelihood)
         latent, result = latent_from_state(reader, reader.meta, "f_", X, y, likelihood, config)
-        self.n_features_in_ = X.shape[1]
         # files of 0.2 have no normalisation (y in its own units)
         shift = reader.value("y_shift", float) if "y_shift" in reader.meta else 0.0
         scale = reader.value("y_scale", float) if "y_scale" in reader.meta else 1.0

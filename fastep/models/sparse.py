@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from numbers import Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import RegressorMixin
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -15,8 +15,8 @@ from ..inference import collapsed
 from ..inference.inducing import check_inducing
 from ..kernels import kernel_from_dict
 from ._mlii import theta_names
-from ._base import (EvidenceMixin, as_generator, fit_entry, fresh_kernel, latent_output,
-                    shared)
+from ._base import (EvidenceMixin, FastepEstimator, as_generator, fit_entry, fresh_kernel,
+                    latent_output, shared)
 from ._latent import inducing_bounds
 from ._mlii import maximize_evidence
 
@@ -86,7 +86,7 @@ class CollapsedSparseGP:
                                                  else [])), st
 
 
-class SparseGPRegressor(EvidenceMixin, RegressorMixin, BaseEstimator):
+class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
     """Gaussian-process regression with m inducing points in O(n m^2) time, O(n m) memory.
 
     Maximises the collapsed Power-EP objective of Bui, Yan & Turner (2017) with power
@@ -196,9 +196,8 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, BaseEstimator):
                              f"variance {problem.noise_variance:.3g}): rescale y.")
         self._problem = problem
         self.state_ = state
-        self.kernel_, self.noise_variance_ = problem.kernel, problem.noise_variance
-        self.inducing_points_ = problem.Z
-        self.log_marginal_likelihood_value_ = float(state.value)
+        self._set_model(problem.kernel, inducing_points=problem.Z, log_evidence=state.value)
+        self.noise_variance_ = problem.noise_variance
 
     def _state(self):
         """Fitted state as header values and arrays (:func:`fastep.save_model`)."""
@@ -208,7 +207,7 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, BaseEstimator):
 
     def _load_state(self, reader):
         """Inverse of :meth:`_state`: the objective's factors are recomputed exactly."""
-        X = reader.array("X", (None, None))
+        X = self._loaded_inputs(reader)
         n, d = X.shape
         y = reader.array("y", (n,))
         Z = reader.array("Z", (None, d))
@@ -219,7 +218,6 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, BaseEstimator):
             raise ValueError(f"noise_variance must be positive; got {noise!r}")
         problem = CollapsedSparseGP(X, y, kernel_from_dict(reader.value("kernel", dict)), noise,
                                     Z, float(self.power), bool(self.optimize_inducing))
-        self.n_features_in_ = d
         self._set_fitted(problem, problem.state())
 
     def predict_latent(self, X, return_std=False):
