@@ -1,4 +1,5 @@
-"""The one check every array passes at the public boundary, before compiled code reads it.
+"""The one check every array passes at the public boundary, before compiled code reads it,
+and the checks of class labels.
 
 Compiled loops index their arrays without bounds checks, so each array they see must have
 the shape, dtype and contiguity they were written for, and (unless NaN or infinity mean
@@ -7,14 +8,12 @@ something there) finite values.  :func:`float_array` is that check; a failure is
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from .exceptions import DenseMemoryError
+from ._dask import is_dask_array
+from .exceptions import DenseMemoryError      # noqa: F401  (its home in 0.2)
 
-__all__ = ["float_array", "all_finite", "index_array", "DenseMemoryError",
-           "check_dense_memory", "host_memory_available"]
+__all__ = ["float_array", "all_finite", "index_array", "class_labels", "distinct_values"]
 
 
 def _describe(value):
@@ -128,71 +127,6 @@ def index_array(value, name, n, n_classes, fix=""):
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
-#: n x n float64 matrices alive at the peak of dense EP (K, B's factor, the solve),
-#: and of an ML-II step (the gradient's weights and the kernel derivative beside them);
-#: measured as peak RSS over the import baseline at n = 4000.
-DENSE_EP_MATRICES = 3
-DENSE_MLII_MATRICES = 7
-
-
-def host_memory_available():
-    """Bytes this process may still allocate on the host: ``MemAvailable`` of
-    /proc/meminfo, less where a cgroup (container) limit is lower; None if unknown."""
-    avail = []
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    avail.append(int(line.split()[1]) * 1024)
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
-    for limit, used in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                        ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                         "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
-        try:
-            with open(limit) as fh:
-                text = fh.read().strip()
-            if text.isdigit() and int(text) < 2 ** 60:
-                with open(used) as fh:
-                    avail.append(int(text) - int(fh.read().strip()))
-                break
-        except (OSError, ValueError):
-            continue
-    if not avail:
-        try:
-            avail.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-        except (ValueError, OSError, AttributeError):
-            return None
-    return max(min(avail), 0)
-
-
-def _gib(b):
-    return f"{b / 2 ** 30:.1f} GiB"
-
-
-def check_dense_memory(n, n_matrices, available, where="this machine"):
-    """Raise :class:`DenseMemoryError` when ``n_matrices`` n x n float64 matrices do not
-    fit in ``available`` bytes (None: unknown, no check).
-
-    Examples
-    --------
-    >>> check_dense_memory(1000, 3, 2 ** 30)          # 24 MB of 1 GiB: fine
-    >>> check_dense_memory(60_000, 3, 2 ** 30)      # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    fastep.exceptions.DenseMemoryError: dense inference on n = 60000 points needs about 80.5 GiB ...
-    """
-    need = n_matrices * 8 * n * n
-    if available is None or need <= available:
-        return
-    raise DenseMemoryError(
-        f"dense inference on n = {n} points needs about {_gib(need)} ({n_matrices} matrices "
-        f"of n x n float64), but {where} has {_gib(available)} available. Use sparse "
-        f"inference with inducing points: n_inducing=500 (or --n-inducing 500 on the command "
-        f"line); its memory grows as n x n_inducing.")
-
-
 def distinct_values(y):
     """The sorted distinct values of a NumPy or dask vector (for a dask one, computed on
     the workers: only the distinct values reach the caller)."""
@@ -220,21 +154,3 @@ def class_labels(y, return_inverse=False, name="y"):
         raise ValueError(f"{name} mixes labels of the types {kinds}, which do not sort "
                          f"into classes; give labels of one type (e.g. {name}.astype(str))."
                          ) from None
-
-
-def scalar_data(data):
-    """Per-observation data (name -> value) of a fit or prediction on dask arrays, which
-    every chunk reads alike: scalars (or None) only, else a ValueError naming the arrays."""
-    arrays = sorted(k for k, v in data.items() if v is not None and np.ndim(v))
-    if arrays:
-        raise ValueError(f"With a dask X the per-observation data {arrays} must be scalars "
-                         f"(the same for every row); got arrays. Give per-row values with "
-                         f"a NumPy X.")
-    return data
-
-
-def is_dask_array(a):
-    """Whether ``a`` is a ``dask.array.Array`` (or dask collection with a shape), told
-    without importing dask."""
-    return type(a).__module__.split(".")[0] == "dask" and hasattr(a, "shape") \
-        and hasattr(a, "__dask_graph__")

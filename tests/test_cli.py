@@ -137,7 +137,7 @@ def test_a_table_too_big_for_dense_ep_gets_inducing_points_before_any_allocation
         tmp_path, capsys, monkeypatch):
     """At 60,000 rows dense EP needs tens of GiB: fit says it uses inducing points and
     never builds an n x n matrix (the memory check runs before the estimator exists)."""
-    import fastep.cli as cli
+    import fastep.cli._fit as cli      # the fit command's module
     rng = np.random.default_rng(0)
     n = 60000
     X = rng.normal(size=(n, 2))
@@ -153,8 +153,8 @@ def test_a_table_too_big_for_dense_ep_gets_inducing_points_before_any_allocation
         return est
     monkeypatch.setattr(cli, "_estimator", spy)
     monkeypatch.setattr(cli, "AUTO_INDUCING", 16)
-    import fastep._checks
-    monkeypatch.setattr(fastep._checks, "host_memory_available", lambda: 24 * 2 ** 30)
+    import fastep._memory
+    monkeypatch.setattr(fastep._memory, "host_memory_available", lambda: 24 * 2 ** 30)
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -283,7 +283,8 @@ def test_read_dask_reads_what_read_table_reads(tmp_path, monkeypatch, in_process
 def test_scheduler_feature_and_label_checks_on_dask_columns(in_process_dask):
     """The checks fit runs on the cluster's columns name the row and the option."""
     da = pytest.importorskip("dask.array")
-    from fastep.cli import _check_features, _targets
+    from fastep.cli._fit import _targets
+    from fastep.cli._tables import _check_features
     X = np.ones((40, 2))
     X[23, 1] = np.nan
     with pytest.raises(ValueError, match="data row 23 .*column 'b'"):

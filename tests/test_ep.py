@@ -755,11 +755,11 @@ def test_posterior_marginals_at_extreme_site_precisions_match_40_digits(need_cov
     from V) or the parallel sweeps' (L^-1, marginals only)."""
     mp = pytest.importorskip("mpmath")
     mp.mp.dps = 40
-    ep_module = __import__("sys").modules["fastep.inference.ep"]
+    from fastep.inference._dense_posterior import _Posterior
     K, tau, nu = _extreme_sites(case, np.random.default_rng(3))
     n = K.shape[0]
     be = fastep.backend.resolve("cpu")
-    post = ep_module._Posterior(be, K, np.diag(K).copy(), tau, nu, need_cov)
+    post = _Posterior(be, K, np.diag(K).copy(), tau, nu, need_cov)
     Km = mp.matrix(K.tolist())
     Sigma = Km * (mp.eye(n) + mp.diag(tau.tolist()) * Km) ** -1
     mu = Sigma * mp.matrix(nu.tolist())

@@ -328,12 +328,12 @@ def test_dense_fit_past_the_machine_fails_fast_without_allocating(tmp_path):
     # fastep fit with no model options switches to inducing points before it allocates
     # anything (issue 14; EP kept short here: --no-optimize, 3 sweeps)
     code, out, err = _run(f"""
-        import sys, time, fastep._checks
+        import sys, time, fastep._memory
         def peak_rss_kb():      # this image's own peak: ru_maxrss keeps, across exec,
             for line in open("/proc/self/status"):    # the forking pytest's (1.1 GB seen)
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1])
-        fastep._checks.host_memory_available = lambda: 24 * 2 ** 30    # this machine's RAM
+        fastep._memory.host_memory_available = lambda: 24 * 2 ** 30    # this machine's RAM
         from fastep.cli import main
         t = time.perf_counter()
         rc = main(["fit", {str(tmp_path / "big.csv")!r}, "-o", {str(tmp_path / "m.npz")!r},

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 
-from .._checks import check_dense_memory, host_memory_available
+from .._memory import check_dense_memory, host_memory_available
 
 #: The values of ``device`` that :func:`fastep.backend.resolve` accepts.
 DEVICES = ("cpu", "cuda")

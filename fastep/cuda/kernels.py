@@ -9,7 +9,7 @@ written with ``math`` only and compiled for the CPU with ``numba.njit``.
 :func:`device_function` compiles the *same Python source* (the dispatcher's
 ``py_func``) a second time with ``numba.cuda.jit(device=True)``; every compiled
 function it calls, found among its globals or closure cells, is retargeted the same
-way first (this generalises :func:`fastep.likelihoods._base._compile_quad`, which
+way first (this generalises :func:`fastep.likelihoods._quadrature._compile_quad`, which
 re-binds a global of one source).  So a likelihood written for the CPU runs on the
 GPU unchanged, :class:`~fastep.likelihoods.CustomLikelihood` included, as long as
 its scalar code uses ``math`` only.

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .._checks import DENSE_MLII_MATRICES, host_memory_available
+from .._memory import DENSE_MLII_MATRICES, host_memory_available
 from .gram import HostGram, squared_distances
 
 _ACTIVE = contextvars.ContextVar("fastep_reused_distances", default=None)

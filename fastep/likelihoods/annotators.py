@@ -21,7 +21,8 @@ import numpy as np
 
 from .._jit import tilted_function
 from .._numerics import log_add_exp, log_phi, mills, mills_shift
-from ._base import Likelihood, quad_tilted
+from ._base import Likelihood
+from ._quadrature import quad_tilted
 from ._scalar import ANNOTATORS
 
 

@@ -7,7 +7,8 @@ import numpy as np
 
 from .._jit import tilted_function
 from .._numerics import log_phi, mills, mills_shift
-from ._base import Likelihood, quad_tilted
+from ._base import Likelihood
+from ._quadrature import quad_tilted
 from ._scalar import LOGISTIC, PROBIT
 
 
@@ -54,7 +55,7 @@ class Logistic(Likelihood):
     """Logistic likelihood ``p(y | f) = 1 / (1 + exp(-y f))``, y in {-1, +1}.
 
     No closed form exists: the tilted moments come from the panel quadrature of
-    :func:`fastep.likelihoods._base.quad_tilted` (10-point Gauss-Legendre panels laid outwards
+    :func:`fastep.likelihoods._quadrature.quad_tilted` (10-point Gauss-Legendre panels laid outwards
     from the tilted mode).
 
     Examples

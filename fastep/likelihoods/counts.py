@@ -7,7 +7,7 @@
 
 (NB2: variance mu + mu^2 / r; r -> inf is the Poisson).  Both are log-concave in f.  The
 tilted moments have no closed form (the Poisson-lognormal integral): they come from the
-panel quadrature of :func:`fastep.likelihoods._base.quad_tilted`, which follows the
+panel quadrature of :func:`fastep.likelihoods._quadrature.quad_tilted`, which follows the
 likelihood's own scale (counts up to 1e4 and beyond), and the dispersion gradient from
 the same quadrature, by differentiation under the integral.  ``site_extra`` holds
 ``log exposure_i``.
@@ -20,7 +20,8 @@ import numpy as np
 
 from .._checks import float_array
 from .._jit import tilted_function
-from ._base import Likelihood, QuadratureParams, quad_tilted
+from ._base import Likelihood
+from ._quadrature import QuadratureParams, quad_tilted
 from ._scalar import NEG_BINOMIAL, POISSON
 
 

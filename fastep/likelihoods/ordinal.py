@@ -23,7 +23,8 @@ from scipy.special import ndtr
 from .._checks import float_array
 from .._jit import tilted_function
 from .._numerics import LOG_SQRT_2PI, log_phi, mills, mills_shift
-from ._base import Likelihood, quad_dparam_batch, quad_tilted
+from ._base import Likelihood
+from ._quadrature import quad_dparam_batch, quad_tilted
 from ._scalar import ORDINAL, ordinal_limits
 from .tobit import interval_moments
 

@@ -20,7 +20,8 @@ import warnings
 import numpy as np
 
 from .._jit import tilted_function
-from ._base import Likelihood, QuadratureParams, quad_tilted
+from ._base import Likelihood
+from ._quadrature import QuadratureParams, quad_tilted
 from ._scalar import STUDENT_T
 
 

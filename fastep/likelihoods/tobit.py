@@ -22,7 +22,8 @@ from scipy.special import log_ndtr, ndtr, ndtri
 from .._checks import float_array
 from .._jit import jit, tilted_function
 from .._numerics import LOG_SQRT_2PI, log_diff_exp, log_phi, mills, mills_shift
-from ._base import Likelihood, quad_tilted
+from ._base import Likelihood
+from ._quadrature import quad_tilted
 from ._scalar import TOBIT
 
 

@@ -30,7 +30,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from sklearn.gaussian_process.kernels import Kernel as SklearnKernelBase
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._checks import class_labels, is_dask_array
+from .._checks import class_labels
+from .._dask import is_dask_array
 from ..kernels import RBF, Kernel, as_kernel
 from ..inference.inducing import check_inducing
 from ..inference.ep import EPResult, posterior_from_sites

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._checks import DENSE_EP_MATRICES, DENSE_MLII_MATRICES, is_dask_array
+from .._dask import is_dask_array
+from .._memory import DENSE_EP_MATRICES, DENSE_MLII_MATRICES
 from ..backend import Backend
 from ..inference.ep import ep, ep_gradient
 from ..inference import carry_anderson

@@ -11,7 +11,8 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._checks import class_labels, is_dask_array
+from .._checks import class_labels
+from .._dask import is_dask_array
 from ..backend import resolve
 from ..exceptions import ConvergenceWarning
 from ..likelihoods.annotators import MultiAnnotator, log_ab

@@ -9,7 +9,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (check_consistent_length, column_or_1d,
                                       validate_data)
 
-from .._checks import is_dask_array, scalar_data
+from .._dask import is_dask_array, scalar_data
 from ..backend import resolve
 from ..likelihoods.tobit import (Tobit, censored_predictive, censored_quantile,
                                  check_censored_data, check_limits)

@@ -8,7 +8,8 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._checks import class_labels, is_dask_array
+from .._checks import class_labels
+from .._dask import is_dask_array
 from ..backend import resolve
 from ..likelihoods import Likelihood, Logistic, Probit
 from ._base import EPEstimator, as_generator, fit_entry, fresh_kernel, latent_output, shared

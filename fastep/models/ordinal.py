@@ -6,7 +6,8 @@ from scipy.special import ndtri
 from sklearn.base import ClassifierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._checks import class_labels, is_dask_array
+from .._checks import class_labels
+from .._dask import is_dask_array
 from ..backend import resolve
 from ..likelihoods import OrdinalProbit
 from ._base import (SingleLatentEstimator, as_generator, da_map_rows, fit_entry, fresh_kernel,

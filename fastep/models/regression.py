@@ -11,7 +11,7 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import (check_consistent_length, column_or_1d,
                                       validate_data)
 
-from .._checks import is_dask_array, scalar_data
+from .._dask import is_dask_array, scalar_data
 from ..backend import resolve
 from ..likelihoods.counts import LOG_MAX
 from ..likelihoods import (Gaussian, Likelihood, NegativeBinomial, OrdinalProbit, Poisson,

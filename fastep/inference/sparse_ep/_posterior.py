@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 from scipy.linalg import blas, cholesky, solve_triangular
 
-from ..._checks import is_dask_array
+from ..._dask import is_dask_array
 from ..._linalg import trmm_lower_nogil
 from ..._numerics import predictive_variance
 from ...exceptions import NotPositiveDefiniteError

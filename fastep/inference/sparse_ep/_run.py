@@ -7,7 +7,8 @@ import numbers
 
 import numpy as np
 
-from ..._checks import all_finite, float_array, is_dask_array
+from ..._checks import all_finite, float_array
+from ..._dask import is_dask_array
 from ...backend import CHUNK_ROWS, resolve
 from ...likelihoods import check_likelihood
 from .._sweep import SweepControl, check_sweep_controls, damping_rule, initial_sites

@@ -1,0 +1,118 @@
+"""The ``fastep`` command: demo, fit, predict, bench.
+
+    fastep demo                          EP-GP classifier on the bundled breast-cancer data
+    fastep demo annotators               the same data labelled by 8 simulated noisy annotators
+    fastep demo censored                 Tobit GP regression on outputs censored below a limit
+    fastep demo multiclass               GWI multiclass GP classifier on scikit-learn's digits
+    fastep fit DATA -o MODEL.npz --model {classifier,multiclass,censored,annotators,regression}
+                                         fit on a CSV, .npy, Parquet or Zarr table
+    fastep predict MODEL.npz DATA -o P   stream probabilities / moments for new inputs
+    fastep bench                         one EP sweep against one LAPACK Cholesky of the same n
+
+The parser is here; each command is a module (``_demos``, ``_fit``, ``_predict``,
+``_bench``), with the checks of tables and paths they share (``_tables``) and the progress
+bars (``_progress``); reading and writing tables is :mod:`fastep.io`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from .. import __version__
+from ._bench import cmd_bench
+from ._demos import cmd_demo
+from ._fit import AUTO_INDUCING, MODELS, cmd_fit
+from ._predict import cmd_predict
+
+
+def _show_compile_notice():
+    """Print fastep's one-time "compiling" notice (a fresh install compiles its kernels
+    on first use) on stderr, whatever the logging configuration."""
+    import logging
+    log = logging.getLogger("fastep.compile")
+    if not any(getattr(h, "_fastep_notice", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("fastep: %(message)s ..."))
+        handler._fastep_notice = True
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+
+
+def _positive(kind):
+    """An argparse type: a positive int or a positive finite float."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}; got "
+                                             f"{text!r}") from None
+        if not (value > 0 and np.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"must be positive; got {text}")
+        return value
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="fastep", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"fastep {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("demo", help="fit the EP classifier on bundled data and report")
+    p.add_argument("which", nargs="?", default="classifier",
+                   choices=["classifier", "annotators", "censored", "multiclass"])
+    p.add_argument("--dataset", choices=["digits", "iris"], default="digits",
+                   help="data of the multiclass demo")
+    p.add_argument("--method", choices=["auto", "parallel", "sequential"], default="auto",
+                   help="dense EP schedule (the estimators' 'method')")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("fit", help="fit a model on a table (CSV, .npy, Parquet, Zarr)")
+    p.add_argument("data", help="table: .csv, .csv.gz, .npy, .parquet or .zarr")
+    p.add_argument("-o", "--output", required=True, help="model file (.npz)")
+    p.add_argument("--model", choices=sorted(MODELS), default="classifier")
+    p.add_argument("--target", help="label / target column (name or 0-based index; "
+                   "default: the last column)")
+    p.add_argument("--features", help="comma-separated feature columns (default: the rest)")
+    p.add_argument("--annotator-columns", help="annotators: the columns of their labels")
+    p.add_argument("--lower", type=float, help="censored: lower censoring limit")
+    p.add_argument("--upper", type=float, help="censored: upper censoring limit")
+    p.add_argument("--likelihood", default="student_t",
+                   choices=["student_t", "gaussian", "poisson", "negative_binomial"],
+                   help="regression: the noise model (poisson, negative_binomial: counts; "
+                   "predict then also writes y_mean, E[y])")
+    p.add_argument("--kernel", choices=["rbf", "matern32", "matern52"], default="rbf")
+    p.add_argument("--lengthscale", type=_positive(float),
+                   help="initial lengthscale (default sqrt(d))")
+    p.add_argument("--n-inducing", type=_positive(int),
+                   help="sparse EP with this many inducing points "
+                   f"(default: dense, or {AUTO_INDUCING} when dense EP would not fit in "
+                   "memory)")
+    p.add_argument("--max-iter", type=_positive(int),
+                   help="most EP sweeps (default: the estimator's, 100 or 200); multiclass: "
+                   "most iterations of GWI's optimiser (default 200)")
+    p.add_argument("--no-optimize", action="store_true", help="keep the kernel fixed")
+    p.add_argument("--scheduler", help="run on the Dask scheduler at this address")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_fit)
+    p = sub.add_parser("predict", help="stream predictions for a table, chunk by chunk")
+    p.add_argument("model")
+    p.add_argument("data")
+    p.add_argument("-o", "--output", required=True, help="CSV or .npy output")
+    p.add_argument("--features", help="comma-separated feature columns (default: the "
+                   "columns named as the model's features; for a table without a header, "
+                   "all its columns, which must be as many as the model's)")
+    p.add_argument("--chunk", type=_positive(int), default=100000, help="rows per chunk")
+    p.set_defaults(func=cmd_predict)
+    p = sub.add_parser("bench", help="EP sweep time against one Cholesky")
+    p.add_argument("-n", type=_positive(int), default=2000)
+    p.set_defaults(func=cmd_bench)
+    args = parser.parse_args(argv)
+    _show_compile_notice()
+    try:
+        return args.func(args)
+    except (ValueError, TypeError, OSError, MemoryError) as exc:
+        print(f"fastep {args.command}: error: {exc}", file=sys.stderr)
+        return 2

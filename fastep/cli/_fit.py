@@ -1,0 +1,188 @@
+"""``fastep fit``: the model chosen by ``--model`` fitted on a table and saved."""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from ._progress import _FitProgress
+from ._tables import _check_features, _check_output, _connect, _named
+
+
+#: ``--model`` of ``fastep fit``: the estimator, and what ``fastep predict`` writes.
+MODELS = {
+    "classifier": ("EPGaussianProcessClassifier", "class probabilities p_<class>"),
+    "multiclass": ("GWIClassifier", "class probabilities p_<class>"),
+    "censored": ("CensoredGPRegressor", "mean and std of the latent f"),
+    "annotators": ("MultiAnnotatorGPClassifier", "class probabilities p_<class>"),
+    "regression": ("EPGaussianProcessRegressor", "mean and std of the latent f"),
+    "ordinal": ("OrdinalGPClassifier", "class probabilities p_<class>"),
+}
+
+
+#: How many integer labels each classifier kind needs (for messages).
+NEEDED_LABELS = {"classifier": "2-20", "multiclass": "2 or more",
+                 "ordinal": "3 or more ordered"}
+
+
+#: Inducing points ``fastep fit`` uses by itself when dense EP would not fit in memory.
+AUTO_INDUCING = 256
+
+
+def _kernel(args, d):
+    from fastep import kernels
+    cls = {"rbf": kernels.RBF, "matern32": kernels.Matern32,
+           "matern52": kernels.Matern52}[args.kernel]
+    return cls(1.0, args.lengthscale if args.lengthscale is not None else float(np.sqrt(d)))
+
+
+def _columns(args, names):
+    """(feature columns, target columns) of the table, from --features / --target /
+    --annotator-columns (defaults: the last column is the target, the rest features)."""
+    from fastep.io import resolve_columns
+    if args.model == "annotators":
+        if not args.annotator_columns:
+            raise ValueError("--model annotators needs --annotator-columns: the columns of "
+                             "the annotators' labels (NaN or empty = not labelled).")
+        target = resolve_columns(args.annotator_columns, names, "--annotator-columns")
+    else:
+        target = resolve_columns(args.target or str(len(names) - 1), names, "--target")
+    if args.features:
+        features = resolve_columns(args.features, names, "--features")
+    else:
+        features = [i for i in range(len(names)) if i not in target]
+    if not features:
+        raise ValueError("no feature columns are left; name them with --features.")
+    return features, target
+
+
+def _needs_inducing(n, args):
+    """How many inducing points to use: --n-inducing, else AUTO_INDUCING when dense EP's
+    n x n matrices would not fit in memory (checked before anything is allocated)."""
+    from fastep._memory import DENSE_MLII_MATRICES, check_dense_memory
+    from fastep.exceptions import DenseMemoryError
+    from fastep._memory import host_memory_available
+    if args.n_inducing:
+        if args.n_inducing > n:
+            raise ValueError(f"--n-inducing {args.n_inducing} is more than the {n} rows; use "
+                             f"at most {n}.")
+        return args.n_inducing
+    try:
+        check_dense_memory(n, DENSE_MLII_MATRICES, host_memory_available())
+        return None
+    except DenseMemoryError:
+        print(f"fastep fit: dense EP on {n} rows needs about "
+              f"{DENSE_MLII_MATRICES * 8 * n * n / 2 ** 30:.0f} GiB; using "
+              f"{AUTO_INDUCING} inducing points instead (set --n-inducing to choose)",
+              file=sys.stderr)
+        return AUTO_INDUCING
+
+
+def _estimator(args, d, m):
+    import fastep
+    kw = {"random_state": args.seed}
+    if args.model != "multiclass":
+        kw["optimizer"] = None if args.no_optimize else "L-BFGS-B"
+    if args.max_iter is not None:          # EP sweeps; GWI's optimiser iterations
+        kw["max_iter"] = args.max_iter
+    if m:
+        kw["n_inducing"] = m
+    kernel = _kernel(args, d)
+    if args.model == "censored":
+        return fastep.CensoredGPRegressor(kernel, lower=args.lower, upper=args.upper, **kw)
+    if args.model == "regression":
+        return fastep.EPGaussianProcessRegressor(kernel, likelihood=args.likelihood, **kw)
+    if args.model == "multiclass":
+        return fastep.GWIClassifier(kernel, **{**kw, "n_inducing": m or min(100, args.n_rows)})
+    cls = getattr(fastep, MODELS[args.model][0])
+    return cls(kernel, **kw)
+
+
+def _targets(args, T):
+    """The target columns checked for the model (labels, limits, annotators).  Dask
+    columns (``--scheduler``) are checked by summaries computed on the cluster: the
+    distinct labels, counts of bad rows."""
+    from fastep._checks import distinct_values
+    if args.model == "annotators":          # the label matrix stays on the client (EM)
+        return T.compute() if hasattr(T, "compute") else T
+    y = T[:, 0]
+    if args.model in ("classifier", "multiclass", "ordinal"):
+        labels = distinct_values(y)
+        if not np.all(np.isfinite(labels)):
+            raise ValueError(f"--target: {int(np.sum(~np.isfinite(y)))} rows have no finite "
+                             "label (empty, not a number or infinite); drop them or choose "
+                             "another column.")
+        if np.all(labels == np.round(labels)):
+            y = y.astype(np.int64)            # integer labels keep their names (p_1, not p_1.0)
+        k = labels.size
+        if y.dtype.kind == "f" or k < 2 or (args.model == "classifier" and k > 20) or \
+                (args.model == "ordinal" and k < 3):
+            raise ValueError(f"--target holds {k} distinct value(s)"
+                             f"{' that are not integers' * (y.dtype.kind == 'f')}; --model "
+                             f"{args.model} needs "
+                             f"{NEEDED_LABELS[args.model]} "
+                             "integer class labels. Is it the label column?")
+    if args.model == "censored" and args.lower is not None and args.upper is not None \
+            and args.lower >= args.upper:
+        raise ValueError(f"--lower {args.lower} must be below --upper {args.upper}.")
+    if args.model == "censored":
+        lo = -np.inf if args.lower is None else args.lower
+        up = np.inf if args.upper is None else args.upper
+        bad = int(np.sum((y < lo) | (y > up)))
+        if bad:
+            raise ValueError(f"{bad} targets lie outside [--lower {lo}, --upper {up}]: "
+                             "censored values are recorded at the limit; check the limits.")
+    return y
+
+
+def cmd_fit(args):
+    import fastep
+    from fastep.io import column_names, read_dask, read_table
+
+    _check_output(args.output)
+    names = column_names(args.data)
+    features, target = _columns(args, names)
+    if args.scheduler:
+        if args.model == "multiclass":
+            raise ValueError("--scheduler runs sparse EP on Dask for --model classifier, "
+                             "censored, annotators or regression; --model multiclass fits in "
+                             "this process (drop --scheduler).")
+        client = _connect(args.scheduler)    # the workers read DATA, chunk by chunk, once
+        X, T = client.persist([read_dask(args.data, features), read_dask(args.data, target)])
+    else:
+        X, T = read_table(args.data, features), read_table(args.data, target)
+    _check_features(X, [names[j] for j in features])
+    args.n_rows = X.shape[0]
+    y = _targets(args, T)
+    m = _needs_inducing(X.shape[0], args)
+    if args.scheduler and not m:
+        m = AUTO_INDUCING if X.shape[0] > AUTO_INDUCING else max(1, X.shape[0] // 2)
+        print(f"fastep fit: --scheduler runs sparse EP; using {m} inducing points (set "
+              "--n-inducing to choose)", file=sys.stderr)
+    est = _estimator(args, X.shape[1], m)
+    print(f"fastep fit: {MODELS[args.model][0]} on {X.shape[0]} rows, {X.shape[1]} features"
+          f"{f', {m} inducing points' if m else ''}"
+          f"{f' on the Dask cluster at {args.scheduler}' if args.scheduler else ''}",
+          file=sys.stderr)
+    t0 = time.perf_counter()
+    progress = _FitProgress()
+    try:
+        est.fit(X, y)
+    finally:
+        progress.close()
+    named = _named(args.data, names)
+    if named is not None:
+        fitted = [named[j] for j in features]
+        if len(set(fitted)) == len(fitted) and all(fitted):
+            est.feature_columns_ = fitted     # fastep predict finds them by name
+        else:
+            print("fastep fit: the feature columns' names are blank or repeated, so the model "
+                  "keeps none: fastep predict will need a table of exactly its features, in "
+                  "order, or --features.", file=sys.stderr)
+    fastep.save_model(est, args.output)
+    lz = getattr(est, "log_marginal_likelihood_value_", None)
+    print(f"fitted in {time.perf_counter() - t0:.2f} s"
+          f"{f', log evidence {lz:.4f}' if lz is not None else ''}; saved {args.output}",
+          file=sys.stderr)
+    return 0

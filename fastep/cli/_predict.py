@@ -1,0 +1,111 @@
+"""``fastep predict``: a saved model's predictions for a table, streamed in chunks."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from ._progress import _progress
+from ._tables import _bad_cell, _check_output, _named
+
+
+def cmd_predict(args):
+    from fastep import load_model
+    from fastep.io import TableWriter, column_names, iter_rows, n_rows
+    from fastep.likelihoods import NegativeBinomial, Poisson
+
+    _check_output(args.output)
+    est = load_model(args.model)
+    d = est.n_features_in_
+    names = column_names(args.data)
+    columns = _predict_columns(args, est, names)
+    if len(columns) != d:
+        raise ValueError(f"the model was fitted on {d} features; --features names "
+                         f"{len(columns)}.")
+    classes = getattr(est, "classes_", None)
+    if classes is not None:
+        header = [f"p_{c}" for c in classes]
+        predict = est.predict_proba
+    elif hasattr(est, "predict_censored_proba") and np.ndim(est.lower_) == 0 \
+            and np.ndim(est.upper_) == 0:
+        # censored: the latent f, the censored y, its probabilities at the limits and
+        # its quartiles
+        header = ["mean", "std", "y_mean", "y_std", "p_lower", "p_upper", "y_q25", "y_q50",
+                  "y_q75"]
+
+        def predict(Xc):
+            mean, std = est.predict_latent(Xc, return_std=True)
+            y_mean, y_std = est.predict(Xc, return_std=True)
+            quartiles = [est.predict_quantile(Xc, q) for q in (0.25, 0.5, 0.75)]
+            return np.column_stack([mean, std, y_mean, y_std,
+                                    *est.predict_censored_proba(Xc), *quartiles])
+    elif _counts_without_exposure(est, Poisson, NegativeBinomial):
+        header = ["mean", "std", "y_mean"]          # counts: the latent log rate and E[y]
+
+        def predict(Xc):
+            mean, std = est.predict_latent(Xc, return_std=True)
+            return np.column_stack([mean, std, est.predict(Xc)])
+    else:
+        header = ["mean", "std"]
+
+        def predict(Xc):
+            mean, std = est.predict_latent(Xc, return_std=True)
+            return np.column_stack([mean, std])
+    total = n_rows(args.data)
+    writer = TableWriter(args.output, header, total)
+    done = 0
+    for block in _progress(iter_rows(args.data, columns, args.chunk), total, args.chunk,
+                           "predict"):
+        if not np.all(np.isfinite(block)):
+            k = int(np.argwhere(~np.isfinite(block))[0, 0])
+            where = _bad_cell(~np.isfinite(block[k]), done + k, [names[j] for j in columns])
+            raise ValueError(f"DATA: {where}.")
+        writer.write(predict(block))
+        done += block.shape[0]
+    writer.close()
+    print(f"wrote {done} rows ({', '.join(header)}) to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _counts_without_exposure(est, *counts):
+    """Whether ``est`` is a count model that predicts E[y] without per-observation
+    exposures (one fitted in Python with ``exposure=`` needs them, which the command line
+    cannot give: it writes the latent mean and sd only)."""
+    if not isinstance(getattr(est, "likelihood_", None), counts):
+        return False
+    try:
+        est.predict(np.zeros((1, est.n_features_in_)))
+    except ValueError:
+        return False
+    return True
+
+
+def _predict_columns(args, est, names):
+    """DATA's feature columns for ``fastep predict``: --features, else the columns named
+    as the model's features (a model fitted on a table with a header), else, for tables
+    without names, all of DATA's columns when there are exactly as many as the model's
+    features (positions are a guess only when nothing else is possible)."""
+    from fastep.io import resolve_columns
+    if args.features:
+        return resolve_columns(args.features, names, "--features")
+    d, fitted = est.n_features_in_, getattr(est, "feature_columns_", None)
+    named = _named(args.data, names)
+    if fitted is not None and named is not None:
+        missing = [f for f in fitted if f not in named]
+        if missing:
+            raise ValueError(f"DATA has no column {', '.join(map(repr, missing[:5]))}, "
+                             f"which the model was fitted on (its features: "
+                             f"{', '.join(map(str, fitted[:20]))}); name DATA's feature "
+                             "columns, in the model's order, with --features.")
+        twice = [f for f in fitted if named.count(f) > 1]
+        if twice:
+            raise ValueError(f"DATA has more than one column named "
+                             f"{', '.join(map(repr, twice[:5]))}; name DATA's feature columns, "
+                             "in the model's order, with --features (0-based positions).")
+        return [named.index(f) for f in fitted]
+    if len(names) != d:
+        have = "named" if named is not None else "unnamed"
+        raise ValueError(f"the model was fitted on {d} features; DATA has {len(names)} "
+                         f"{have} columns. Name the feature columns, in the order the model "
+                         "was fitted on, with --features.")
+    return list(range(d))

@@ -1,0 +1,198 @@
+"""The dense EP posterior at given sites: its refresh, and what the driver, the evidence and
+its gradient read of it (:class:`_Posterior`).
+
+Prior ``f ~ N(0, K)``; sites ``t_i(f_i) ∝ exp(-tau_i f_i^2 / 2 + nu_i f_i)``.
+
+Posterior refresh ("B form", every site precision >= 0)::
+
+    B = I + S^1/2 K S^1/2 = L L^T,   V = L^-1 S^1/2 K,   Sigma = K - V^T V,   mu = Sigma nu
+
+Negative site precisions (likelihoods that are not log-concave) use the *split
+form*: the sites with tau >= 0 go through the B form above, giving Sigma_+; the
+k sites with tau < 0 enter by Woodbury through the k x k Cholesky factor of
+``C = I - U^T Sigma_+ U`` (``U = E_neg diag(sqrt(-tau_neg))``)::
+
+    Sigma = Sigma_+ + Sigma_+ U C^-1 U^T Sigma_+,   log|I + K S| = log|B_+| + log|C|
+
+No square root of a negative number is taken, and ``C`` is positive definite
+exactly when the EP posterior is a proper Gaussian (otherwise a clear error).
+
+A parallel sweep reads only the marginals, which the refresh takes from ``L^-1``
+(``dtrtri``, n^3/3 flops) rather than from ``V``: ``var_i = (1 - (B^-1)_ii) / tau_i``
+(with ``K_ii - |V e_i|^2`` where that cancels, :data:`WEAK_SITE`) and ``mu = K S^1/2
+B^-1 w``; the sequential schedule keeps ``V`` for its full ``Sigma``.
+"""
+from __future__ import annotations
+
+from .._numerics import MIN_VARIANCE
+from ..exceptions import NotPositiveDefiniteError
+
+#: Where tau_i Sigma_ii = 1 - (B^-1)_ii falls below this, a parallel refresh takes the site's
+#: posterior variance as K_ii - |L^-1 S^1/2 K e_i|^2 (n^2 flops per site, in blocks of
+#: WEAK_BLOCK columns) rather than (1 - (B^-1)_ii) / tau_i, which loses
+#: log10(1 / (tau_i Sigma_ii)) digits to cancellation: at most 4 here
+WEAK_SITE = 1e-4
+WEAK_BLOCK = 256
+
+
+class _Posterior:
+    """Posterior N(mu, Sigma) of f given the sites, on the backend ``be``, plus what
+    predictions need."""
+
+    def __init__(self, be, K, kdiag, tau, nu, need_cov=False, work=(None, None)):
+        xp = be.xp
+        n = K.shape[0]
+        self.be, self.n, self.K, self.tau = be, n, K, tau
+        tau_pos = xp.maximum(tau, 0.0)
+        s = xp.sqrt(tau_pos)
+        self.s, self.Q, self.cov = s, None, None
+        if not (bool(xp.any(tau != 0.0)) or bool(xp.any(nu != 0.0))):   # the prior itself
+            if not bool(xp.all(kdiag > MIN_VARIANCE)):
+                raise NotPositiveDefiniteError(
+                    "K has a zero (or underflowing, below 1e-290) prior variance on its "
+                    "diagonal: EP needs every latent value uncertain. Add jitter to the "
+                    "kernel diagonal (a WhiteKernel(1e-6)) or rescale the kernel's variance.")
+            self.L = self._li = None
+            self.var = kdiag.copy()
+            self.mean = xp.zeros(n)
+            self.half_logdet = 0.0
+            self.cov = K.copy() if need_cov else None
+            return
+        B = be.build_b(K, s, work[0])
+        try:
+            L = be.cholesky(B, "B = I + S^1/2 K S^1/2")
+        except NotPositiveDefiniteError as exc:
+            raise NotPositiveDefiniteError(
+                "EP posterior refresh failed: B = I + S^1/2 K S^1/2 is not positive definite, "
+                "so K is not a valid covariance matrix. Add jitter to the kernel's diagonal "
+                "(e.g. a WhiteKernel(1e-6)) or check K for NaN/negative eigenvalues.") from exc
+        del B
+        # Two forms of var_i, each cancelling where the other does not:
+        # K_ii - |V e_i|^2 (V = L^-1 S^1/2 K) where Sigma_ii << K_ii (tau_i K_ii large), and
+        # (1 - (B^-1)_ii) / tau_i (S^1/2 Sigma S^1/2 = I - B^-1) where tau_i Sigma_ii << 1.
+        # Parallel sweeps need only the marginals: B^-1's diagonal from L^-1 (dtrtri, n^3/3
+        # flops against the n^3 of V), the other form on the sites with tau_i Sigma_ii below
+        # WEAK_SITE.
+        # The sequential sweeps' full Sigma = K - V^T V needs V (dtrsm) and not L^-1.
+        self.L, self._li = L, None
+        if need_cov:
+            vt = be.solve_lower(L, be.scale_columns(K, s, work[1]).T, overwrite=True).T
+            cov = vt @ vt.T
+            xp.subtract(K, cov, out=cov)
+            var = xp.diagonal(cov).copy()
+            other = xp.flatnonzero(tau_pos * kdiag > 1e4)
+            if other.size:
+                k = int(other.size)
+                e = xp.zeros((n, k), order="F")
+                e[other, xp.arange(k)] = 1.0
+                e = be.solve_lower(L, e, overwrite=True)
+                var[other] = (1.0 - xp.einsum("ij,ij->j", e, e)) / tau_pos[other]
+        else:
+            self._li = li = be.tri_inverse(L, work[1])
+            t_sigma = 1.0 - be.row_sumsq(li.T)                  # tau_i Sigma_ii
+            weak = t_sigma < WEAK_SITE
+            var = t_sigma / xp.where(weak, 1.0, tau_pos)
+            other = xp.flatnonzero(weak)
+            for b0 in range(0, int(other.size), WEAK_BLOCK):
+                cols = other[b0:b0 + WEAK_BLOCK]
+                v = be.trmm_lower(li, xp.asfortranarray(s[:, None] * K[:, cols]))
+                var[cols] = kdiag[cols] - xp.einsum("ij,ij->j", v, v)
+        self.half_logdet = float(xp.sum(xp.log(xp.diagonal(L))))
+        neg = xp.flatnonzero(tau < 0.0)
+        if neg.size:
+            self._split_form(neg, var)
+        self.var = var
+        # mu = Sigma nu.  For sites with s > 0, write nu = s * w: then
+        # Sigma nu = K S^1/2 B^-1 w (as (K^-1 + S)^-1 = K S^1/2 B^-1 S^-1/2), free of the
+        # cancellation between K nu and K S^1/2 B^-1 S^1/2 K nu.  Sites with s = 0 use
+        # the plain form.
+        pos = s > 0.0
+        w = xp.where(pos, nu / xp.where(pos, s, 1.0), 0.0)
+        mean = K @ (s * self._binv(w))
+        rest = xp.where(pos, 0.0, nu)
+        if bool(xp.any(rest != 0.0)):
+            mean += self._sigma_plus(rest)
+        if self.Q is not None:
+            mean += self.Q @ (self.Q.T @ nu)
+        self.mean = mean
+        if need_cov:
+            if self.Q is not None:
+                cov += self.Q @ self.Q.T
+            self.cov = cov
+        if not bool(xp.all(self.var > MIN_VARIANCE)):
+            raise NotPositiveDefiniteError(
+                "EP produced non-positive (or underflowing, below 1e-290) posterior "
+                "variances; K is numerically singular or indefinite, or its scale "
+                "underflows. Add jitter to the kernel diagonal (a WhiteKernel(1e-6)), "
+                "rescale the kernel's variance, or take smaller EP steps (e.g. damping=0.5).")
+
+    def _split_form(self, neg, var):
+        be, xp = self.be, self.be.xp
+        r = xp.sqrt(-self.tau[neg])
+        p = self._sigma_plus_of(self.K[:, neg])                 # Sigma_+[:, neg]
+        p *= r
+        c = xp.eye(int(neg.size)) - r[:, None] * p[neg, :]
+        try:
+            lc = be.cholesky(xp.asfortranarray(c), "C = I - U^T Sigma_+ U")
+        except NotPositiveDefiniteError as exc:
+            raise NotPositiveDefiniteError(
+                "EP with negative site precisions reached an improper posterior "
+                "(I - U^T Sigma_+ U is not positive definite). Take smaller EP steps "
+                "(e.g. damping=0.5).") from exc
+        self.Q = xp.ascontiguousarray(be.solve_lower(lc, p.T, overwrite=True).T)
+        self.half_logdet += float(xp.sum(xp.log(xp.diagonal(lc))))
+        var += xp.einsum("ij,ij->i", self.Q, self.Q)
+
+    @property
+    def li(self):
+        """L^-1 (made on first use where the refresh did not need it)."""
+        if self._li is None and self.L is not None:
+            self._li = self.be.tri_inverse(self.L)
+        return self._li
+
+    def _binv(self, z):
+        """B^-1 z = L^-T L^-1 z."""
+        if self._li is None:
+            return self.be.cho_solve(self.L, z)
+        return self._li.T @ (self._li @ z)
+
+    def _sigma_plus(self, z):
+        """Sigma_+ z (the posterior covariance of the positive sites) for a vector or an
+        (n, m) array."""
+        return self._sigma_plus_of(self.K @ z)
+
+    def _sigma_plus_of(self, kz):
+        """Sigma_+ z = K z - K S^1/2 B^-1 S^1/2 K z from ``kz = K z``."""
+        if self.L is None:
+            return kz
+        sv = self.s if kz.ndim == 1 else self.s[:, None]
+        return kz - self.K @ (sv * self._binv(sv * kz))
+
+    def apply_cov(self, z):
+        """Sigma @ z for an (n, m) array."""
+        out = self._sigma_plus(z)
+        if self.Q is not None:
+            out += self.Q @ (self.Q.T @ z)
+        return out
+
+    def apply_r(self, z):
+        """R @ z with R = (K + S^-1)^-1 = S^1/2 B^-1 S^1/2 (B form) or S - S Sigma S."""
+        if self.L is None:
+            return self.be.xp.zeros_like(z)
+        if self.Q is None:
+            sz = self.s[:, None] * z
+            return self.s[:, None] * self.be.cho_solve(self.L, sz)
+        tz = self.tau[:, None] * z
+        return tz - self.tau[:, None] * self.apply_cov(tz)
+
+    def dense_r(self):
+        """R as a dense (n, n) array."""
+        xp = self.be.xp
+        if self.L is None:
+            return xp.zeros((self.n, self.n))
+        if self.Q is not None:
+            return self.apply_r(xp.eye(self.n))
+        inv = self.be.inverse_from_tri(self.li)
+        inv *= self.s[:, None]
+        inv *= self.s[None, :]
+        return inv
