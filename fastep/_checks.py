@@ -127,6 +127,20 @@ def index_array(value, name, n, n_classes, fix=""):
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
+def integer_values(value, name, low, high, what, fix, finite_fix):
+    """``value`` as a finite float vector of integers in ``[low, high]`` (``high`` None: no
+    upper end), or a ``ValueError`` naming the first entry that is not, ``what`` it must
+    hold and the ``fix`` (counts, ordinal levels); ``finite_fix`` for NaN or infinity."""
+    y = float_array(value, name, 1, fix=finite_fix)
+    bad = (y < low) | (y != np.round(y))
+    if high is not None:
+        bad |= y > high
+    if np.any(bad):
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{name} must hold {what}; {name}[{i}] = {float(y[i])!r}. {fix}")
+    return y
+
+
 def distinct_values(y):
     """The sorted distinct values of a NumPy or dask vector (for a dask one, computed on
     the workers: only the distinct values reach the caller)."""

@@ -1,7 +1,7 @@
 """Scalar special functions for EP, written with ``math`` only.
 
 The same Python source compiles as CPU ``njit`` functions (here) and as CUDA
-device functions (:mod:`fastep.cuda`), so there is one copy of the maths.
+device functions (:mod:`fastep.backend.cuda`), so there is one copy of the maths.
 
 * ``log_phi(z)  = log Phi(z)``                     (log of the standard normal CDF)
 * ``mills(z)    = phi(z) / Phi(z) = d log Phi / dz``  (inverse Mills ratio)

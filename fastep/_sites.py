@@ -2,7 +2,7 @@
 
 These functions use ``math`` only.  They are compiled for the CPU with ``numba.njit``
 and called by the CPU site loops of :mod:`fastep.backend.cpu`; the CUDA kernels of
-:mod:`fastep.cuda.kernels` compile the same Python source as device functions.  So both
+:mod:`fastep.backend.cuda.kernels` compile the same Python source as device functions.  So both
 targets run one copy of the site maths.
 
 The site update comes from the derivatives of log Z, in GPML's form, which never forms

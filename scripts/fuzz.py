@@ -1,6 +1,6 @@
 """Long fuzzing profile: every public entry point under generated inputs.
 
-Runs the promises of ``tests/properties.py`` (a documented exception naming the
+Runs the promises of ``tests/helpers/properties.py`` (a documented exception naming the
 argument, or finite, valid outputs) for ``--examples`` examples per entry point and
 prints a table of examples and failures per entry point.  Unlike the CI profile
 (``tests/test_fuzz.py``), a broken promise does not stop the run: it is counted, and its
@@ -58,7 +58,7 @@ def worker(name, examples, seed, dump=None):
     from hypothesis import seed as hypothesis_seed
     from hypothesis import strategies as st
 
-    import properties
+    from helpers import properties
 
     prop = properties.ENTRY_POINTS[name]
     dumped = set()
@@ -217,7 +217,7 @@ def main(argv=None):
         return 0
 
     sys.path.insert(0, TESTS)
-    import properties
+    from helpers import properties
     names = args.only or list(properties.ENTRY_POINTS)
     unknown = sorted(set(names) - set(properties.ENTRY_POINTS))
     if unknown:

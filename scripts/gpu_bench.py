@@ -183,7 +183,7 @@ def gh_rows(gpu, n, J, cpu_max, repeats):
     if gpu is not None:
         from numba import cuda
 
-        from fastep.cuda import kernels as ck
+        from fastep.backend.cuda import kernels as ck
         gpu.release()
         be = gpu.be
         d_mean, d_var, d_nodes, d_weights = (be._to_device(a) for a in (mean, var, nodes,
@@ -280,7 +280,7 @@ def main(argv=None):
     if a.smoke:
         a.dense, a.sparse, a.m = [48], [300], 8
         a.cpu_max_dense, a.cpu_max_sparse, a.gh, a.cpu_max_gh = 48, 300, 30, 30
-        from fastep.cuda import kernels as ck
+        from fastep.backend.cuda import kernels as ck
         ck.THREADS_PER_BLOCK, ck.THREADS_2D, ck.MAX_BLOCKS = 4, 2, 2
     if a.cpu_threads:
         import numba

@@ -10,7 +10,7 @@
   (W2^2 and W2) in every variational parameter, and the tempering loss;
 * the W2 estimator with X_S = X against W_2^2 / N from scipy.linalg.sqrtm.
 
-tests/test_gwi.py asserts the same properties; this prints the numbers.
+tests/inference/test_gwi.py and tests/likelihoods/test_robustmax.py assert the same properties; this prints the numbers.
 """
 import numpy as np
 import scipy.linalg as sl

@@ -1,5 +1,5 @@
 """Generated inputs at every public entry point: a documented exception or a finite,
-valid answer (the promise and the strategies are in tests/properties.py).
+valid answer (the promise and the strategies are in tests/helpers/properties.py).
 
 CI runs a short, derandomized profile (``FASTEP_FUZZ_EXAMPLES`` examples per entry
 point, default 300); ``scripts/fuzz.py --examples N`` runs the long one and prints a
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import properties
+from helpers import properties
 
 PROFILE = settings(max_examples=int(os.environ.get("FASTEP_FUZZ_EXAMPLES", "300")),
                    deadline=None, derandomize=True, database=None,

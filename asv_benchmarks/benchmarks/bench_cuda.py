@@ -125,7 +125,7 @@ class GPUKernels:
             self._tilted(lik, 10)
 
     def _tilted(self, lik, m):
-        from fastep.cuda import kernels as ck
+        from fastep.backend.cuda import kernels as ck
         y, extra, mu, var = (a[:m] for a in self.t_args)
         ck.tilted_batch(lik.scalar_tilted, y, extra, mu, var, 1.0, self.lik_params,
                         *(o[:m] for o in self.out))
@@ -157,7 +157,7 @@ class GPURobustMax:
     def setup(self, n):
         self.be = _gpu()
         from fastep._numerics import gauss_hermite
-        from fastep.cuda import kernels as ck
+        from fastep.backend.cuda import kernels as ck
         xp, J, rng = self.be.xp, 10, np.random.default_rng(5)
         self.ck = ck
         self.args = [self.be.asarray(a) for a in (rng.normal(0.0, 2.0, (n, J)),

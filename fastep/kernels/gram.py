@@ -1,6 +1,6 @@
 """The Gram protocol of kernels (:class:`HostGram`, which every backend implements), its
 host implementation, and the scalar shapes of stationary kernels that the CPU loops here
-and their GPU twins (:mod:`fastep.cuda.kernels`) compile from one source.
+and their GPU twins (:mod:`fastep.backend.cuda.kernels`) compile from one source.
 
 A stationary kernel here is ``k(x, x') = variance * g(r)`` with
 ``r^2 = sum_d ((x_d - x'_d) / l_d)^2``.  For every shape ``g`` we also need

@@ -18,7 +18,7 @@ import numbers
 
 import numpy as np
 
-from .._checks import float_array
+from .._checks import float_array, integer_values
 from .._jit import tilted_function
 from ._base import Likelihood
 from ._quadrature import QuadratureParams, quad_tilted
@@ -41,14 +41,9 @@ def neg_binomial_tilted(y, extra, mu, var, alpha, params):
 
 def check_counts(y, name="y"):
     """``y`` as a float array of non-negative integer counts, or a ``ValueError``."""
-    y = float_array(y, name, 1, fix="Counts must be finite.")
-    bad = (y < 0) | (y != np.round(y))
-    if np.any(bad):
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{name} must hold counts (integers >= 0) for a count likelihood; "
-                         f"{name}[{i}] = {float(y[i])!r}. Round or drop the values that are not "
-                         f"counts, or use a likelihood for real-valued targets.")
-    return y
+    return integer_values(y, name, 0, None, "counts (integers >= 0) for a count likelihood",
+                          "Round or drop the values that are not counts, or use a likelihood "
+                          "for real-valued targets.", "Counts must be finite.")
 
 
 def check_exposure(exposure, n):

@@ -20,7 +20,7 @@ import math
 import numpy as np
 from scipy.special import ndtr
 
-from .._checks import float_array
+from .._checks import float_array, integer_values
 from .._jit import tilted_function
 from .._numerics import LOG_SQRT_2PI, log_phi, mills, mills_shift
 from ._base import Likelihood
@@ -59,14 +59,10 @@ def ordinal_tilted(y, extra, mu, var, alpha, params):
 
 def check_levels(y, n_levels, name="y"):
     """``y`` as a float array of integer levels 0 .. n_levels - 1, or a ``ValueError``."""
-    y = float_array(y, name, 1, fix="Ordinal labels must be finite.")
-    bad = (y < 0) | (y > n_levels - 1) | (y != np.round(y))
-    if np.any(bad):
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{name} must hold integer levels 0 .. {n_levels - 1} of the "
-                         f"{n_levels}-level ordinal likelihood; {name}[{i}] = {y[i]!r}. Map "
-                         f"the ordered categories to 0 .. K-1 (OrdinalGPClassifier does).")
-    return y
+    return integer_values(y, name, 0, n_levels - 1,
+                          f"integer levels 0 .. {n_levels - 1} of the {n_levels}-level ordinal "
+                          f"likelihood", "Map the ordered categories to 0 .. K-1 "
+                          "(OrdinalGPClassifier does).", "Ordinal labels must be finite.")
 
 
 def check_cut_points(cut_points):

@@ -231,7 +231,7 @@ def test_censored_limits_of_fit_are_remembered(data):
 
 
 def test_readme_table_lists_every_parameter_and_fitted_attribute():
-    text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
     table = text[text.index("| parameter | meaning |"):text.index("Every estimator has")]
     listed = set(re.findall(r"`(\w+)`", table))
     shared = {name for cls in ALL for name in cls().get_params()

@@ -1,15 +1,15 @@
 """Runs every GPU kernel, and every algorithm with device="cuda", on seeded inputs; saves
 inputs and outputs.
 
-Run by ``tests/test_cuda.py`` in a subprocess, on a real GPU when there is one, else
+Run by ``tests/backend/test_cuda.py`` in a subprocess, on a real GPU when there is one, else
 under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` must be set before numba is
 imported, hence the subprocess).  This script only *runs* the GPU code: the CPU
 twins are computed, and compared, by the tests in the pytest process.  Under the simulator
 ``device="cuda"`` resolves to the CUDA backend with NumPy/SciPy standing in for CuPy
-(:func:`fastep.cuda.linalg.host_algebra`), so the drivers run the GPU code path end to end.
+(:func:`fastep.backend.cuda.linalg.host_algebra`), so the drivers run the GPU code path end to end.
 
-    python tests/cuda_checks.py OUT.npz          # kernels and drivers
-    python tests/cuda_checks.py --ptx            # compile every kernel to PTX (needs NVVM)
+    python tests/helpers/cuda_checks.py OUT.npz          # kernels and drivers
+    python tests/helpers/cuda_checks.py --ptx            # compile every kernel to PTX (needs NVVM)
 
 Launch sizes are tiny under the simulator (a few threads that each walk a
 grid-stride loop over many elements): fast, and the loops really do stride.
@@ -75,7 +75,7 @@ def _extreme_cavities(rng, n):
 
 
 def run_kernels(res, rng):
-    from fastep.cuda import kernels as ck
+    from fastep.backend.cuda import kernels as ck
 
     def n_for(name):
         return N_QUAD if name in QUAD_LIKS else N_SITES
@@ -189,7 +189,7 @@ def robustmax_inputs(rng):
 
 def run_robustmax(res, rng):
     from fastep._numerics import gauss_hermite
-    from fastep.cuda import kernels as ck
+    from fastep.backend.cuda import kernels as ck
     nodes, weights = (np.array(a) for a in gauss_hermite(20))
     for J, mean, var, labels in robustmax_inputs(rng):
         out = np.full((mean.shape[0], J), np.nan)
@@ -406,7 +406,7 @@ def run_messages(res):
 def main(path):
     import fastep.cuda as fc
     from fastep.backend import resolve
-    from fastep.cuda import kernels as ck
+    from fastep.backend.cuda import kernels as ck
     if fc.simulator_enabled():
         ck.THREADS_PER_BLOCK, ck.THREADS_2D, ck.MAX_BLOCKS = 4, 2, 2
     res = {"meta/simulator": np.array([fc.simulator_enabled()])}
@@ -432,7 +432,7 @@ def compile_ptx(cc=(9, 0)):
     from numba import cuda
     from numba import types as nt
     dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=cc)
-    from fastep.cuda import kernels as ck
+    from fastep.backend.cuda import kernels as ck
     f8, b1 = nt.float64, nt.boolean
     a1, a2, a2a, i8 = nt.float64[::1], nt.float64[:, ::1], nt.float64[:, :], nt.int64[::1]
     i8s = nt.int64

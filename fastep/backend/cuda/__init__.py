@@ -1,36 +1,57 @@
-"""The CUDA backend: CuPy arrays and dense algebra, ``numba.cuda`` kernels.
+"""The GPU, in one place: the CUDA backend (CuPy arrays and dense algebra, ``numba.cuda``
+kernels), its kernels, its linear algebra and the check that a GPU is usable.
+
+Nothing here is imported by ``import fastep``.  ``device="cuda"`` resolves to
+:class:`CUDABackend`, which runs the algorithms of :mod:`fastep.inference` (written once
+for every target) with:
+
+* the kernels of :mod:`fastep.backend.cuda.kernels`: the scalar tilted-moment functions of
+  every likelihood and the scalar site arithmetic of :mod:`fastep._sites`, compiled as
+  device functions from the *same Python source* as their CPU versions
+  (:func:`fastep.backend.cuda.kernels.device_function`); per-site parallel EP and
+  Power-EP updates, Gram matrices and their gradient contractions, the per-site marginals
+  of sparse EP and the robust-max Gauss-Hermite products of multiclass GWI;
+* dense factorisations through CuPy (cuSOLVER / cuBLAS), :mod:`fastep.backend.cuda.linalg`;
+* :func:`require` and :func:`is_available` (``_available``), which users reach as
+  :mod:`fastep.cuda`.
 
 Every algorithm runs here unchanged; what differs from the CPU is only the operations
 below.  Data, sites and factors stay on the device across sweeps; per sweep only
 scalars (log Z, the site change, the skipped count) and, in sparse EP, the m x m sums
-come back to the host.  The per-site loops are the CUDA twins of the CPU loops
-(:mod:`fastep.cuda.kernels`), compiled from the same scalar source.
+come back to the host.
 
-Under Numba's CUDA simulator the kernels run in the simulator and the algebra is the
-NumPy/SciPy stand-in of :func:`fastep.cuda.linalg.host_algebra`.
+Install with ``pip install "fastep[cuda]"`` (numba-cuda[cu12] and cupy-cuda12x).  The
+kernels also run under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, set before
+numba is imported), where the algebra is the NumPy/SciPy stand-in of
+:func:`fastep.backend.cuda.linalg.host_algebra`: that is how the test-suite compares the
+GPU code path with the CPU on machines without a GPU.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..exceptions import NotPositiveDefiniteError
-from ._base import Backend
+from ...exceptions import CUDAUnavailableError, NotPositiveDefiniteError
+from .._base import Backend
+from ._available import is_available, require, simulator_enabled
+
+__all__ = ["CUDABackend", "cuda_backend", "is_available", "require", "simulator_enabled",
+           "CUDAUnavailableError"]
 
 _INSTANCES = {}
 
 
 def cuda_backend(dense_algebra=True):
-    """The CUDA backend (one per process), after :func:`fastep.cuda.require` has checked
+    """The CUDA backend (one per process), after :func:`require` has checked
     the driver, numba's CUDA target and, when ``dense_algebra``, CuPy.  Without
     ``dense_algebra`` (robust-max products only) CuPy is optional: the few array
     operations then run on the host."""
-    from .. import cuda
-    from ..cuda import linalg
-    cuda.require(need_cupy=dense_algebra)
-    simulated = cuda.simulator_enabled()
+    from . import linalg
+    from ._available import _cupy_reason
+    require(need_cupy=dense_algebra)
+    simulated = simulator_enabled()
     key = (dense_algebra, simulated)
     if key not in _INSTANCES:
-        if simulated or (not dense_algebra and cuda._cupy_reason() is not None):
+        if simulated or (not dense_algebra and _cupy_reason() is not None):
             algebra = linalg.host_algebra()
         else:
             algebra = linalg.cupy_algebra()
@@ -53,7 +74,7 @@ class CUDABackend(Backend):
     ep_methods = ("parallel",)
 
     def __init__(self, algebra, dense_algebra=True):
-        from ..cuda import kernels
+        from . import kernels
         self._ck = kernels
         self._la = algebra
         self.xp = algebra.xp

@@ -12,7 +12,6 @@ from fastep.kernels import RBF
 from fastep.likelihoods import MultiAnnotator
 from fastep.models.annotators import concatenate_labels, majority_vote
 
-import reference as ref
 
 SENS = [0.9, 0.9, 0.8, 0.4, 0.3, 0.4, 0.6, 0.5]
 SPEC = [0.8, 0.9, 0.9, 0.4, 0.5, 0.5, 0.5, 0.4]
@@ -32,7 +31,7 @@ def _cases(rng, n):
 
 
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
-def test_tilted_matches_quadrature(alpha):
+def test_tilted_matches_quadrature(alpha, ref):
     rng = np.random.default_rng(7)
     lik = MultiAnnotator(np.ones((1, 1)), [0.9], [0.9])
     for la, lb, mu, var in _cases(rng, 60 if alpha == 1.0 else 20):

@@ -23,7 +23,7 @@ a likelihood are built per tilted function by a small factory and cached
 Adding a kernel (as done for the robust-max Gauss-Hermite products): write the
 scalar part once in the CPU module, build its device twin here with
 :func:`device_function`, add a grid-stride ``@cuda.jit`` kernel and a launcher named
-like the CPU function, and add the pair to ``tests/cuda_checks.py``.
+like the CPU function, and add the pair to ``tests/helpers/cuda_checks.py``.
 
 Launch sizes come from :data:`THREADS_PER_BLOCK` / :data:`THREADS_2D`
 (the tests shrink them so that the simulator stays fast).
@@ -36,9 +36,9 @@ import types as pytypes
 from numba import cuda, float64
 from numba.core.registry import CPUDispatcher
 
-from .._sites import cavity, damped_site, power_cavity, power_site_evidence, store_site
-from ..kernels.gram import scaled_sqdist, shape, shape_grad
-from ..likelihoods import robustmax as _rm
+from ..._sites import cavity, damped_site, power_cavity, power_site_evidence, store_site
+from ...kernels.gram import scaled_sqdist, shape, shape_grad
+from ...likelihoods import robustmax as _rm
 
 #: Threads per block of 1-D kernels, and the side of a 2-D block.
 THREADS_PER_BLOCK = 256

@@ -6,8 +6,8 @@ from scipy import special, stats
 from fastep import CensoredGPRegressor
 from fastep.kernels import RBF, Matern52
 from fastep.likelihoods import Tobit, censored_predictive, censored_quantile
+from helpers.data import forrester as _synthetic
 
-import reference as ref
 
 S2 = 0.3
 
@@ -34,7 +34,7 @@ def _ref_loglik(kind, y, lo, up):
 
 @pytest.mark.parametrize("kind", ["left", "right", "exact", "interval"])
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
-def test_tilted_matches_quadrature(kind, alpha):
+def test_tilted_matches_quadrature(kind, alpha, ref):
     rng = np.random.default_rng({"left": 1, "right": 2, "exact": 3, "interval": 4}[kind])
     lik = Tobit(S2)
     for _ in range(25 if alpha == 1.0 else 8):
@@ -91,14 +91,7 @@ def test_predictive_moments_match_monte_carlo(lo, up):
     assert abs(np.mean(draws <= q) - 0.3) < 1e-3 or q in (lo, up)
 
 
-def _synthetic(seed, n=30):
-    rng = np.random.default_rng(seed)
-    X = rng.uniform(0, 1, (n, 1))
-    f = (6 * X[:, 0] - 2) ** 2 * np.sin(2 * (6 * X[:, 0] - 2))
-    return X, f, f + np.sqrt(0.1) * rng.normal(size=n)
-
-
-def test_no_censoring_equals_exact_gp_regression():
+def test_no_censoring_equals_exact_gp_regression(ref):
     X, _, y = _synthetic(0)
     k = Matern52(4.0, 0.3)
     reg = CensoredGPRegressor(k, noise_variance=0.1, optimizer=None, tol=1e-12).fit(X, y)
@@ -127,24 +120,6 @@ def test_gradients_match_finite_differences():
     fd = [(reg.log_marginal_likelihood(theta + e) - reg.log_marginal_likelihood(theta - e))
           / 2e-5 for e in np.eye(theta.size) * 1e-5]
     np.testing.assert_allclose(grad, fd, rtol=1e-5)
-
-
-def test_laplace_matches_mode_and_ep_is_close():
-    X, _, y = _synthetic(2)
-    yc = np.maximum(y, -0.45)
-    k = RBF(10.0, 0.15)
-    la = CensoredGPRegressor(k, noise_variance=0.1, lower=-0.45, inference="laplace",
-                             optimizer=None).fit(X, yc)
-    # the Laplace mode is a stationary point of log p(y|f) - f^T K^-1 f / 2: f = K dlogp/df
-    s = np.sqrt(0.1)
-    f = la.result_.mean
-    cens = yc <= -0.45
-    d1 = np.where(cens, -np.exp(stats.norm.logpdf((-0.45 - f) / s)
-                                - special.log_ndtr((-0.45 - f) / s)) / s, (yc - f) / 0.1)
-    np.testing.assert_allclose(f, k(X) @ d1, rtol=1e-6, atol=1e-6)
-    ep_ = CensoredGPRegressor(k, noise_variance=0.1, lower=-0.45, optimizer=None).fit(X, yc)
-    Xs = np.linspace(0, 1, 50)[:, None]
-    assert np.max(np.abs(ep_.predict_latent(Xs) - la.predict_latent(Xs))) < 0.5
 
 
 def test_tobit_beats_clipped_baseline_in_censored_region():

@@ -1,12 +1,11 @@
-"""Collapsed sparse objectives (seed 003): exact limits against dense references."""
+"""The collapsed sparse regression bound (seed 003; fastep.inference.collapsed): its exact
+limits against dense references, its gradients against finite differences."""
 import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from fastep.inference.collapsed import collapsed_objective, predict
-from fastep.kernels import RBF
-
-import reference as ref
+from fastep.inference.collapsed import collapsed_objective, kernel_gradient, predict
+from fastep.kernels import RBF, Matern32
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +18,7 @@ def data():
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
-def test_inducing_points_at_the_data_give_exact_regression(data, alpha):
+def test_inducing_points_at_the_data_give_exact_regression(data, alpha, ref):
     X, y, _, k = data
     st = collapsed_objective(k(X), k(X), k.diag(X), y, 0.05, alpha)
     Xs = np.linspace(-3, 3, 5)[:, None] * np.ones((1, 2))
@@ -54,12 +53,6 @@ def test_bad_alpha_and_noise(data):
         collapsed_objective(k(Z), k(Z, X), k.diag(X), y, -1.0, 0.5)
 
 
-# --- gradients and the estimator -------------------------------------------------------------
-from fastep import SparseGPRegressor  # noqa: E402
-from fastep.inference.collapsed import kernel_gradient  # noqa: E402
-from fastep.kernels import Matern32  # noqa: E402
-
-
 @pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
 @pytest.mark.parametrize("kernel", [RBF(1.3, [0.9, 1.4]), Matern32(0.8, 1.1)])
 def test_collapsed_gradients_match_finite_differences(data, alpha, kernel):
@@ -85,50 +78,6 @@ def test_collapsed_gradients_match_finite_differences(data, alpha, kernel):
     np.testing.assert_allclose(d_theta, fd_theta, rtol=1e-5)
     np.testing.assert_allclose(d_Z, fd_Z, rtol=1e-5, atol=1e-5 * np.abs(fd_Z).max())
     assert st.grad.noise_variance == pytest.approx(fd_s2, rel=1e-5)
-
-
-def test_regressor_with_inducing_points_at_the_data_is_exact_gp(data):
-    X, y, _, k = data
-    Xs = np.linspace(-3, 3, 6)[:, None] * np.ones((1, 2))
-    ex = ref.exact_gp_regression(k(X), y, 0.05, K_star=k(X, Xs), k_star_diag=k.diag(Xs))
-    for power in (0.0, 1.0, 0.5):           # VFE, FITC, Power EP
-        reg = SparseGPRegressor(k, power=power, noise_variance=0.05, inducing_points=X,
-                                optimizer=None).fit(X, y)
-        mean, std = reg.predict(Xs, return_std=True)
-        assert reg.log_marginal_likelihood_value_ == pytest.approx(
-            ex["log_marginal_likelihood"], rel=1e-6)
-        np.testing.assert_allclose(mean, ex["mean_star"], atol=1e-6)
-        np.testing.assert_allclose(std ** 2, ex["var_star"], atol=1e-6)
-
-
-def test_regressor_fits_and_gradient_of_public_objective(data):
-    X, y, _, _ = data
-    reg = SparseGPRegressor(power=0.5, n_inducing=8, noise_variance=0.1,
-                            random_state=0).fit(X, y)
-    assert reg.inducing_points_.shape == (8, 2)
-    assert reg.score(X, y) > 0.9
-    # the optimum is a stationary point of the public objective in the kernel and noise
-    theta = np.concatenate([reg.kernel_.theta, [np.log(reg.noise_variance_)]])
-    value, grad = reg.log_marginal_likelihood(theta, eval_gradient=True)
-    assert value == pytest.approx(reg.log_marginal_likelihood_value_, rel=1e-10)
-    assert np.max(np.abs(grad)) < 1e-2 * max(1.0, abs(value))
-    # ... and optimising never ends below where it started
-    start = SparseGPRegressor(power=0.5, n_inducing=8, noise_variance=0.1,
-                              random_state=0, optimizer=None).fit(X, y)
-    assert reg.log_marginal_likelihood_value_ >= start.log_marginal_likelihood_value_
-
-
-def test_regressor_bad_input(data):
-    X, y, Z, _ = data
-    with pytest.raises(ValueError, match="more inducing points"):
-        SparseGPRegressor(n_inducing=41).fit(X, y)
-    with pytest.raises(ValueError, match=r"inducing_points must have shape \(m, 2\)"):
-        SparseGPRegressor(inducing_points=Z[:, :1]).fit(X, y)
-    for power in (-0.5, 1.5, np.nan):
-        with pytest.raises(ValueError, match="'power' parameter"):
-            SparseGPRegressor(power=power).fit(X, y)
-    with pytest.raises(ValueError, match="n_inducing"):
-        SparseGPRegressor(n_inducing=0).fit(X, y)
 
 
 def test_old_module_name_still_imports_with_a_warning():

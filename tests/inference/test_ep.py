@@ -1,7 +1,7 @@
 """Dense EP (fastep.ep) against independent truth.
 
 Truth: exact GP regression (EP is exact for a Gaussian likelihood), the slow NumPy
-sequential EP of R&W Algorithm 3.5 (tests/reference.py), central finite differences of
+sequential EP of R&W Algorithm 3.5 (tests/helpers/reference.py), central finite differences of
 log Z_EP, adaptive quadrature of the tilted moments, a dense inverse for the posterior
 from the sites, and closed forms (n = 1, independent sites).
 """
@@ -14,7 +14,6 @@ import pytest
 import scipy.special as sc
 
 import fastep
-import reference as ref
 from fastep.inference.ep import posterior_from_sites
 from fastep.kernels import RBF, Matern32
 from fastep.likelihoods import Gaussian, CustomLikelihood, Logistic, Probit
@@ -40,7 +39,7 @@ def _ep_quiet(*args, **kw):
 # Gaussian likelihood: EP is exact GP regression
 # --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("method", METHODS)
-def test_gaussian_likelihood_is_exact_regression(method):
+def test_gaussian_likelihood_is_exact_regression(method, ref):
     rng = np.random.default_rng(5)
     X = rng.uniform(-3, 3, size=(40, 1))
     Xs = np.linspace(-4, 4, 15)[:, None]
@@ -67,7 +66,7 @@ def test_gaussian_likelihood_is_exact_regression(method):
 # Probit EP against the slow reference (R&W Algorithm 3.5)
 # --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module", params=[40, 260], ids=["n40", "n260"])
-def probit_problem(request):
+def probit_problem(request, ref):
     n = request.param
     X, y = _data(n, seed=n)
     K = RBF(variance=2.0, lengthscale=1.0)(X)
@@ -84,7 +83,7 @@ def _close(a, b, what):
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_probit_matches_reference(probit_problem, method):
+def test_probit_matches_reference(probit_problem, method, ref):
     K, y, r, results = probit_problem
     res = results[method]
     assert res.converged and res.method == method
@@ -157,7 +156,7 @@ def test_kernel_gradient_matches_fd(kname, lik_cls):
     np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-7)
 
 
-def test_gaussian_noise_gradient_matches_fd():
+def test_gaussian_noise_gradient_matches_fd(ref):
     rng = np.random.default_rng(8)
     X = rng.uniform(-2, 2, size=(30, 1))
     y = np.cos(X[:, 0]) + 0.3 * rng.normal(size=30)
@@ -216,7 +215,7 @@ def test_logistic_independent_sites_wide_prior(method):
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_margins_of_40_standard_deviations(method):
+def test_margins_of_40_standard_deviations(method, ref):
     # A tight cluster under a huge prior variance (1600), warm-started from sites that all
     # push f to about -200: the first cavities sit 40+ likelihood standard deviations from
     # the decision boundary (|z| >= 40, z = y mu_cav / sqrt(1 + v_cav)), most of them on
@@ -245,7 +244,7 @@ def test_margins_of_40_standard_deviations(method):
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_duplicated_inputs_singular_gram(method):
+def test_duplicated_inputs_singular_gram(method, ref):
     X, _ = _data(10, seed=4)
     X = np.vstack([X, X[:4], X[:2]])                  # 16 points, 10 distinct
     K = RBF(2.0, 1.0)(X)
@@ -396,7 +395,7 @@ def mislabelled():
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_negative_site_precisions_fixed_point(mixture, mislabelled, method):
+def test_negative_site_precisions_fixed_point(mixture, mislabelled, method, ref):
     K, y = mislabelled
     res = _ep_quiet(K, y, mixture, method=method, **TIGHT)
     assert res.converged
@@ -546,7 +545,7 @@ def test_auto_schedule_halves_the_damping_of_sequential_sweeps_that_stall(caplog
     assert auto.log_marginal_likelihood == pytest.approx(ref_.log_marginal_likelihood, abs=1e-7)
 
 
-def test_damped_sequential_ep_converges_by_its_undamped_site_change():
+def test_damped_sequential_ep_converges_by_its_undamped_site_change(ref):
     """Converged at tol means one more undamped EP update would move no site by more than
     tol: checked with the reference probit moments (R&W 3.58) at the returned posterior.
     A rule on the damped change (step damping x update) would stop about 1/damping times

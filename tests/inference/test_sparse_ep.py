@@ -271,7 +271,7 @@ def test_sparse_ep_runs_under_the_workqueue_threading_layer(tmp_path):
             "assert numba.threading_layer() == 'workqueue'\n"
             "print('ok', r.converged)\n")
     env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue", NUMBA_NUM_THREADS="2",
-               PYTHONPATH=str(Path(__file__).parent.parent))
+               PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""Likelihood tilted moments against adaptive quadrature (tests/reference.py) and closed forms.
+"""Likelihood tilted moments against adaptive quadrature (tests/helpers/reference.py) and closed forms.
 
 Truth: ``reference.tilted_moments_quad`` (scipy.integrate.quad on the tilted integrand),
 scipy.special.log_ndtr / scipy.stats.norm for closed forms, central finite differences of
@@ -14,7 +14,6 @@ import scipy.special as sc
 from scipy.stats import norm
 
 import fastep.likelihoods as fl
-import reference as ref
 from fastep.likelihoods import Gaussian, CustomLikelihood, Logistic, Probit, Tobit
 
 NOISE = 0.3
@@ -60,7 +59,7 @@ def test_cases_cover_every_builtin_likelihood():
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_tilted_matches_quadrature(case):
+def test_tilted_matches_quadrature(case, ref):
     name, make, ll, alpha, targets, rtol = case
     lik = make()
     bad = []

@@ -1,7 +1,7 @@
 """The CUDA path: every GPU kernel against its CPU twin, and every algorithm run with
 ``device="cuda"`` (the same driver code over the CUDA backend) against ``device="cpu"``.
 
-The GPU code runs in a subprocess (``tests/cuda_checks.py``): on a real GPU when one is
+The GPU code runs in a subprocess (``tests/helpers/cuda_checks.py``): on a real GPU when one is
 usable, else under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` must be set before
 numba is imported, so it cannot be switched on inside this process without changing
 every other test).  The subprocess saves its inputs and outputs; the CPU side is
@@ -23,13 +23,14 @@ import numpy as np
 import pytest
 
 import fastep
-import cuda_checks as cc
+from helpers import cuda_checks as cc
 from fastep.backend import cpu as kern
 from fastep.inference import ep_gradient, sparse_ep, sparse_ep_gradient
 from fastep.kernels import gram as host_gram
 from fastep.likelihoods._base import tilted_batch
 
-HERE = Path(__file__).parent
+ROOT = Path(__file__).resolve().parents[2]              # the checkout, for PYTHONPATH
+HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 RTOL = 1e-12
 
 
@@ -44,9 +45,9 @@ def _gpu_usable_here():
 
 def _run_checks(tmp, extra_env):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(HERE.parent), str(HERE), os.environ.get("PYTHONPATH", "")]), **extra_env)
+        [str(ROOT), str(HELPERS), os.environ.get("PYTHONPATH", "")]), **extra_env)
     out = tmp / "cuda_checks.npz"
-    proc = subprocess.run([sys.executable, str(HERE / "cuda_checks.py"), str(out)], env=env,
+    proc = subprocess.run([sys.executable, str(HELPERS / "cuda_checks.py"), str(out)], env=env,
                           capture_output=True, text=True, timeout=600)
     return proc, out
 
@@ -204,7 +205,7 @@ def test_device_functions_call_no_cpu_code():
     dispatcher would run silently; on a GPU it would not compile)."""
     from numba.core.registry import CPUDispatcher
 
-    from fastep.cuda import kernels as ck
+    from fastep.backend.cuda import kernels as ck
     for name, (lik, _, _) in LIKS.items():
         ck._per_likelihood(lik.scalar_tilted)
     assert len(ck._DEVICE) >= 10
@@ -457,6 +458,7 @@ def test_sequential_on_cuda_names_the_knob(gpu):
 
 
 def test_error_names_driver_and_cupy_without_gpu():
+    from fastep.backend.cuda._available import _cupy_reason
     import fastep.cuda as fc
     from fastep.likelihoods import Probit
     if _gpu_usable_here():
@@ -468,7 +470,7 @@ def test_error_names_driver_and_cupy_without_gpu():
             call()
         msg = str(info.value)
         assert "driver" in msg and "GPU" in msg
-        if fc._cupy_reason() is not None:
+        if _cupy_reason() is not None:
             assert "CuPy" in msg and "cupy-cuda12x" in msg
         assert "device='cpu'" in msg
     # the robust-max products need no CuPy: the error names only the driver
@@ -504,9 +506,9 @@ def test_bad_device_and_method_are_value_errors():
 def test_import_fastep_does_not_import_cuda():
     code = ("import sys, fastep; fastep.EPGaussianProcessClassifier; "
             "bad = [m for m in sys.modules if m.startswith('fastep.cuda') or m == 'numba.cuda'"
-            " or m.startswith('cupy') or m == 'fastep.backend.cuda']; assert not bad, bad")
+            " or m.startswith('cupy') or m.startswith('fastep.backend.cuda')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, env=dict(
-        os.environ, PYTHONPATH=str(HERE.parent)))
+        os.environ, PYTHONPATH=str(ROOT)))
 
 
 def _nvvm_home():
@@ -526,9 +528,9 @@ def test_every_kernel_compiles_to_ptx():
     """The simulator runs any Python; this compiles every kernel, every likelihood's
     (panel quadrature included), for a real GPU (sm_90) without one."""
     env = dict(os.environ, CUDA_HOME=_nvvm_home(), PYTHONPATH=os.pathsep.join(
-        [str(HERE.parent), str(HERE), os.environ.get("PYTHONPATH", "")]))
+        [str(ROOT), str(HELPERS), os.environ.get("PYTHONPATH", "")]))
     env.pop("NUMBA_ENABLE_CUDASIM", None)
-    proc = subprocess.run([sys.executable, str(HERE / "cuda_checks.py"), "--ptx"], env=env,
+    proc = subprocess.run([sys.executable, str(HELPERS / "cuda_checks.py"), "--ptx"], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "PTX OK" in proc.stdout

@@ -1,0 +1,74 @@
+"""The CPU backend's dense operations (fastep.backend.cpu) against NumPy's and SciPy's
+formulas, with and without the reused work buffers, on sizes either side of the blocked
+paths; and its errors."""
+import numpy as np
+import pytest
+import scipy.linalg as sl
+
+import fastep
+from fastep.backend import resolve
+
+CPU = resolve("cpu")
+
+
+def _spd(n, seed):
+    A = np.random.default_rng(seed).normal(size=(n, n))
+    return A @ A.T / n + np.eye(n)
+
+
+@pytest.mark.parametrize("n", [5, 300, 700])
+def test_cholesky_solves_and_inverses_equal_the_dense_formulas(n):
+    a = _spd(n, n)
+    L = CPU.cholesky(np.array(a, order="F"), "a")
+    np.testing.assert_allclose(np.tril(L), np.linalg.cholesky(a), rtol=1e-10, atol=1e-12)
+    Lt = np.tril(L)
+    B = np.random.default_rng(1).normal(size=(n, 3))
+    np.testing.assert_allclose(CPU.solve_lower(L, B.copy()),
+                               sl.solve_triangular(Lt, B, lower=True), rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(CPU.solve_lower(L, B.copy(), trans=True),
+                               sl.solve_triangular(Lt, B, lower=True, trans="T"),
+                               rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(CPU.cho_solve(L, B.copy()), np.linalg.solve(a, B),
+                               rtol=1e-9, atol=1e-11)
+    for out in (None, CPU.dense_work(n)[0]):
+        li = CPU.tri_inverse(L, out=out)
+        np.testing.assert_allclose(li, np.linalg.inv(Lt), rtol=1e-9, atol=1e-11)
+        np.testing.assert_array_equal(np.triu(li, 1), 0.0)
+        np.testing.assert_allclose(CPU.inverse_from_tri(li.copy(order="K")), np.linalg.inv(a),
+                                   rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("n", [6, 400])
+def test_gradient_weights_are_half_of_b_b_minus_r(n):
+    """G = (b b^T - diag(s) B^-1 diag(s)) / 2 from L^-1, B = L L^T."""
+    rng = np.random.default_rng(n)
+    a, s, b = _spd(n, 7), rng.uniform(0.1, 2.0, n), rng.normal(size=n)
+    li = CPU.tri_inverse(CPU.cholesky(np.array(a, order="F"), "B"))
+    want = 0.5 * (np.outer(b, b) - s[:, None] * np.linalg.inv(a) * s[None, :])
+    np.testing.assert_allclose(CPU.gradient_weights(li, s, b), want, rtol=1e-9, atol=1e-11)
+
+
+def test_rank_updates_and_products_equal_the_dense_formulas():
+    rng = np.random.default_rng(2)
+    m, c = 9, 40
+    L = np.asfortranarray(np.tril(rng.normal(size=(m, m))) + 4 * np.eye(m))
+    G = np.asfortranarray(rng.normal(size=(m, c)))
+    np.testing.assert_allclose(CPU.trmm_lower(L, G.copy(order="F")), L @ G, rtol=1e-12)
+    np.testing.assert_allclose(CPU.trmm_lower(L, G.copy(order="F"), trans=True), L.T @ G,
+                               rtol=1e-12)
+    tau, nu = rng.uniform(0, 1, c), rng.normal(size=c)
+    P, b = np.zeros((m, m), order="F"), np.zeros(m)
+    CPU.accumulate(P, b, G.copy(order="F"), tau, nu)
+    np.testing.assert_allclose(np.tril(P), np.tril(G @ np.diag(tau) @ G.T), rtol=1e-12)
+    np.testing.assert_allclose(b, G @ nu, rtol=1e-12)
+    K, s = _spd(12, 3), rng.uniform(0.5, 2, 12)
+    np.testing.assert_allclose(CPU.build_b(K, s), np.eye(12) + np.diag(s) @ K @ np.diag(s),
+                               rtol=1e-12)
+    mean, var = CPU.projection_marginals(G, nu[:m])
+    np.testing.assert_allclose(mean, G.T @ nu[:m], rtol=1e-12)
+    np.testing.assert_allclose(var, np.sum(G * G, axis=0), rtol=1e-12)
+
+
+def test_a_matrix_that_is_not_positive_definite_is_named():
+    with pytest.raises(fastep.NotPositiveDefiniteError, match="the test matrix"):
+        CPU.cholesky(np.array([[1.0, 2.0], [2.0, 1.0]], order="F"), "the test matrix")

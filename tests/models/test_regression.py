@@ -1,0 +1,155 @@
+"""EPGaussianProcessRegressor: y normalised for location-scale likelihoods, robust
+Student-t, counts with exposure, and what it says where an answer would not be finite."""
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import fastep
+from fastep.kernels import RBF
+
+
+def test_normalize_y_is_the_fit_on_standardised_targets_in_y_units():
+    # truth: the model fitted by hand to (y - m) / s, its outputs mapped back to y's units
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-3, 3, (60, 1))
+    y = 150.0 + 80.0 * np.sin(X[:, 0]) + 8.0 * rng.standard_t(4, size=60)
+    Xt = np.linspace(-3, 3, 25)[:, None]
+    yt = 150.0 + 80.0 * np.sin(Xt[:, 0])
+    m, s = y.mean(), y.std()
+    auto = fastep.EPGaussianProcessRegressor().fit(X, y)              # normalize_y="auto"
+    by_hand = fastep.EPGaussianProcessRegressor(normalize_y=False).fit(X, (y - m) / s)
+    mean, std = auto.predict(Xt, return_std=True)
+    ref_mean, ref_std = by_hand.predict(Xt, return_std=True)
+    np.testing.assert_allclose(mean, m + s * ref_mean, rtol=1e-10)
+    np.testing.assert_allclose(std, s * ref_std, rtol=1e-10)
+    f, fs = auto.predict_latent(Xt, return_std=True)
+    rf, rfs = by_hand.predict_latent(Xt, return_std=True)
+    np.testing.assert_allclose([f, fs], [m + s * rf, s * rfs], rtol=1e-10)
+    np.testing.assert_allclose(auto.log_predictive_density(Xt, yt),
+                               by_hand.log_predictive_density(Xt, (yt - m) / s) - np.log(s),
+                               rtol=1e-10)
+    np.testing.assert_allclose(auto.loo_predict(), m + s * by_hand.loo_predict(), rtol=1e-10)
+    np.testing.assert_allclose(auto.loo_log_predictive_density(),
+                               by_hand.loo_log_predictive_density() - np.log(s), rtol=1e-10)
+    # 0.2 (no normalisation): the zero-mean GP spent its variance on the offset
+    raw = fastep.EPGaussianProcessRegressor(normalize_y=False).fit(X, y)
+    rmse = lambda p: float(np.sqrt(np.mean((p - yt) ** 2)))       # noqa: E731
+    assert rmse(mean) < 0.5 * rmse(raw.predict(Xt))
+    with pytest.raises(ValueError, match="normalize_y=True needs a likelihood"):
+        fastep.EPGaussianProcessRegressor(likelihood="poisson", normalize_y=True).fit(
+            X, np.round(np.abs(y)))
+
+
+def test_student_t_with_df_at_most_2_says_why_its_std_is_infinite():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, (30, 1))
+    y = np.sin(X[:, 0]) + 0.1 * rng.standard_cauchy(30)
+    model = fastep.EPGaussianProcessRegressor(
+        likelihood=fastep.likelihoods.StudentT(df=1.5, scale=0.1, df_bounds="fixed"),
+        optimizer=None, normalize_y=False).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isfinite(model.predict(X)).all()          # the mean alone: no warning
+    with pytest.warns(UserWarning, match=r"df = 1.5 <= 2.*df_bounds=\(2.1"):
+        _, std = model.predict(X, return_std=True)
+    assert np.all(np.isinf(std))
+
+
+def test_count_regressor_far_from_the_data_says_why_not_inf():
+    X = np.linspace(0, 1, 10)[:, None]
+    y = np.arange(10) % 3
+    model = fastep.EPGaussianProcessRegressor(RBF(variance=1e4), likelihood="poisson",
+                                              optimizer=None).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="overflows float64"):
+            model.predict(np.array([[50.0]]), return_std=True)
+        with pytest.raises(ValueError, match="overflows float64"):
+            model.score(np.array([[50.0]]), [1.0])
+        mean, std = model.predict(np.array([[0.5]]), return_std=True)
+        assert np.isfinite(mean).all() and np.isfinite(std).all()
+
+
+def test_count_regressor_scores_and_densities_beyond_float64_are_errors_or_exact():
+    """Found by fuzzing 0.3: log p(y*) at a rate past float64 was -inf with an internal
+    message (mu_cav), and R^2 of finite predictions near 1e195 overflowed in
+    scikit-learn's squares."""
+    X = np.linspace(0, 1, 10)[:, None]
+    y = np.arange(10) % 3
+    model = fastep.EPGaussianProcessRegressor(RBF(variance=900.0), likelihood="poisson",
+                                              optimizer=None, normalize_y=False).fit(X, y)
+    far = np.array([[0.5], [50.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        huge = model.predict(far)
+        assert np.isfinite(huge).all() and huge[1] > 1e190
+        with pytest.raises(ValueError, match="below -1.8e308"):
+            model.score(far, [1.0, 2.0])
+        # R^2 against targets as large as the predictions: the ratio of sums of squares
+        # as scikit-learn forms it, on values scaled down by hand
+        target = huge * np.array([1.5, 0.5])
+        from sklearn.metrics import r2_score
+        assert model.score(far, target) == pytest.approx(
+            r2_score(target / 1e190, huge / 1e190), rel=1e-12)
+        big = fastep.EPGaussianProcessRegressor(RBF(variance=1e5), likelihood="poisson",
+                                                optimizer=None, normalize_y=False)
+        big.fit(X, y)
+        # far from the data E[y] overflows (latent variance 1e5) but p(y) does not
+        dens = big.log_predictive_density(far, [382.0, 1.0])
+        assert np.isfinite(dens).all() and np.all(dens < 0)
+        # the one log-density of LOO, predictions and the censored model: the LOO
+        # cavity of a fuzzed fit had mean 1043 at a count of 8.9e6
+        with pytest.raises(ValueError, match="overflows float64"):
+            fastep.likelihoods.Poisson().log_predictive_density([8854927.0], [1043.3],
+                                                                [8.6e-7])
+        # the negative binomial's p(y) is representable there: with dispersion r = 1,
+        # p(y | f) = (mu / (1 + mu))^y / (1 + mu) -> exp(-f) as mu = e^f grows, so
+        # log p(y) = log E[exp(-f)] = -m + v / 2
+        nb = fastep.likelihoods.NegativeBinomial().log_predictive_density(
+            [8854927.0], [1043.3], [8.6e-7])
+        assert nb[0] == pytest.approx(-1043.3 + 4.3e-7, abs=1e-8)
+        for lik in (fastep.likelihoods.Poisson(), fastep.likelihoods.NegativeBinomial()):
+            near = lik.log_predictive_density([3.0], [1.0], [0.5])
+            assert np.isfinite(near).all()
+        # a large latent variance makes E[rate] overflow but not p(y): p(0) = E[exp(-e^f)]
+        # for f ~ N(0, 1500) is about 1/2 (adaptive quadrature, split where exp(-e^f)
+        # falls from 1 to 0, as the truth)
+        from scipy import integrate, stats
+        def integrand(f):
+            return math.exp(-math.exp(f)) * stats.norm.pdf(f, 0.0, math.sqrt(1500.0))
+        truth = math.log(sum(integrate.quad(integrand, a, b, epsabs=0, epsrel=1e-12,
+                                            limit=500)[0]
+                             for a, b in ((-400, -40), (-40, 40), (40, 400))))
+        got = fastep.likelihoods.Poisson().log_predictive_density([0.0], [0.0], [1500.0])
+        assert got[0] == pytest.approx(truth, abs=1e-6)
+        # exact predictions above 1e100: R^2 = 1, as scikit-learn gives
+        exact = model.predict(far)
+        assert model.score(far, exact) == 1.0
+
+
+def test_count_model_fitted_with_exposure_needs_it_to_predict():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 1, (30, 1))
+    exposure = rng.uniform(1, 5, 30)
+    y = rng.poisson(exposure * np.exp(np.sin(3 * X[:, 0])))
+    model = fastep.EPGaussianProcessRegressor(likelihood="poisson", optimizer=None).fit(
+        X, y, exposure=exposure)
+    for call in (lambda: model.predict(X), lambda: model.predict(X, return_std=True),
+                 lambda: model.score(X, y), lambda: model.log_predictive_density(X, y)):
+        with pytest.raises(ValueError, match="fitted with exposure=.*pass exposure="):
+            call()
+    doubled = model.predict(X, exposure=2 * exposure)
+    np.testing.assert_allclose(doubled, 2 * model.predict(X, exposure=exposure), rtol=1e-12)
+    assert model.score(X, y, exposure=exposure) > 0.0
+    # an array of exposures given to the constructor does not carry over to new points
+    arrays = fastep.EPGaussianProcessRegressor(
+        likelihood=fastep.likelihoods.Poisson(exposure=np.full(30, 3.0)),
+        optimizer=None).fit(X, y, exposure=exposure)
+    with pytest.raises(ValueError, match="pass exposure="):
+        arrays.predict(X[:3])
+    # a scalar exposure of the constructor's likelihood is the model's own default
+    own = fastep.EPGaussianProcessRegressor(likelihood=fastep.likelihoods.Poisson(exposure=2.0),
+                                            optimizer=None).fit(X, y)
+    assert np.isfinite(own.predict(X)).all()
