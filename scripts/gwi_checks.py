@@ -10,8 +10,12 @@
   (W2^2 and W2) in every variational parameter, and the tempering loss;
 * the W2 estimator with X_S = X against W_2^2 / N from scipy.linalg.sqrtm.
 
-tests/inference/test_gwi.py and tests/likelihoods/test_robustmax.py assert the same properties; this prints the numbers.
+tests/inference/test_gwi.py and tests/likelihoods/test_robustmax.py assert the same
+properties; this prints the numbers.
 """
+import pathlib
+import sys
+
 import numpy as np
 import scipy.linalg as sl
 
@@ -20,13 +24,8 @@ from fastep.kernels import RBF
 from fastep.likelihoods import RobustMax
 
 
-def fd(f, x, h):
-    g = np.empty(x.size)
-    for i in range(x.size):
-        e = np.zeros(x.size)
-        e[i] = h
-        g[i] = (-f(x + 2 * e) + 8 * f(x + e) - 8 * f(x - e) + f(x - 2 * e)) / (12 * h)
-    return g
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+from helpers.reference import fd_grad as fd  # noqa: E402  (five-point central differences)
 
 
 def rel_err(g, ref):

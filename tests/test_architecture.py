@@ -26,20 +26,31 @@ def _modules():
 MODULES = _modules()
 
 
+def _package(name, path):
+    """The package a module's relative imports start from."""
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _from_base(node, package):
+    """The absolute module named by ``from ... import`` (relative ones resolved)."""
+    base = node.module or ""
+    if node.level:
+        pkg = package
+        for _ in range(node.level - 1):
+            pkg = pkg.rpartition(".")[0]
+        base = f"{pkg}.{base}" if node.module else pkg
+    return base
+
+
 def _imports(name, path):
     """Module names imported by ``name`` (fastep modules only)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    package = _package(name, path)
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                pkg = package
-                for _ in range(node.level - 1):
-                    pkg = pkg.rpartition(".")[0]
-                base = f"{pkg}.{base}" if node.module else pkg
+            base = _from_base(node, package)
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
                        for a in node.names]
         else:
@@ -244,16 +255,11 @@ def _private_imports():
     name of fastep, also inside functions."""
     out = []
     for name, path in MODULES.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        package = _package(name, path)
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if not isinstance(node, ast.ImportFrom):
                 continue
-            base = node.module or ""
-            if node.level:
-                pkg = package
-                for _ in range(node.level - 1):
-                    pkg = pkg.rpartition(".")[0]
-                base = f"{pkg}.{base}" if node.module else pkg
+            base = _from_base(node, package)
             if not base.startswith("fastep"):
                 continue
             for alias in node.names:

@@ -6,15 +6,12 @@ from scipy.stats import multivariate_normal
 
 from fastep.inference.collapsed import collapsed_objective, kernel_gradient, predict
 from fastep.kernels import RBF, Matern32
+from helpers.data import sparse_regression
 
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(0)
-    X = rng.uniform(-3, 3, (40, 2))
-    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=40)
-    Z = rng.uniform(-3, 3, (7, 2))
-    return X, y, Z, RBF(1.3, 0.9)
+    return sparse_regression()
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])

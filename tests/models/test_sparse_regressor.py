@@ -3,16 +3,12 @@ import numpy as np
 import pytest
 
 from fastep import SparseGPRegressor
-from fastep.kernels import RBF
+from helpers.data import sparse_regression
 
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(0)
-    X = rng.uniform(-3, 3, (40, 2))
-    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=40)
-    Z = rng.uniform(-3, 3, (7, 2))
-    return X, y, Z, RBF(1.3, 0.9)
+    return sparse_regression()
 
 
 def test_regressor_with_inducing_points_at_the_data_is_exact_gp(data, ref):
