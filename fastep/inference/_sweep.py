@@ -7,6 +7,8 @@ import contextvars
 import logging
 import math
 import numbers
+import os
+import sys
 import warnings
 from contextlib import contextmanager
 
@@ -144,6 +146,19 @@ def fill_cavities(ok, mu_cav, var_cav, mean, var, xp=np):
     return mu_cav, var_cav, n_bad
 
 
+_FASTEP_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def user_stacklevel():
+    """The ``stacklevel`` of :func:`warnings.warn`, called by the caller of this function,
+    that points at the first frame outside the fastep package: the same user line whatever
+    path of fastep's own calls led to the warning."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_FASTEP_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 class SweepControl:
     """Convergence bookkeeping shared by every EP driver (dense and sparse, every backend).
 
@@ -269,28 +284,30 @@ class SweepControl:
             return True
         return False
 
-    def finish(self, ok, mu_cav, var_cav, mean, var, xp=np, stacklevel=3):
+    def finish(self, ok, mu_cav, var_cav, mean, var, xp=np):
         """End of the loop: cavities of the sites left out (``~ok``, improper cavity) are
         replaced by the marginals, and the warnings are given (:meth:`warn`).  Returns
         ``(mu_cav, var_cav)``; ``xp`` is the array module (NumPy or CuPy)."""
         mu_cav, var_cav, n_bad = fill_cavities(ok, mu_cav, var_cav, mean, var, xp)
-        self.warn(n_bad, stacklevel + 1)
+        self.warn(n_bad)
         return mu_cav, var_cav
 
-    def warn(self, n_bad, stacklevel=3):
+    def warn(self, n_bad):
         """Warn about sites left out (improper cavities) and about non-convergence,
-        naming the knob to turn; ``stacklevel`` counts from the caller of this method."""
+        naming the knob to turn, at the first line outside fastep that led here (the
+        user's call of fastep.ep, sparse_ep or an estimator's fit)."""
+        stacklevel = user_stacklevel()
         if n_bad:
             warnings.warn(f"{self.what}: {n_bad} site(s) have an improper cavity (negative "
                           "variance) and were left out of the update and of log Z; take smaller "
                           "EP steps (e.g. damping=0.5).", EPNumericalWarning,
-                          stacklevel=stacklevel + 1)
+                          stacklevel=stacklevel)
         if not self.converged:
             warnings.warn(f"{self.what} did not converge in max_iter={self.max_iter} sweeps "
                           f"(last change of log Z {abs(self.log_ev - self.prev):.2e}, largest "
                           f"site change {self.change:.2e}, tol={self.tol:g}). Increase "
                           f"max_iter, or use a smaller damping (now {self.damping:g}) if EP "
-                          "oscillates.", ConvergenceWarning, stacklevel=stacklevel + 1)
+                          "oscillates.", ConvergenceWarning, stacklevel=stacklevel)
 
 
 class StepTurn:

@@ -155,8 +155,8 @@ def check_covariance(K, name="K", device="cpu"):
                          f"matrix, e.g. add jitter: {name} + 1e-6 * I.") from None
 
 
-def _prepare(be, K, y, likelihood, method, extra):
-    """Checked K (a C-ordered backend array), encoded targets and the site inputs."""
+def check_method(method, be):
+    """Raise ValueError unless ``method`` is a dense EP schedule that backend ``be`` runs."""
     if method not in METHODS:
         raise ValueError(f"method must be 'parallel', 'sequential' or 'auto'; got "
                          f"{method!r}.")
@@ -164,6 +164,10 @@ def _prepare(be, K, y, likelihood, method, extra):
         raise ValueError(f"device={be.name!r} runs {' or '.join(be.ep_methods)} EP only; got "
                          f"method={method!r}. Use method='parallel', or device='cpu' for "
                          f"{method} EP.")
+
+
+def _prepare(be, K, y, likelihood, extra):
+    """Checked data: K (a C-ordered backend array), encoded targets and the site inputs."""
     check_likelihood(likelihood)
     y = likelihood.encode_targets(y)
     K = check_kernel_matrix(K, y.shape[0], be.xp)
@@ -256,9 +260,21 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
     (True, True)
     """
     be = resolve(device, "fastep.ep")
+    check_method(method, be)
+    check_sweep_controls(damping_rule(damping)[0], tol, max_iter)
+    return run_ep(be, K, y, likelihood, method, damping, tol, max_iter, site_tau, site_nu,
+                  extra, check_psd, callback, robust, outer)
+
+
+def run_ep(backend, K, y, likelihood, method, damping, tol, max_iter, site_tau=None,
+           site_nu=None, extra=None, check_psd=False, callback=None, robust=None, outer=None):
+    """:func:`ep` on ``backend`` (resolved) with its parameters ``method``, ``damping``,
+    ``tol`` and ``max_iter`` already checked, by :func:`ep` or by an estimator's ``fit``
+    (scikit-learn's constraints), where they are checked once; the data (K, y, sites,
+    extra) are checked here."""
+    be = backend
     damping, adaptive = damping_rule(damping, method in ("parallel", "auto"))
-    check_sweep_controls(damping, tol, max_iter)
-    K, inputs = _prepare(be, K, y, likelihood, method, extra)
+    K, inputs = _prepare(be, K, y, likelihood, extra)
     robust = (not likelihood.log_concave) if robust is None else bool(robust)
     # parallel sweeps run NumPy's matrix-vector products beside SciPy's threaded LAPACK
     # (one_pool); sequential sweeps' rank-b updates and the negative-site form (likelihoods
@@ -456,7 +472,7 @@ def posterior_from_sites(K, y, likelihood, site_tau, site_nu, extra=None, device
     True
     """
     be = resolve(device, "posterior_from_sites")
-    K, (y, extra, params) = _prepare(be, K, y, likelihood, "parallel", extra)
+    K, (y, extra, params) = _prepare(be, K, y, likelihood, extra)
     xp = be.xp
     n = K.shape[0]
     tau, nu = (be.asarray(a) for a in initial_sites(site_tau, site_nu, n))

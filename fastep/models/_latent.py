@@ -18,11 +18,11 @@ import numpy as np
 from .._dask import is_dask_array
 from .._memory import DENSE_EP_MATRICES, DENSE_MLII_MATRICES
 from ..backend import Backend
-from ..inference.ep import ep, ep_gradient
+from ..inference.ep import ep_gradient, run_ep
 from ..inference import carry_anderson
 from ..kernels.distances import reuse_distances
 from ..inference.laplace import laplace
-from ..inference.sparse_ep import sparse_ep, sparse_ep_gradient
+from ..inference.sparse_ep import run_sparse_ep, sparse_ep_gradient
 from ._mlii import theta_names
 
 
@@ -160,7 +160,9 @@ class LatentGP:
     def run(self, sites=None, tol=None, max_iter=None, outer=None):
         """EP at the current parameters (warm-started from ``sites = (tau, nu)``); ``outer``
         is an outer update of the likelihood data run inside dense EP's sweep loop
-        (:func:`fastep.ep`)."""
+        (:func:`fastep.ep`).  The EP parameters were checked by the estimator's ``fit``:
+        this runs :func:`~fastep.inference.ep.run_ep` and
+        :func:`~fastep.inference.sparse_ep.run_sparse_ep`, which do not check them again."""
         c = self.config
         tau, nu = sites if sites is not None else (None, None)
         tol = c.tol if tol is None else tol
@@ -168,14 +170,14 @@ class LatentGP:
         if self.sparse:
             if outer is not None:
                 raise ValueError("an outer update inside the sweep loop needs dense EP.")
-            return sparse_ep(self.kernel, self.Z, self.X, self.y, self.likelihood,
-                             alpha=c.power, damping=c.damping, tol=tol, max_iter=max_iter,
-                             site_tau=tau, site_nu=nu, device=c.backend, schedule=c.method)
+            return run_sparse_ep(c.backend, self.kernel, self.Z, self.X, self.y,
+                                 self.likelihood, power=c.power, damping=c.damping, tol=tol,
+                                 max_iter=max_iter, site_tau=tau, site_nu=nu,
+                                 method=c.method)
         c.backend.check_dense_memory(self.X.shape[0], DENSE_EP_MATRICES)
         K = self.kernel(self.X, backend=c.backend)
-        return ep(K, self.y, self.likelihood, method=c.method, damping=c.damping, tol=tol,
-                  max_iter=max_iter, site_tau=tau, site_nu=nu, check_psd=False,
-                  device=c.backend, outer=outer)
+        return run_ep(c.backend, K, self.y, self.likelihood, c.method, c.damping, tol, max_iter,
+                      site_tau=tau, site_nu=nu, outer=outer)
 
     def gradient(self, result):
         """d log Z / d theta at ``result`` (its fixed point), aligned with ``theta``."""

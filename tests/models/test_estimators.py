@@ -279,3 +279,46 @@ def test_ml2_warm_start_sites_belong_to_the_returned_theta():
                                        rng=np.random.default_rng(0))
     assert np.all(sites[0] == problem.theta[0])
     assert problem.theta[0] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_ep_parameters_are_checked_once_at_the_boundary(monkeypatch):
+    """``device``, ``method``, ``damping``, ``tol``, ``max_iter`` and ``power`` are checked
+    once, by the estimator's ``fit`` (scikit-learn's constraints; ``device`` is resolved
+    there, once): below it dense and sparse EP run without checking them again, under the
+    estimators' names (``run_ep``, ``run_sparse_ep``).  The public fastep.ep and
+    fastep.sparse_ep check them for their own callers (the counters see those checks)."""
+    import sys
+    calls = []
+    checks = [(sys.modules["fastep.inference.ep"], ("check_method", "check_sweep_controls")),
+              (sys.modules["fastep.inference.sparse_ep._run"], ("check_controls",
+                                                               "check_sweep_controls"))]
+    for module, names in checks:
+        for name in names:
+            real = getattr(module, name)
+            monkeypatch.setattr(module, name, lambda *a, _n=name, _f=real, **k:
+                                (calls.append(_n), _f(*a, **k))[1])
+    resolved = []
+    real_resolve = fastep.backend.resolve
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("fastep") and \
+                getattr(module, "resolve", None) is real_resolve:
+            # a name is checked; a Backend already resolved passes through unchecked
+            monkeypatch.setattr(module, "resolve", lambda *a, **k: (
+                resolved.append(a[:1]) if isinstance(a[0], str) else None,
+                real_resolve(*a, **k))[1])
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2))
+    y = (X[:, 0] > 0).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        EPGaussianProcessClassifier(max_iter_optimizer=3).fit(X, y)
+        assert calls == [] and resolved == [("cpu",)], (calls, resolved)
+        del resolved[:]
+        EPGaussianProcessClassifier(n_inducing=8, power=0.5, random_state=0,
+                                    max_iter_optimizer=3).fit(X, y)
+        assert calls == [] and resolved == [("cpu",)], (calls, resolved)
+    K = fastep.kernels.RBF()(X)
+    fastep.ep(K, 2.0 * y - 1, fastep.likelihoods.Probit())
+    fastep.sparse_ep(fastep.kernels.RBF(), X[:5], X, 2.0 * y - 1, fastep.likelihoods.Probit())
+    assert calls == ["check_method", "check_sweep_controls", "check_controls",
+                     "check_sweep_controls"], calls

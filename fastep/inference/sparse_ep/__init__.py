@@ -44,8 +44,8 @@ and the gradient passes (``_gradient``).
 """
 from ._loop import ChunkSequentialSites, Sites
 from ._posterior import SparseEPResult
-from ._run import (CHUNK, GRAM_CACHE, sparse_ep, sparse_ep_gradient,
+from ._run import (CHUNK, GRAM_CACHE, run_sparse_ep, sparse_ep, sparse_ep_gradient,
                    sparse_posterior_from_state)
 
-__all__ = ["sparse_ep", "sparse_ep_gradient", "sparse_posterior_from_state", "SparseEPResult",
-           "Sites", "ChunkSequentialSites", "CHUNK", "GRAM_CACHE"]
+__all__ = ["sparse_ep", "run_sparse_ep", "sparse_ep_gradient", "sparse_posterior_from_state",
+           "SparseEPResult", "Sites", "ChunkSequentialSites", "CHUNK", "GRAM_CACHE"]

@@ -27,11 +27,21 @@ CHUNK = CHUNK_ROWS
 GRAM_CACHE = 2 ** 31
 
 
-def _validate(Z, X, y, alpha, damping, tol, max_iter, chunk_size, xp=np):
+def check_controls(alpha, damping, tol, max_iter, schedule):
+    """Raise ValueError unless the power ``alpha`` is in (0, 1], the sweep controls are
+    valid (:func:`~fastep.inference._sweep.check_sweep_controls`) and ``schedule`` is one
+    of sparse EP's."""
     if not (isinstance(alpha, (int, float)) and 0.0 < alpha <= 1.0):
         raise ValueError(f"alpha must be in (0, 1] (1 = EP with a FITC-style posterior); "
                          f"got {alpha!r}.")
     check_sweep_controls(damping, tol, max_iter)
+    if schedule not in ("sequential", "parallel"):
+        raise ValueError(f"schedule must be 'sequential' or 'parallel'; got {schedule!r}.")
+
+
+def _validate(Z, X, y, chunk_size, xp=np):
+    """The data of a sparse EP run checked: X, Z, y and the chunk size; Z as a checked
+    array.  ``xp=None``: a dask X, whose rows are checked on the workers."""
     if chunk_size is not None and (isinstance(chunk_size, bool)
                                    or not isinstance(chunk_size, numbers.Integral)
                                    or chunk_size < 1):
@@ -138,10 +148,25 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
     (True, 1.0)
     """
     be = resolve(device, "sparse_ep")
+    check_controls(alpha, damping_rule(damping)[0], tol, max_iter, schedule)
+    return run_sparse_ep(be, kernel, Z, X, y, likelihood, alpha, damping, tol, max_iter,
+                         site_tau, site_nu, extra, chunk_size, callback, gram_cache, schedule,
+                         robust)
+
+
+def run_sparse_ep(backend, kernel, Z, X, y, likelihood, power, damping, tol, max_iter,
+                  site_tau=None, site_nu=None, extra=None, chunk_size=None, callback=None,
+                  gram_cache=GRAM_CACHE, method="sequential", robust=None):
+    """:func:`sparse_ep` on ``backend`` (resolved) with its parameters checked, by
+    :func:`sparse_ep` or by an estimator's ``fit`` (scikit-learn's constraints), where they
+    are checked once, under the estimators' names: ``power`` is the power ``alpha`` of
+    Power EP, ``method`` the ``schedule``.  The data (Z, X, y, sites, chunk size) are
+    checked here."""
+    be, alpha, schedule = backend, power, method
     damping, adaptive = damping_rule(damping)
     robust = (not likelihood.log_concave) if robust is None else robust
     if is_dask_array(X):
-        Z = _validate(Z, X, y, alpha, damping, tol, max_iter, chunk_size, xp=None)
+        Z = _validate(Z, X, y, chunk_size, xp=None)
         if be.xp is not np:                 # the workers run the host (NumPy) code
             raise ValueError(f"sparse_ep with a dask array X runs on the Dask cluster's "
                              f"CPUs; got device={be.name!r}. Use device='cpu' or a NumPy X.")
@@ -151,10 +176,7 @@ def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, ma
                                     max_iter, site_tau, site_nu, extra,
                                     chunk_size or CHUNK_ROWS, callback, robust)
     Xv = _rows_of(X)
-    Z = _validate(Z, Xv, y, alpha, damping, tol, max_iter, chunk_size,
-                  be.xp if hasattr(Xv, "__cuda_array_interface__") else np)
-    if schedule not in ("sequential", "parallel"):
-        raise ValueError(f"schedule must be 'sequential' or 'parallel'; got {schedule!r}.")
+    Z = _validate(Z, Xv, y, chunk_size, be.xp if hasattr(Xv, "__cuda_array_interface__") else np)
     chunk_size = be.chunk_rows(Z.shape[0]) if chunk_size is None else chunk_size
     with be.threads_for(Z.shape[0]):
         return _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol,
@@ -244,7 +266,7 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
     if Xv.shape[0] != result.site_tau.size:
         raise ValueError(f"X must hold the {result.site_tau.size} training inputs of the EP "
                          f"result; got shape {tuple(Xv.shape)}.")
-    _validate(result.inducing_points, Xv, y, result.alpha, 1.0, 1.0, 1, chunk_size,
+    _validate(result.inducing_points, Xv, y, chunk_size,
               be.xp if hasattr(Xv, "__cuda_array_interface__") else np)
     n, m = Xv.shape[0], result.inducing_points.shape[0]
     chunk_size = be.chunk_rows(m) if chunk_size is None else chunk_size
