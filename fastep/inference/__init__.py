@@ -4,7 +4,7 @@ from .ep import EPResult, ep, ep_gradient
 from .sparse_ep import SparseEPResult, sparse_ep, sparse_ep_gradient
 
 # for the estimators' ML-II loop (fastep.models), not part of the public API
-from ._sweep import carry_anderson  # noqa: E402,F401
+from ._anderson import carry_anderson  # noqa: E402,F401
 
 __all__ = ["ep", "ep_gradient", "EPResult", "sparse_ep", "sparse_ep_gradient", "SparseEPResult",
            "ConvergenceWarning", "EPNumericalWarning"]

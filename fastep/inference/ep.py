@@ -32,13 +32,14 @@ from ..exceptions import ConvergenceWarning, EPNumericalWarning, NotPositiveDefi
 from ..likelihoods import check_likelihood
 from ._dense_posterior import _Posterior
 from ._result import EPResultBase
-from ._sweep import (StepTurn, SweepControl, anderson_for, backtrack, check_kernel_matrix,
+from ._anderson import anderson_for
+from ._sweep import (StepTurn, SweepControl, backtrack, check_kernel_matrix,
                      check_sweep_controls, damping_rule, fill_cavities, halve_towards,
                      initial_sites, site_change)
 
 SEQUENTIAL_BLOCK = 256
 
-#: Anderson acceleration of parallel EP (:class:`fastep.inference._sweep.Anderson`), once
+#: Anderson acceleration of parallel EP (:class:`fastep.inference._anderson.Anderson`), once
 #: the largest relative site change of a sweep is below ``ANDERSON_START``: farther from
 #: the fixed point the update is too far from linear for past steps to predict it
 ANDERSON = True

@@ -149,7 +149,7 @@ class LatentGP:
         """A block in which the evaluations of ML-II share what does not change with
         theta, or changes little: X's squared distances (dense EP on the host,
         :func:`fastep.kernels.distances.reuse_distances`) and parallel EP's Anderson
-        history (:func:`fastep.inference._sweep.carry_anderson`)."""
+        history (:func:`fastep.inference._anderson.carry_anderson`)."""
         if self.sparse or is_dask_array(self.X):
             return nullcontext()
         stack = ExitStack()

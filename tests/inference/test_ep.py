@@ -663,7 +663,7 @@ def test_carried_anderson_history_saves_sweeps_along_an_ml2_path():
     kernel steps, each warm-started from the last sites, fewer sweeps in all, and the same
     fixed points as fresh runs (to the tolerance; the tight reference is a separate run).
     A run of another size in the block, and runs after it, start fresh."""
-    from fastep.inference._sweep import Anderson, anderson_for, carry_anderson
+    from fastep.inference._anderson import Anderson, anderson_for, carry_anderson
     rng = np.random.default_rng(0)
     X = rng.normal(size=(150, 3))
     y = np.where(X[:, 0] + 0.5 * X[:, 1] > 0, 1.0, -1.0)
