@@ -15,7 +15,7 @@ of :mod:`fastep.inference` are written once over the backend's operations (see
 """
 from __future__ import annotations
 
-from ._base import CHUNK_ROWS, DEVICES, Backend
+from ._base import CHUNK_ROWS, DEVICES, Backend  # noqa: F401  (CHUNK_ROWS: for sparse EP)
 
 __all__ = ["Backend", "resolve", "DEVICES"]
 

@@ -8,11 +8,11 @@
                                          fit on a CSV, .npy, Parquet or Zarr table
     fastep predict MODEL.npz DATA -o P   stream probabilities / moments for new inputs
     fastep bench                         one EP sweep against one LAPACK Cholesky of the same n
-
-The parser is here; each command is a module (``_demos``, ``_fit``, ``_predict``,
-``_bench``), with the checks of tables and paths they share (``_tables``) and the progress
-bars (``_progress``); reading and writing tables is :mod:`fastep.io`.
 """
+# The parser is here (its description, ``fastep --help``, is the docstring above); each
+# command is a module (_demos, _fit, _predict, _bench), with the checks of tables and paths
+# they share (_tables) and the progress bars (_progress); reading and writing tables is
+# fastep.io.
 from __future__ import annotations
 
 import argparse

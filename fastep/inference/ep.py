@@ -45,7 +45,6 @@ SEQUENTIAL_BLOCK = 256
 ANDERSON = True
 ANDERSON_START = 1e-2
 
-WEAK_BLOCK = 256
 
 #: method="auto"'s schedule switches (DEBUG; not on ``fastep.sweeps``, which counts sweeps)
 LOG = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ import numbers
 
 import numpy as np
 
-from ._base import CustomLikelihood, Likelihood, check_likelihood
+from ._base import CustomLikelihood, Likelihood, check_likelihood  # noqa: F401 (for EP)
 from .annotators import MultiAnnotator
 from .binary import Logistic, Probit
 from .counts import NegativeBinomial, Poisson

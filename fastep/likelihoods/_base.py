@@ -356,7 +356,8 @@ class Likelihood:
 
 
 class CustomLikelihood(Likelihood):
-    """A user likelihood from a scalar log-density, integrated numerically (:func:`quad_tilted`).
+    """A user likelihood from a scalar log-density, integrated numerically
+    (:func:`fastep.likelihoods._quadrature.quad_tilted`).
 
     Parameters
     ----------

@@ -37,8 +37,9 @@ def _quad_source(kind, y, extra, mu, var, alpha, params, k):
 
     ``LOG_LIK(kind, y, extra, f, params)`` and ``DLOG_LIK(kind, y, extra, f, params, k)``
     (d log p / d params[k]) are *globals* of this source: the built-in version binds them
-    to :func:`builtin_log_lik` and :func:`builtin_dlog_lik`; :class:`CustomLikelihood`
-    recompiles the same source with the user's function bound instead.  The parameter
+    to :func:`builtin_log_lik` and :func:`builtin_dlog_lik`;
+    :class:`~fastep.likelihoods.CustomLikelihood` recompiles the same source with the
+    user's function bound instead.  The parameter
     derivative is ``alpha E_tilted[d log p / d params[k]]`` (differentiation under the
     integral), accumulated on the same nodes; ``k < 0`` skips it (returns 0).
     Moments come from one streaming pass (log-sum-exp with running rescaling,

@@ -8,6 +8,6 @@ from .regression import EPGaussianProcessRegressor
 from .sparse import SparseGPRegressor
 
 from .._registry import ESTIMATORS
-from ._state import StateReader      # what persistence hands an estimator's loader
+from ._state import StateReader  # noqa: F401  (what persistence hands a loader)
 
 __all__ = [*ESTIMATORS, "majority_vote", "concatenate_labels"]

@@ -74,8 +74,9 @@ class CollapsedSparseGP:
 
     def state(self, eval_gradient=False):
         k = self.kernel
-        return collapsed.collapsed_objective(k(self.Z), k(self.Z, self.X), k.diag(self.X), self.y,
-                                          self.noise_variance, self.alpha, eval_gradient)
+        return collapsed.collapsed_objective(k(self.Z), k(self.Z, self.X), k.diag(self.X),
+                                             self.y, self.noise_variance, self.alpha,
+                                             eval_gradient)
 
     def evidence(self, sites=None, tol=None):
         """``(objective, gradient, state)``: exact (no sites, no EP tolerance)."""

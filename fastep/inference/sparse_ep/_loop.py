@@ -60,7 +60,6 @@ class ChunkSequentialSites(Sites):
         done; returns q after the last one."""
 
 
-
 def drive(sites, L_uu, q, warm, ctl, schedule, robust):
     """The sparse EP loop, written once over where the sites live (``sites``, a
     :class:`Sites`), which run the sweeps as a map over chunks of rows and a sum of m x m

@@ -102,9 +102,10 @@ class _SweepPart:
         self.P_G, self.b_G = xp.zeros((m, m), order="F"), xp.zeros(m)
 
     def sweep(self, ctx, q, tau, nu, new_tau, new_nu, first, damping, chunks=None, sums=True):
-        """Parallel EP over this part's chunks from ``q``, steps of ``damping``.  With ``chunks`` given (a block of
-        the chunk-sequential schedule) the new sites are adopted at once and only their
-        change enters the sums; ``sums=False`` (an evaluation pass) skips the sums.  Returns
+        """Parallel EP over this part's chunks from ``q``, steps of ``damping``.  With
+        ``chunks`` given (a block of the chunk-sequential schedule) the new sites are
+        adopted at once and only their change enters the sums; ``sums=False`` (an
+        evaluation pass) skips the sums.  Returns
         ``(sites skipped, largest site change)``."""
         be, xp = ctx.be, ctx.be.xp
         self.P_G[...] = 0.0
