@@ -20,35 +20,23 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, _fit_context, clone
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 from sklearn.gaussian_process.kernels import Kernel as SklearnKernelBase
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._checks import class_labels
 from .._dask import is_dask_array
 from ..kernels import RBF, Kernel, as_kernel
 from ..inference.inducing import check_inducing
-from ..inference.ep import EPResult, posterior_from_sites
 from ..priors import hyperprior_terms
-from ._jobs import run_jobs
+from ._dask import DaskInputs, dask_sample
+from ._jobs import JOBS_MIN_ROWS, _fit_one, _with_posterior, run_jobs
 from ._latent import EPConfig
 from ._mlii import at_bounds, maximize_evidence
-
-#: Rows of a dask X sampled to place the inducing inputs (k-means++).
-DASK_SAMPLE = 20000
-
-#: Problems of fewer rows than this stay in the calling process whatever ``n_jobs`` says:
-#: starting a worker (a process that imports fastep and loads its compiled loops, about a
-#: second) costs more than they do (wine, 124 rows, 3 classes: 0.27 s in process, 2.2 s
-#: with n_jobs=-1; ``scripts/fit_time.py``).
-JOBS_MIN_ROWS = 1000
-
 
 def fit_entry(fit):
     """Decorate an estimator's ``fit``: scikit-learn's parameter validation (once), and
@@ -118,17 +106,6 @@ def latent_output(mean, var, return_std):
     return (mean, np.sqrt(var)) if return_std else mean
 
 
-def da_map_rows(fn, *columns, width=None):
-    """``fn`` applied chunk by chunk (lazily, on the workers) to dask vectors of one row
-    chunking and any other arguments as they are: a dask vector, or with ``width`` a dask
-    array of shape (n, width)."""
-    import dask.array as da
-    if width is None:
-        return da.map_blocks(fn, *columns, dtype=float)
-    return da.map_blocks(fn, *columns, dtype=float, new_axis=1,
-                         chunks=(columns[0].chunks[0], (width,)))
-
-
 class FastepEstimator(BaseEstimator):
     """The base of all seven estimators: scikit-learn's conventions (parameters in
     ``__init__``, checked once by :func:`fit_entry`) and the fitted attributes they all
@@ -188,7 +165,7 @@ class EvidenceMixin:
         return (value, np.mean([v[1] for v in vals], axis=0)) if eval_gradient else value
 
 
-class EPEstimator(EvidenceMixin, FastepEstimator):
+class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
     """Base of the estimators that run EP on latent GPs (see the module docstring)."""
 
     #: what ``method="auto"`` means for dense EP (a :func:`fastep.ep` method)
@@ -223,68 +200,13 @@ class EPEstimator(EvidenceMixin, FastepEstimator):
 
     def _inducing_inputs(self, X, rng):
         """The starting inducing inputs (``inducing_points``, or k-means++ on X; on a
-        random sample of DASK_SAMPLE rows of a dask X), or None for dense EP."""
+        random sample of :data:`~fastep.models._dask.DASK_SAMPLE` rows of a dask X), or None
+        for dense EP."""
         if self.n_inducing is None and self.inducing_points is None:
             return None
         if is_dask_array(X):
-            m = self.n_inducing or 0
-            if m > X.shape[0]:
-                raise ValueError(f"more inducing points ({m}) than data points "
-                                 f"({X.shape[0]}); use n_inducing <= {X.shape[0]}.")
-            if X.shape[0] > max(DASK_SAMPLE, m):     # (else all rows, as for NumPy X)
-                X = X[np.sort(rng.choice(X.shape[0], max(DASK_SAMPLE, m), replace=False))]
-            X = np.asarray(X.compute())
+            X = dask_sample(X, self.n_inducing or 0, rng)
         return check_inducing(X, self.n_inducing, self.inducing_points, rng)
-
-    def _dask_fit_data(self, X, y):
-        """Checks of a dask X and y at ``fit`` (shapes and dtypes; the values of the rows are
-        checked on the workers, chunk by chunk): sparse EP on the CPU runs there."""
-        cls = type(self).__name__
-        if self.n_inducing is None and self.inducing_points is None:
-            raise ValueError(f"{cls} fits dask arrays with sparse EP on the cluster; set "
-                             f"n_inducing (e.g. n_inducing=256) or inducing_points. Dense EP "
-                             f"needs all {X.shape[0]} rows in one process.")
-        if self.device != "cpu":
-            raise ValueError(f"{cls} with dask arrays runs on the cluster's CPUs; set "
-                             f"device='cpu' (got {self.device!r}).")
-        if not hasattr(X, "ndim") or X.ndim != 2 or X.dtype.kind not in "biuf":
-            raise ValueError(f"X must be a 2-d dask array of numbers (a DataFrame: "
-                             f"df.to_dask_array(lengths=True)); got {type(X).__name__} of "
-                             f"shape {getattr(X, 'shape', '?')}.")
-        if any(np.isnan(c) for c in X.chunks[0]):
-            raise ValueError("X has chunks of unknown length (from a DataFrame); use "
-                             "df.to_dask_array(lengths=True).")
-        if y is not None and not hasattr(y, "ndim"):
-            y = np.asarray(y)
-        if y is not None and (y.ndim != 1 or y.shape[0] != X.shape[0]):
-            raise ValueError(f"y must have one entry per row of X, shape ({X.shape[0]},); "
-                             f"got shape {y.shape}.")
-        self.n_features_in_ = X.shape[1]
-        X = X.astype(np.float64)
-        return X.rechunk({1: -1}), y
-
-    def _dask_classes(self, y):
-        """The sorted distinct labels of a dask (or NumPy) y of a dask fit, checked as
-        scikit-learn checks classification targets; only the labels reach the client."""
-        return class_labels(y)
-
-    def _predict_inputs(self, X):
-        """X at prediction: scikit-learn's checks, or for a dask X those of its shape (the
-        latent predictive of a sparse model maps over its chunks)."""
-        if is_dask_array(X):
-            return self._dask_predict_data(X)
-        return validate_data(self, X, reset=False, dtype=np.float64)
-
-    def _dask_predict_data(self, X):
-        """A dask X at prediction, checked against the fitted number of features."""
-        if getattr(self, "inducing_points_", None) is None:
-            raise ValueError(f"{type(self).__name__} predicts dask arrays with a sparse model "
-                             "(fitted with n_inducing or inducing_points); compute X or fit "
-                             "with inducing points.")
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has shape {X.shape}, but {type(self).__name__} was fitted "
-                             f"with {self.n_features_in_} features.")
-        return X.astype(np.float64).rechunk({1: -1})
 
     def loo_log_predictive_density(self):
         """Leave-one-out log predictive density of every training point, from EP's
@@ -361,26 +283,6 @@ class EPEstimator(EvidenceMixin, FastepEstimator):
         fits = run_jobs(_fit_one, [(worker, latent, seed) for latent, seed in zip(rest, seeds)],
                         getattr(self, "n_jobs", None), local=local)
         return [first] + [(latent, _with_posterior(latent, result)) for latent, result in fits]
-
-
-def _fit_one(estimator, latent, seed):
-    """One problem of :meth:`EPEstimator._fit_latents` (a worker's job): ``(latent,
-    result)``, a dense result without its posterior factors (three n x n arrays, rebuilt
-    from the sites by :func:`_with_posterior` rather than sent between processes)."""
-    latent, result = estimator._fit_latent(latent, np.random.default_rng(seed))
-    if isinstance(result, EPResult):
-        result = dataclasses.replace(result, _posterior=None)
-    return latent, result
-
-
-def _with_posterior(latent, result):
-    """``result`` with its dense posterior factors rebuilt from its sites, as
-    :func:`fastep.load_model` rebuilds them (no-op when it has them)."""
-    if not isinstance(result, EPResult) or result._posterior is not None:
-        return result
-    rebuilt = posterior_from_sites(latent.kernel(latent.X), latent.y, latent.likelihood,
-                                   result.site_tau, result.site_nu)
-    return dataclasses.replace(result, _posterior=rebuilt._posterior)
 
 
 class SingleLatentEstimator(EPEstimator):

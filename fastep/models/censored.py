@@ -13,8 +13,8 @@ from .._dask import is_dask_array, scalar_data
 from ..backend import resolve
 from ..likelihoods.tobit import (Tobit, censored_predictive, censored_quantile,
                                  check_censored_data, check_limits)
-from ._base import (SingleLatentEstimator, as_generator, da_map_rows, fit_entry, fresh_kernel,
-                    shared)
+from ._base import SingleLatentEstimator, as_generator, fit_entry, fresh_kernel, shared
+from ._dask import da_map_rows
 from ..kernels import kernel_from_dict
 from ._latent import LaplaceGP, LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of

@@ -10,8 +10,8 @@ from .._checks import class_labels
 from .._dask import is_dask_array
 from ..backend import resolve
 from ..likelihoods import OrdinalProbit
-from ._base import (SingleLatentEstimator, as_generator, da_map_rows, fit_entry, fresh_kernel,
-                    shared)
+from ._base import SingleLatentEstimator, as_generator, fit_entry, fresh_kernel, shared
+from ._dask import da_map_rows
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
 

@@ -16,8 +16,8 @@ from ..backend import resolve
 from ..likelihoods.counts import LOG_MAX
 from ..likelihoods import (Gaussian, Likelihood, NegativeBinomial, OrdinalProbit, Poisson,
                            StudentT, Tobit)
-from ._base import (SingleLatentEstimator, as_generator, da_map_rows, fit_entry, fresh_kernel,
-                    shared)
+from ._base import SingleLatentEstimator, as_generator, fit_entry, fresh_kernel, shared
+from ._dask import da_map_rows
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
 
