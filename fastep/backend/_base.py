@@ -9,6 +9,7 @@ LAPACK/BLAS and Numba loops) and :class:`fastep.backend.cuda.CUDABackend` (CuPy 
 """
 from __future__ import annotations
 
+import abc
 import contextlib
 
 from .._memory import check_dense_memory, host_memory_available
@@ -19,7 +20,7 @@ DEVICES = ("cpu", "cuda")
 CHUNK_ROWS = 8192
 
 
-class Backend:
+class Backend(abc.ABC):
     """Operations an algorithm needs from its target (see the module docstring).
 
     Attributes
@@ -70,6 +71,7 @@ class Backend:
     memory_name = "this machine"
 
     # --- arrays ---------------------------------------------------------------------
+    @abc.abstractmethod
     def asarray(self, a):
         """``a`` as a float64 array of this backend (no copy if it already is one)."""
         raise NotImplementedError
@@ -107,12 +109,14 @@ class Backend:
         let each operation allocate (a pooling allocator makes that free)."""
         return None, None
 
+    @abc.abstractmethod
     def cholesky(self, a, what):
         """Lower Cholesky factor of the symmetric positive definite ``a`` (whose storage
         may be overwritten); :class:`~fastep.exceptions.NotPositiveDefiniteError` naming
         ``what`` if it is not positive definite."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def solve_lower(self, L, B, trans=False, overwrite=False):
         """``L^-1 B`` (or ``L^-T B``) for lower-triangular L; B 1-d or 2-d."""
         raise NotImplementedError
@@ -137,13 +141,18 @@ class Backend:
         """``(L L^T)^-1 = L^-T L^-1`` as a full symmetric matrix, from ``li = L^-1``."""
         return li.T @ li
 
-    def gradient_weights(self, li, s, b):
-        """``G = (b b^T - diag(s) (L L^T)^-1 diag(s)) / 2`` as a full symmetric matrix,
-        from ``li = L^-1``: the weights of dense EP's evidence gradient (B form)."""
+    def r_from_tri(self, li, s):
+        """``R = diag(s) (L L^T)^-1 diag(s)`` (dense EP's ``(K + S^-1)^-1`` in the B form,
+        ``s = S^1/2``) as a full symmetric matrix, from ``li = L^-1``."""
         r = self.inverse_from_tri(li)
         r *= s[:, None]
         r *= s[None, :]
-        return self.weights_from_r(r, b)
+        return r
+
+    def gradient_weights(self, li, s, b):
+        """``G = (b b^T - R) / 2`` with ``R`` of :meth:`r_from_tri`, as a full symmetric
+        matrix: the weights of dense EP's evidence gradient (B form)."""
+        return self.weights_from_r(self.r_from_tri(li, s), b)
 
     def weights_from_r(self, r, b):
         """``(b b^T - R) / 2`` in the storage of ``R = (K + S^-1)^-1`` (any form of it)."""
@@ -151,10 +160,12 @@ class Backend:
         r += 0.5 * self.xp.outer(b, b)
         return r
 
+    @abc.abstractmethod
     def trmm_lower(self, L, B, trans=False):
         """``L B`` (or ``L^T B``) for lower-triangular L; may overwrite B (F-ordered)."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def accumulate(self, P, b, G, tau, nu):
         """``P += G diag(tau) G^T`` (the lower triangle at least) and ``b += G nu``; may
         overwrite G."""
@@ -170,17 +181,20 @@ class Backend:
         return SUSV
 
     # --- EP site loops --------------------------------------------------------------
+    @abc.abstractmethod
     def site_inputs(self, likelihood, y, extra):
         """Targets, per-site extras (n, k) and likelihood parameters as this backend's
         arrays, in the form the site loops read."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def parallel_sites(self, tilted, y, extra, params, mean, var, tau, nu, damping, clip,
                        new_tau, new_nu, log_z, mu_cav, var_cav):
         """Parallel EP proposals for every site from the same marginals (see
         :func:`fastep.backend.cpu.parallel_sites`); returns the number of skipped sites."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def power_sites(self, tilted, y, extra, params, mean, var, resid, tau, nu, alpha,
                     damping, clip, new_tau, new_nu, site_ev, mu_cav, var_cav, serial=False):
         """Power-EP proposals on projections (see :func:`fastep.backend.cpu.power_sites`);
@@ -194,14 +208,17 @@ class Backend:
                  - 0.5 * mean * mean / var)
         return float(xp.sum(xp.where(xp.isfinite(log_z), terms, 0.0)))
 
+    @abc.abstractmethod
     def build_b(self, K, s, out=None):
         """``I + diag(s) K diag(s)``."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def scale_columns(self, K, s, out=None):
         """``K diag(s)``."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def row_sumsq(self, a, out=None):
         """Row sums of squares of ``a``."""
         raise NotImplementedError
@@ -211,6 +228,7 @@ class Backend:
         xp = self.xp
         return G.T @ beta, xp.sum(G * G, axis=0)
 
+    @abc.abstractmethod
     def tilted(self, likelihood, y, extra, mu, var, alpha):
         """The likelihood's tilted moments ``(log Z, dlogZ/dmu, d2logZ/dmu2)`` per site."""
         raise NotImplementedError
@@ -220,6 +238,7 @@ class Backend:
         raise NotImplementedError
 
     # --- robust-max Gauss-Hermite products (host arrays in and out) -------------------
+    @abc.abstractmethod
     def prob_largest(self, mean, var, nodes, weights):
         """S(x_i, j) for every row and class (:mod:`fastep.likelihoods.robustmax`)."""
         raise NotImplementedError
@@ -229,6 +248,7 @@ class Backend:
         raise NotImplementedError
 
     # --- data for streamed passes ------------------------------------------------------
+    @abc.abstractmethod
     def rows(self, X):
         """A row source for streamed passes over X (``source(c0, c1)`` returns rows c0:c1
         as a C-ordered array of this backend)."""

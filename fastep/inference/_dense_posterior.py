@@ -192,7 +192,4 @@ class _Posterior:
             return xp.zeros((self.n, self.n))
         if self.Q is not None:
             return self.apply_r(xp.eye(self.n))
-        inv = self.be.inverse_from_tri(self.li)
-        inv *= self.s[:, None]
-        inv *= self.s[None, :]
-        return inv
+        return self.be.r_from_tri(self.li, self.s)

@@ -294,6 +294,8 @@ class SweepControl:
         """Warn about sites left out (improper cavities) and about non-convergence,
         naming the knob to turn, at the first line outside fastep that led here (the
         user's call of fastep.ep, sparse_ep or an estimator's fit)."""
+        if not n_bad and self.converged:
+            return
         stacklevel = user_stacklevel()
         if n_bad:
             warnings.warn(f"{self.what}: {n_bad} site(s) have an improper cavity (negative "
