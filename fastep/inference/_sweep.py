@@ -6,12 +6,11 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-import os
-import sys
 import warnings
 
 import numpy as np
 
+from .._caller import user_stacklevel
 from .._checks import float_array
 from ..exceptions import ConvergenceWarning, EPNumericalWarning, NotPositiveDefiniteError
 
@@ -142,19 +141,6 @@ def fill_cavities(ok, mu_cav, var_cav, mean, var, xp=np):
         mu_cav = xp.where(ok, mu_cav, mean)
         var_cav = xp.where(ok, var_cav, var)
     return mu_cav, var_cav, n_bad
-
-
-_FASTEP_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-def user_stacklevel():
-    """The ``stacklevel`` of :func:`warnings.warn`, called by the caller of this function,
-    that points at the first frame outside the fastep package: the same user line whatever
-    path of fastep's own calls led to the warning."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(_FASTEP_DIR):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 class SweepControl:

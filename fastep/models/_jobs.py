@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 from joblib import Parallel, cpu_count, delayed, effective_n_jobs
 
+from .._caller import user_stacklevel
 from ..inference.ep import EPResult, posterior_from_sites
 
 #: The logger whose records (ML-II steps, EP sweeps) workers send back.
@@ -36,7 +37,7 @@ def run_jobs(fn, jobs, n_jobs, local=False):
         for record in records:                     # in job order, after the jobs
             logging.getLogger(record.name).handle(record)
         for message, category in caught:
-            warnings.warn(message, category, stacklevel=3)
+            warnings.warn(message, category, stacklevel=user_stacklevel())
     return [result for result, _, _ in out]
 
 

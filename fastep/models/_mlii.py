@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 from scipy.optimize import minimize
 
+from .._caller import user_stacklevel
 from ..exceptions import ConvergenceWarning, EPNumericalWarning, NotPositiveDefiniteError
 
 _LOG = logging.getLogger("fastep")
@@ -205,7 +206,8 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
                     f"{owner}: ML-II stopped after {nit} L-BFGS-B iterations "
                     f"({nfev} evidence evaluations) before the evidence converged "
                     f"(max_iter_optimizer={max_iter}, tol_optimizer={tol:g}); increase "
-                    f"max_iter_optimizer or tol_optimizer.", ConvergenceWarning, stacklevel=5)
+                    f"max_iter_optimizer or tol_optimizer.", ConvergenceWarning,
+                    stacklevel=user_stacklevel())
         if warm["theta"] is not None and np.array_equal(warm["theta"], theta):
             return theta, fmin, warm["sites"], warm["grad"]
         # the optimiser returned an earlier point (a grid, a line search that backed off)
@@ -297,16 +299,16 @@ def _warn_at_bounds(problem, theta, bounds, owner, grad=None):
         warnings.warn(f"{owner}: ML-II ended with {', '.join(h for h, _ in pulled)}; the "
                       f"evidence increases beyond it. Widen the bounds "
                       f"({_bound_hints(pulled, lik, fixed=False)}) or rescale X / y.",
-                      ConvergenceWarning, stacklevel=4)
+                      ConvergenceWarning, stacklevel=user_stacklevel())
     if flat:
         warnings.warn(f"{owner}: ML-II ended with {', '.join(h for h, _ in flat)}; the "
                       f"evidence is flat there (a 10x wider bound would raise it by less than "
                       f"{FLAT_GAIN:g}), so the data do not determine the parameter and a wider "
                       f"bound would not help. Fix it at a value you believe "
                       f"({_bound_hints(flat, lik, fixed=True)}) or keep the fit as it is.",
-                      ConvergenceWarning, stacklevel=4)
+                      ConvergenceWarning, stacklevel=user_stacklevel())
     if inward:
         warnings.warn(f"{owner}: ML-II ended with {', '.join(inward)}, where the evidence "
                       f"rises away from the bound: the optimiser stopped before the "
                       f"optimum. Raise max_iter_optimizer, or check a custom optimizer.",
-                      ConvergenceWarning, stacklevel=4)
+                      ConvergenceWarning, stacklevel=user_stacklevel())

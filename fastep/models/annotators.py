@@ -11,6 +11,7 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._caller import user_stacklevel
 from .._checks import class_labels
 from .._dask import is_dask_array
 from ..backend import resolve
@@ -353,7 +354,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         if not self.converged_:
             warnings.warn("MultiAnnotatorGPClassifier: EM/EP did not converge; increase "
                           "max_em_iter or max_iter, or lower damping.", ConvergenceWarning,
-                          stacklevel=2)
+                          stacklevel=user_stacklevel())
         return self
 
     def _set_fitted(self, latent, result, n_iter, converged):

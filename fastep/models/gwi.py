@@ -11,6 +11,7 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._caller import user_stacklevel
 from .._checks import class_labels
 from .._linalg import single_threaded_blas
 from ..backend import resolve
@@ -276,7 +277,7 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
                               f"training points ever more closely while held-out log loss "
                               f"worsens (see max_iter in the class docstring), so raise "
                               f"max_iter, or tol, only as far as held-out data bear out.",
-                              ConvergenceWarning, stacklevel=5)
+                              ConvergenceWarning, stacklevel=user_stacklevel())
         else:
             def objective(p, rows, scale):
                 draw = gwi.subsample(kernel, Xt, factors,

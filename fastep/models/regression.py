@@ -11,6 +11,7 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import (check_consistent_length, column_or_1d,
                                       validate_data)
 
+from .._caller import user_stacklevel
 from .._dask import is_dask_array, scalar_data
 from ..backend import resolve
 from ..likelihoods.counts import LOG_MAX
@@ -219,7 +220,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                                 > best[0][1].log_marginal_likelihood):
                 best = (fit, caught)
         for w in best[1]:                             # the warnings of the fit kept
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            warnings.warn(w.message, stacklevel=user_stacklevel())
         self._set_latent(*best[0])
         return self
 

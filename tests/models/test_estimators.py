@@ -230,8 +230,9 @@ def test_censored_limits_of_fit_are_remembered(data):
     assert reg.lower_ == -0.3 and reg.upper_ is None
 
 
-def test_readme_table_lists_every_parameter_and_fitted_attribute():
-    text = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_docs_table_lists_every_parameter_and_fitted_attribute():
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "user_guide"
+            / "choosing_a_model.md").read_text()
     table = text[text.index("| parameter | meaning |"):text.index("Every estimator has")]
     listed = set(re.findall(r"`(\w+)`", table))
     shared = {name for cls in ALL for name in cls().get_params()
@@ -322,3 +323,35 @@ def test_ep_parameters_are_checked_once_at_the_boundary(monkeypatch):
     fastep.sparse_ep(fastep.kernels.RBF(), X[:5], X, 2.0 * y - 1, fastep.likelihoods.Probit())
     assert calls == ["check_method", "check_sweep_controls", "check_controls",
                      "check_sweep_controls"], calls
+
+
+def test_convergence_warnings_point_at_the_users_fit_call():
+    """ML-II's, EM's and GWI's ConvergenceWarnings name the line of the user's ``fit``
+    (not fastep's or scikit-learn's fit wrapper), also when the regressor replays the
+    warnings of its best start."""
+    import inspect
+    import warnings
+
+    from fastep import (EPGaussianProcessClassifier, EPGaussianProcessRegressor,
+                        GWIClassifier, MultiAnnotatorGPClassifier)
+    from fastep.datasets import simulate_annotators
+    from fastep.exceptions import ConvergenceWarning
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 2))
+    z = (X[:, 0] > 0).astype(int)
+    Y = simulate_annotators(z, [0.9, 0.8], [0.9, 0.8], random_state=0)
+    robust = EPGaussianProcessRegressor(likelihood="student_t", max_iter_optimizer=1)
+    fits = [lambda: EPGaussianProcessClassifier(max_iter_optimizer=1).fit(X, z),
+            lambda: MultiAnnotatorGPClassifier(max_iter=2, max_em_iter=1).fit(X, Y),
+            lambda: robust.fit(X, X[:, 0]),
+            lambda: GWIClassifier(max_iter=2, n_inducing=5).fit(X, z)]
+    for fit in fits:
+        line = inspect.getsourcelines(fit)[1]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fit()
+        ours = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+        assert ours
+        for w in ours:
+            assert (w.filename, w.lineno) == (__file__, line), (w.filename, w.lineno,
+                                                                 str(w.message)[:60])
