@@ -13,7 +13,7 @@ from .exceptions import (ConvergenceWarning, DenseMemoryError, EPNumericalWarnin
 from .inference import EPResult, SparseEPResult, ep, sparse_ep
 from .persistence import load_model, save_model
 
-__version__ = "0.2.0"
+from ._version import __version__
 
 
 def __getattr__(name):

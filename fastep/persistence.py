@@ -22,11 +22,12 @@ import zipfile
 import numpy as np
 
 from ._registry import ESTIMATORS
+from ._version import __version__
 
 FORMAT = "fastep-model"
 VERSION = 2
 
-__all__ = ["save_model", "load_model", "FORMAT", "VERSION"]
+__all__ = ["save_model", "load_model", "describe_model", "FORMAT", "VERSION"]
 
 
 def _estimator_classes():
@@ -139,7 +140,7 @@ def save_model(estimator, path):
             raise ValueError(f"cannot save {name}: {key!r} holds Python objects (e.g. class "
                              "labels of mixed types); use numbers or strings.")
     header = {"format": FORMAT, "version": VERSION, "class": name, "params": params,
-              "state": state}
+              "state": state, "fastep": __version__}
     names = getattr(estimator, "feature_columns_", None)
     if names is not None:                  # the table columns `fastep fit` read
         header["feature_columns"] = [str(v) for v in names]
@@ -286,3 +287,42 @@ def load_model(path):
             np.linalg.LinAlgError) as exc:
         raise ValueError(f"{path}: not a valid {name} model file: {str(exc)[:300]}") from None
     return est
+
+
+def describe_model(path):
+    """What a model file holds, after :func:`load_model` has checked all of it: a dict of
+    printable values (``fastep info MODEL`` prints it).
+
+    Examples
+    --------
+    >>> import numpy as np, os, tempfile, fastep
+    >>> X = np.linspace(0, 1, 20)[:, None]; y = (X[:, 0] > 0.5).astype(int)
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.npz")
+    >>> fastep.save_model(fastep.EPGaussianProcessClassifier(optimizer=None).fit(X, y), path)
+    >>> info = fastep.persistence.describe_model(path)
+    >>> info["estimator"], info["training rows"], info["classes"]
+    ('EPGaussianProcessClassifier', 20, [0, 1])
+    """
+    est = load_model(path)                        # checks the whole file first
+    with np.load(os.fspath(path), allow_pickle=False) as f:
+        header = json.loads(str(f["header"]))
+        rows = f["X"].shape[0] if "X" in f.files else None
+    out = {"file": os.fspath(path), "estimator": header["class"],
+           "saved by": f"fastep {header['fastep']}" if "fastep" in header
+           else "fastep 0.2 or earlier",
+           "format version": header["version"],
+           "kernel": str(est.kernel_),
+           "likelihood": str(getattr(est, "likelihood_", "Gaussian noise")),
+           "training rows": rows if rows is not None
+           else "not stored (the model keeps its inducing inputs only)",
+           "features": est.n_features_in_}
+    names = getattr(est, "feature_columns_", None)
+    if names is not None:
+        out["feature columns"] = list(names)
+    if hasattr(est, "classes_"):
+        out["classes"] = [c.item() if hasattr(c, "item") else c for c in est.classes_]
+    if getattr(est, "inducing_points_", None) is not None:
+        out["inducing points"] = int(est.inducing_points_.shape[0])
+    if hasattr(est, "log_marginal_likelihood_value_"):
+        out["log evidence"] = round(float(est.log_marginal_likelihood_value_), 6)
+    return out

@@ -1,4 +1,4 @@
-"""The ``fastep`` command: demo, fit, predict, bench.
+"""The ``fastep`` command: demo, fit, predict, info, bench.
 
     fastep demo                          EP-GP classifier on the bundled breast-cancer data
     fastep demo annotators               the same data labelled by 8 simulated noisy annotators
@@ -7,10 +7,11 @@
     fastep fit DATA -o MODEL.npz --model {classifier,multiclass,censored,annotators,regression}
                                          fit on a CSV, .npy, Parquet or Zarr table
     fastep predict MODEL.npz DATA -o P   stream probabilities / moments for new inputs
+    fastep info MODEL.npz                what a saved model holds
     fastep bench                         one EP sweep against one LAPACK Cholesky of the same n
 """
 # The parser is here (its description, ``fastep --help``, is the docstring above); each
-# command is a module (_demos, _fit, _predict, _bench), with the checks of tables and paths
+# command is a module (_demos, _fit, _predict, _info, _bench), with the checks of tables and paths
 # they share (_tables) and the progress bars (_progress); reading and writing tables is
 # fastep.io.
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .. import __version__
 from ._bench import cmd_bench
 from ._demos import cmd_demo
 from ._fit import AUTO_INDUCING, MODELS, cmd_fit
+from ._info import cmd_info
 from ._predict import cmd_predict
 
 
@@ -106,6 +108,10 @@ def main(argv=None):
                    "all its columns, which must be as many as the model's)")
     p.add_argument("--chunk", type=_positive(int), default=100000, help="rows per chunk")
     p.set_defaults(func=cmd_predict)
+    p = sub.add_parser("info", help="what a saved model holds: estimator, kernel, "
+                       "likelihood, training size, features, fastep version")
+    p.add_argument("model")
+    p.set_defaults(func=cmd_info)
     p = sub.add_parser("bench", help="EP sweep time against one Cholesky")
     p.add_argument("-n", type=_positive(int), default=2000)
     p.set_defaults(func=cmd_bench)

@@ -3,6 +3,7 @@ and Zarr tables, and bad input that names the option to fix."""
 import numpy as np
 import pytest
 
+import fastep
 from fastep import load_model
 from fastep.cli import main
 
@@ -45,7 +46,7 @@ KINDS = {
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_fit_save_predict_round_trip(tmp_path, kind):
+def test_fit_save_predict_round_trip(tmp_path, kind, capsys):
     train, cols, Xt = _table(tmp_path)
     model, out = tmp_path / "m.npz", tmp_path / "p.npy"
     model_kind = [] if kind == "counts" else ["--model", kind]
@@ -55,6 +56,18 @@ def test_fit_save_predict_round_trip(tmp_path, kind):
                  "--chunk", "64"]) == 0
     est = load_model(model)
     got = np.load(out)
+    capsys.readouterr()
+    assert main(["info", str(model)]) == 0          # what the file holds, in words
+    info = dict(line.split(":", 1) for line in capsys.readouterr().out.splitlines())
+    info = {k: v.strip() for k, v in info.items()}
+    assert info["estimator"] == type(est).__name__
+    assert info["saved by"] == f"fastep {fastep.__version__}"
+    assert info["kernel"] == str(est.kernel_) and info["features"] == "2"
+    assert info["feature columns"] == "x1, x2"
+    assert info["training rows"] == (str(N) if kind != "multiclass" else
+                                     "not stored (the model keeps its inducing inputs only)")
+    if hasattr(est, "classes_"):
+        assert info["classes"] == ", ".join(str(c) for c in est.classes_)
     if hasattr(est, "classes_"):
         np.testing.assert_allclose(got, est.predict_proba(Xt), rtol=1e-10, atol=1e-14)
         assert got.shape[1] == len(est.classes_)
@@ -377,6 +390,8 @@ def test_bad_tables_and_model_files_are_named(tmp_path, capsys):
         (["fit", str(tmp_path / "cube.npy"), "-o", str(tmp_path / "n.npz")], "3-D array"),
         (["predict", str(tmp_path / "model.txt"), str(tmp_path / "bad.csv"), "-o", out],
          "not an .npz archive"),
+        (["info", str(tmp_path / "model.txt")], "model.txt is not a readable fastep model"),
+        (["info", str(tmp_path / "nosuch.npz")], "no such model file"),
         (["predict", str(model), str(tmp_path / "bad.csv"), "-o", out],
          "data row 1 .*column 'x2'"),
         (["fit", str(tmp_path / "nosuch.csv"), "-o", str(tmp_path / "n.npz")],
