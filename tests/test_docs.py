@@ -14,6 +14,7 @@ import fastep.inference
 import fastep.kernels
 import fastep.likelihoods
 import fastep.models
+import fastep.plot
 import fastep.priors
 
 #: Warning and error classes say what they mean in one line; they are raised, not used.
@@ -23,7 +24,7 @@ NO_EXAMPLE = {"ConvergenceWarning", "EPNumericalWarning", "CUDAUnavailableError"
 def _public():
     out = {}
     for module in (fastep, fastep.kernels, fastep.likelihoods, fastep.inference,
-                   fastep.models, fastep.backend, fastep.cuda, fastep.priors):
+                   fastep.models, fastep.backend, fastep.cuda, fastep.priors, fastep.plot):
         for name in module.__all__:
             obj = getattr(module, name)
             if inspect.isclass(obj) or inspect.isfunction(obj) or callable(obj):

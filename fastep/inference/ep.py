@@ -211,7 +211,7 @@ def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100
         change (:class:`SweepControl <fastep.inference._sweep.SweepControl>`); "auto"'s
         sequential sweeps start again at the given damping (1.0 for None).
     tol : float, default 1e-4
-        Converged when the change of log Z_EP (relative to max(1, |log Z_EP|)) and the
+        Converged when the change of log Z_EP (relative to ``max(1, |log Z_EP|)``) and the
         largest relative (undamped) site change
         ``|d tau| / (1 + |tau|)``, ``|d nu| / (1 + |nu|)`` both fall below ``tol``
         (after at least 2 sweeps from a cold start, 1 from warm-start sites).

@@ -316,7 +316,7 @@ class Tobit(Likelihood):
 def censored_predictive(mean, var, noise_variance, lower=-np.inf, upper=np.inf):
     """Moments of a censored output y = clip(f + eps, lower, upper), f ~ N(mean, var).
 
-    With s = sqrt(var + sigma^2), a = (l - m)/s, b = (u - m)/s, P = Phi(b) - Phi(a):
+    With s = sqrt(var + sigma^2), a = (l - m)/s, b = (u - m)/s, P = Phi(b) - Phi(a)::
 
         P(y = l) = Phi(a),  P(y = u) = 1 - Phi(b) = Phi(-b)
         E[y]   = l Phi(a) + u Phi(-b) + m P + s (phi(a) - phi(b))

@@ -1,0 +1,99 @@
+"""Sphinx configuration of fastep's documentation site.
+
+Build (from the repository root, after ``pip install ".[docs]"``)::
+
+    python -m sphinx -W --keep-going -b html docs docs/_build/html
+
+``FASTEP_DOCS_GALLERY=0`` builds every page but does not run the gallery's examples
+(CI does so to stay within its time).
+"""
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import fastep
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "docs"))
+
+project = "fastep"
+author = "the fastep developers"
+copyright = "2026, the fastep developers"
+release = fastep.__version__
+version = ".".join(release.split(".")[:2])
+
+templates_path = ["_templates"]
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.intersphinx",
+    "sphinx.ext.mathjax",
+    "sphinx.ext.viewcode",
+    "numpydoc",
+    "myst_parser",
+    "sphinx_gallery.gen_gallery",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+exclude_patterns = ["_build", "auto_examples/*.ipynb", "auto_examples/*.py",
+                    "auto_examples/*.zip", "auto_examples/*.json", "auto_examples/*.md5",
+                    "auto_examples/*.pickle"]
+myst_enable_extensions = ["dollarmath", "colon_fence"]
+myst_heading_anchors = 3
+
+# --- API reference: numpydoc renders the docstrings, autosummary makes one page a name
+autosummary_generate = True
+autodoc_default_options = {"members": False, "inherited-members": False}
+numpydoc_show_class_members = False
+numpydoc_class_members_toctree = False
+numpydoc_xref_param_type = False
+
+# --- Links to the libraries fastep works beside (intersphinx, docs/inventories.py).  Each
+# inventory is read from docs/_inventories/<name>.inv where `python docs/inventories.py`
+# saved one, else from the web; a library whose inventory is in neither place (an offline
+# build without saved copies) is left out, and its names stay plain text rather than
+# failing -W.  FASTEP_DOCS_OFFLINE=1 skips the web.
+from inventories import LIBRARIES, SAVED, reachable  # noqa: E402
+
+intersphinx_mapping = {}
+for _name, _url in LIBRARIES.items():
+    if (SAVED / f"{_name}.inv").exists():
+        intersphinx_mapping[_name] = (_url, str(SAVED / f"{_name}.inv"))
+    elif os.environ.get("FASTEP_DOCS_OFFLINE") != "1" and reachable(_url):
+        intersphinx_mapping[_name] = (_url, None)
+    else:
+        print(f"fastep docs: no inventory of {_name} (offline); its names stay plain text")
+intersphinx_timeout = 5
+
+# --- The gallery: examples/plot_*.py, run at build time
+sphinx_gallery_conf = {
+    "examples_dirs": str(ROOT / "examples"),
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"/plot_",
+    "plot_gallery": os.environ.get("FASTEP_DOCS_GALLERY", "1") != "0",
+    "within_subsection_order": "FileNameSortKey",
+    "remove_config_comments": True,
+    "matplotlib_animations": False,
+    "capture_repr": ("_repr_html_",),
+    "image_scrapers": ("matplotlib",),
+    "reference_url": {"fastep": None},
+    "show_memory": False,
+    "abort_on_example_error": True,
+}
+# examples run in this process: quiet warnings that are not the examples' own
+warnings.filterwarnings("ignore", message="Matplotlib is currently using agg")
+
+# --- HTML
+html_theme = "pydata_sphinx_theme"
+html_title = f"fastep {release}"
+html_static_path = ["_static"]
+html_theme_options = {
+    "navbar_align": "left",
+    "show_toc_level": 2,
+    "navigation_with_keys": False,
+    "footer_start": ["copyright"],
+    "footer_end": ["sphinx-version"],
+}
+html_context = {"default_mode": "light"}
+html_show_sourcelink = False

@@ -1,0 +1,338 @@
+"""The plots a user of fastep would otherwise write again and again (matplotlib, the
+``plot`` extra: ``pip install "fastep[plot]"``).
+
+Every function follows matplotlib's conventions: it draws on ``ax`` (default: the
+current Axes, ``plt.gca()``), takes the usual keyword arguments of the artist it draws,
+and returns the Axes.
+
+* :func:`latent_band`: the latent posterior mean and a band of ``n_std`` standard
+  deviations over one input feature (any estimator with ``predict_latent``).
+* :func:`probability_map`: p(y = 1 | x) over a 2-D input, filled contours with the 0.5
+  level drawn (a binary classifier's decision regions).
+* :func:`calibration`: a reliability diagram, observed frequency against predicted
+  probability in bins (binary, or the top label of a multiclass model).
+* :func:`annotator_reliabilities`: learnt sensitivity and specificity of each annotator
+  of :class:`fastep.MultiAnnotatorGPClassifier`, against true values when known.
+* :func:`convergence`: a trace of log Z (EP sweeps, ``result_.history``; or ML-II
+  steps) as the distance to its last value, on a log scale.
+
+Examples
+--------
+>>> import matplotlib
+>>> matplotlib.use("Agg")
+>>> import matplotlib.pyplot as plt
+>>> fig, ax = plt.subplots()
+>>> import numpy as np
+>>> from fastep import EPGaussianProcessClassifier
+>>> from fastep.plot import latent_band
+>>> X = np.linspace(-3, 3, 40)[:, None]; y = (np.sin(2 * X[:, 0]) > 0).astype(int)
+>>> clf = EPGaussianProcessClassifier(optimizer=None).fit(X, y)
+>>> ax = latent_band(clf, np.linspace(-4, 4, 100)[:, None], ax=ax)
+>>> len(ax.lines), len(ax.collections)
+(1, 1)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["latent_band", "probability_map", "calibration", "annotator_reliabilities",
+           "convergence"]
+
+
+def _axes(ax):
+    """``ax``, or the current Axes; a clear error where matplotlib is missing."""
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as exc:                        # pragma: no cover - the extra is absent
+        raise ImportError("fastep.plot needs matplotlib: pip install \"fastep[plot]\"") from exc
+    return plt.gca() if ax is None else ax
+
+
+def _one_feature(X, name="X"):
+    """The grid of a 1-D plot: X of shape (n,) or (n, 1), as (n, 1) and its (n,) values."""
+    X = np.asarray(X, dtype=float)
+    if X.ndim == 1:
+        X = X[:, None]
+    if X.ndim != 2 or X.shape[1] != 1:
+        raise ValueError(f"{name} must hold one input feature, shape (n,) or (n, 1); got "
+                         f"shape {np.shape(X)}. Plot a slice of a wider model by fixing "
+                         f"the other features.")
+    return X, X[:, 0]
+
+
+def latent_band(estimator, X, *, ax=None, n_std=2.0, label="latent mean", band_label=None,
+                color=None, alpha=0.25):
+    """Latent posterior mean of f(x) and a band of ``n_std`` standard deviations.
+
+    Parameters
+    ----------
+    estimator : fitted fastep estimator with ``predict_latent(X, return_std=True)``
+        (the EP classifier and regressors, the censored, ordinal and crowd models).
+    X : array of shape (n,) or (n, 1)
+        Inputs of one feature, in the order they are drawn (sort them).
+    ax : matplotlib Axes, optional
+    n_std : float, default=2.0
+        Half-width of the band in posterior standard deviations (2: about 95%).
+    label, band_label, color, alpha :
+        Passed to the mean's line (``label``, ``color``) and the band (``band_label``,
+        default ``"±2 sd"`` for ``n_std=2``; ``color``, ``alpha``).
+
+    Returns
+    -------
+    ax : matplotlib Axes
+        With one line (the mean) and one filled band.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt; fig = plt.figure()      # a new figure: its Axes
+    >>> import numpy as np
+    >>> from fastep import EPGaussianProcessRegressor
+    >>> from fastep.plot import latent_band
+    >>> X = np.linspace(0, 5, 30)[:, None]
+    >>> reg = EPGaussianProcessRegressor(likelihood="gaussian", optimizer=None)
+    >>> ax = latent_band(reg.fit(X, np.sin(X[:, 0])), np.linspace(0, 6, 80), n_std=2)
+    >>> ax.get_ylabel()
+    'f(x)'
+    """
+    ax = _axes(ax)
+    X, x = _one_feature(X)
+    mean, std = estimator.predict_latent(X, return_std=True)
+    line, = ax.plot(x, mean, label=label, color=color)
+    ax.fill_between(x, mean - n_std * std, mean + n_std * std, color=line.get_color(),
+                    alpha=alpha, linewidth=0,
+                    label=f"\u00b1{n_std:g} sd" if band_label is None else band_label)
+    ax.set_xlabel("x")
+    ax.set_ylabel("f(x)")
+    return ax
+
+
+def probability_map(estimator, X, y=None, *, ax=None, resolution=150, margin=0.5,
+                    cmap="RdBu_r", levels=11):
+    """p(y = 1 | x) of a binary classifier over the box around a 2-D X, as filled
+    contours with the 0.5 level drawn in black; the points of X coloured by ``y`` if
+    given.
+
+    Parameters
+    ----------
+    estimator : fitted binary classifier with ``predict_proba``
+    X : array (n, 2)
+        The inputs whose bounding box (widened by ``margin``) is drawn.
+    y : array (n,), optional
+        Labels of X, as the points' colours.
+    ax : matplotlib Axes, optional
+    resolution : int, default=150
+        Grid points per axis.
+    margin : float, default=0.5
+        Added to each side of the box, in units of X.
+    cmap, levels :
+        Passed to ``contourf``.
+
+    Returns
+    -------
+    ax : matplotlib Axes
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt; fig = plt.figure()      # a new figure: its Axes
+    >>> import numpy as np
+    >>> from fastep import EPGaussianProcessClassifier
+    >>> from fastep.plot import probability_map
+    >>> X = np.random.default_rng(0).normal(size=(80, 2)); y = (X[:, 0] > X[:, 1]).astype(int)
+    >>> clf = EPGaussianProcessClassifier(optimizer=None).fit(X, y)
+    >>> ax = probability_map(clf, X, y, resolution=40)
+    >>> [float(v) for v in ax.collections[1].levels]      # the decision boundary
+    [0.5]
+    """
+    ax = _axes(ax)
+    X = np.asarray(X, dtype=float)
+    if X.ndim != 2 or X.shape[1] != 2:
+        raise ValueError(f"X must hold two input features, shape (n, 2); got shape "
+                         f"{np.shape(X)}.")
+    lo, hi = X.min(0) - margin, X.max(0) + margin
+    g0, g1 = np.meshgrid(np.linspace(lo[0], hi[0], resolution),
+                         np.linspace(lo[1], hi[1], resolution))
+    grid = np.column_stack([g0.ravel(), g1.ravel()])
+    proba = estimator.predict_proba(grid)
+    if proba.shape[1] != 2:
+        raise ValueError(f"probability_map draws a binary classifier; this one has "
+                         f"{proba.shape[1]} classes. Draw one class's column of "
+                         f"predict_proba with ax.contourf instead.")
+    p = proba[:, 1].reshape(g0.shape)
+    filled = ax.contourf(g0, g1, p, levels=np.linspace(0.0, 1.0, levels), cmap=cmap)
+    ax.contour(g0, g1, p, levels=[0.5], colors="k", linewidths=1.5)
+    if y is not None:
+        ax.scatter(X[:, 0], X[:, 1], c=np.asarray(y), cmap=cmap, edgecolors="k", s=20)
+    ax.figure.colorbar(filled, ax=ax, label="p(y = 1 | x)")
+    return ax
+
+
+def calibration(y_true, proba, *, n_bins=10, ax=None, label=None, marker="o"):
+    """Reliability diagram: the observed frequency of the event in bins of equal width
+    of its predicted probability, against the bins' mean prediction (points on the
+    diagonal are calibrated).
+
+    Parameters
+    ----------
+    y_true : array (n,)
+        Labels: 0/1 for a binary ``proba`` of shape (n,); class indices 0..C-1 for a
+        ``proba`` of shape (n, C), whose top label is checked (the event: the most
+        probable class is the true one).
+    proba : array (n,) or (n, C)
+        Predicted probabilities (``predict_proba``; its column 1 for a binary model).
+    n_bins : int, default=10
+    ax : matplotlib Axes, optional
+    label, marker :
+        Passed to the line.
+
+    Returns
+    -------
+    ax : matplotlib Axes
+        With the diagonal (drawn once per Axes) and one line of at most ``n_bins`` points
+        (empty bins left out).
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt; fig = plt.figure()      # a new figure: its Axes
+    >>> import numpy as np
+    >>> from fastep.plot import calibration
+    >>> rng = np.random.default_rng(0)
+    >>> p = rng.uniform(size=1000); y = (rng.uniform(size=1000) < p).astype(int)
+    >>> ax = calibration(y, p, n_bins=5, label="calibrated")
+    >>> np.round(ax.lines[1].get_ydata(), 1)          # close to the bins' mean p
+    array([0.1, 0.3, 0.5, 0.7, 0.9])
+    """
+    ax = _axes(ax)
+    y_true, proba = np.asarray(y_true), np.asarray(proba, dtype=float)
+    if proba.ndim == 2:
+        if y_true.shape != (proba.shape[0],):
+            raise ValueError(f"y_true must have shape ({proba.shape[0]},) for proba of "
+                             f"shape {proba.shape}; got {y_true.shape}.")
+        event = np.argmax(proba, axis=1) == y_true
+        proba = proba.max(axis=1)
+    elif proba.ndim == 1 and y_true.shape == proba.shape:
+        event = y_true.astype(bool)
+    else:
+        raise ValueError(f"proba must have shape (n,) or (n, C) and y_true shape (n,); "
+                         f"got {proba.shape} and {y_true.shape}.")
+    if not np.all((proba >= 0.0) & (proba <= 1.0)):
+        raise ValueError("proba must lie in [0, 1]; pass predict_proba's output.")
+    which = np.minimum((proba * n_bins).astype(int), n_bins - 1)
+    counts = np.bincount(which, minlength=n_bins)
+    full = counts > 0
+    mean_p = np.bincount(which, weights=proba, minlength=n_bins)[full] / counts[full]
+    freq = np.bincount(which, weights=event, minlength=n_bins)[full] / counts[full]
+    if not any(line.get_gid() == "calibration-diagonal" for line in ax.lines):
+        ax.plot([0, 1], [0, 1], color="0.6", linestyle="--", linewidth=1,
+                gid="calibration-diagonal")       # once per Axes: several models share it
+    ax.plot(mean_p, freq, marker=marker, label=label)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("predicted probability")
+    ax.set_ylabel("observed frequency")
+    return ax
+
+
+def annotator_reliabilities(estimator, *, truth=None, ax=None, width=0.38):
+    """Learnt sensitivity and specificity of each annotator as grouped bars, with the
+    true values as black marks when known.
+
+    Parameters
+    ----------
+    estimator : fitted :class:`fastep.MultiAnnotatorGPClassifier`
+    truth : (sensitivity, specificity), optional
+        True values, arrays of one entry per annotator.
+    ax : matplotlib Axes, optional
+    width : float, default=0.38
+        Width of each bar.
+
+    Returns
+    -------
+    ax : matplotlib Axes
+        With two bar containers (sensitivity, specificity).
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt; fig = plt.figure()      # a new figure: its Axes
+    >>> import numpy as np
+    >>> from fastep import MultiAnnotatorGPClassifier
+    >>> from fastep.datasets import simulate_annotators
+    >>> from fastep.plot import annotator_reliabilities
+    >>> X = np.random.default_rng(0).normal(size=(100, 2)); z = (X[:, 0] > 0).astype(int)
+    >>> Y = simulate_annotators(z, [0.9, 0.6], [0.9, 0.6], random_state=0)
+    >>> clf = MultiAnnotatorGPClassifier(optimizer=None).fit(X, Y)
+    >>> ax = annotator_reliabilities(clf, truth=([0.9, 0.6], [0.9, 0.6]))
+    >>> len(ax.containers)
+    2
+    """
+    ax = _axes(ax)
+    try:
+        learnt = (np.asarray(estimator.sensitivity_), np.asarray(estimator.specificity_))
+    except AttributeError:
+        raise ValueError("annotator_reliabilities draws a fitted "
+                         "MultiAnnotatorGPClassifier (it reads sensitivity_ and "
+                         "specificity_); fit it first.") from None
+    r = np.arange(learnt[0].size)
+    for k, (name, values) in enumerate(zip(("sensitivity", "specificity"), learnt)):
+        ax.bar(r + (k - 0.5) * width, values, width, label=name)
+        if truth is not None:
+            true = np.asarray(truth[k], dtype=float)
+            if true.shape != values.shape:
+                raise ValueError(f"truth[{k}] must hold one {name} per annotator "
+                                 f"({values.size}); got shape {true.shape}.")
+            ax.scatter(r + (k - 0.5) * width, true, marker="_", s=300, color="k",
+                       zorder=3, label="true" if k == 0 else None)
+    ax.set_xticks(r, [f"annotator {i}" for i in r])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("probability of a right label")
+    return ax
+
+
+def convergence(values, *, ax=None, label=None, marker=".", xlabel="EP sweep"):
+    """A trace of log Z as ``|log Z_k - log Z_last|`` against k, on a log scale: EP's
+    sweeps (an EP result's ``history``: :attr:`fastep.EPResult.history`,
+    ``estimator.result_.history``) or ML-II's evaluations.  The last entry (zero
+    distance) is left out.
+
+    Parameters
+    ----------
+    values : sequence of float
+        log Z at each step, the final value last.
+    ax : matplotlib Axes, optional
+    label, marker :
+        Passed to the line.
+    xlabel : str, default="EP sweep"
+
+    Returns
+    -------
+    ax : matplotlib Axes
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt; fig = plt.figure()      # a new figure: its Axes
+    >>> import numpy as np
+    >>> import fastep
+    >>> from fastep.kernels import RBF
+    >>> from fastep.likelihoods import Probit
+    >>> X = np.linspace(-2, 2, 50)[:, None]; y = np.sign(X[:, 0] + 0.1)
+    >>> res = fastep.ep(RBF()(X), y, Probit(), tol=1e-8)
+    >>> ax = convergence(res.history)
+    >>> ax.get_yscale()
+    'log'
+    """
+    ax = _axes(ax)
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 1 or values.size < 2 or not np.all(np.isfinite(values)):
+        raise ValueError(f"values must be a 1-D sequence of at least 2 finite log Z "
+                         f"values; got shape {values.shape}.")
+    gap = np.abs(values[:-1] - values[-1])
+    steps = np.arange(gap.size)
+    shown = gap > 0                           # log scale: a step that landed exactly drops
+    ax.semilogy(steps[shown], gap[shown], marker=marker, label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("|log Z - final log Z|")
+    return ax

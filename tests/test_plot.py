@@ -1,0 +1,127 @@
+"""fastep.plot under matplotlib's Agg backend: each plot holds the artists and the data
+it promises (computed here independently), takes ``ax=`` and returns it."""
+import numpy as np
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from sklearn.calibration import calibration_curve  # noqa: E402
+
+from fastep import EPGaussianProcessClassifier, MultiAnnotatorGPClassifier  # noqa: E402
+from fastep import plot  # noqa: E402
+from fastep.datasets import simulate_annotators  # noqa: E402
+from fastep.kernels import RBF  # noqa: E402
+
+
+@pytest.fixture
+def ax():
+    fig, ax = plt.subplots()
+    yield ax
+    plt.close(fig)
+
+
+@pytest.fixture(scope="module")
+def binary_1d():
+    X = np.linspace(-3, 3, 40)[:, None]
+    y = (np.sin(2 * X[:, 0]) > 0).astype(int)
+    return EPGaussianProcessClassifier(RBF(2.0, 0.7), optimizer=None).fit(X, y), X, y
+
+
+def test_latent_band_draws_the_mean_and_a_band_of_n_std(ax, binary_1d):
+    clf, _, _ = binary_1d
+    grid = np.linspace(-4, 4, 50)
+    assert plot.latent_band(clf, grid, ax=ax, n_std=3.0) is ax
+    mean, std = clf.predict_latent(grid[:, None], return_std=True)
+    line, = ax.lines
+    np.testing.assert_array_equal(line.get_xdata(), grid)
+    np.testing.assert_allclose(line.get_ydata(), mean)
+    band, = ax.collections
+    ys = np.concatenate([p.vertices[:, 1] for p in band.get_paths()])
+    np.testing.assert_allclose([ys.min(), ys.max()],
+                               [np.min(mean - 3 * std), np.max(mean + 3 * std)], rtol=1e-12)
+
+
+def test_latent_band_refuses_two_features(ax, binary_1d):
+    with pytest.raises(ValueError, match="one input feature"):
+        plot.latent_band(binary_1d[0], np.zeros((5, 2)), ax=ax)
+
+
+def test_probability_map_contours_p_and_the_half_level(ax):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2))
+    y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    clf = EPGaussianProcessClassifier(RBF(1.0, 1.0), optimizer=None).fit(X, y)
+    assert plot.probability_map(clf, X, y, ax=ax, resolution=30) is ax
+    filled, half, points = ax.collections[0], ax.collections[1], ax.collections[2]
+    assert list(half.levels) == [0.5]
+    np.testing.assert_allclose(filled.levels, np.linspace(0, 1, 11))
+    np.testing.assert_array_equal(points.get_offsets(), X)
+    # the 0.5 contour lies where the classifier's p crosses 0.5
+    path = np.concatenate([p.vertices for p in half.get_paths()])
+    p = clf.predict_proba(path)[:, 1]
+    assert np.max(np.abs(p - 0.5)) < 0.05
+
+
+def test_calibration_matches_scikit_learns_curve(ax):
+    rng = np.random.default_rng(1)
+    proba = rng.uniform(size=2000)
+    y = (rng.uniform(size=2000) < proba ** 1.5).astype(int)
+    assert plot.calibration(y, proba, n_bins=8, ax=ax, label="m") is ax
+    diagonal, line = ax.lines
+    freq, mean_p = calibration_curve(y, proba, n_bins=8, strategy="uniform")
+    np.testing.assert_allclose(line.get_xdata(), mean_p, rtol=1e-12)
+    np.testing.assert_allclose(line.get_ydata(), freq, rtol=1e-12)
+    np.testing.assert_array_equal(diagonal.get_xdata(), [0, 1])
+    plot.calibration(y, 1 - proba, n_bins=8, ax=ax, label="another model")
+    assert len(ax.lines) == 3                    # a second model, no second diagonal
+
+
+def test_calibration_of_the_top_label(ax):
+    proba = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4], [0.05, 0.9, 0.05]])
+    y = np.array([0, 0, 2, 1])
+    plot.calibration(y, proba, n_bins=2, ax=ax)
+    line = ax.lines[1]
+    # bin [0, 0.5): 0.4 (right); bin [0.5, 1]: 0.7 (right), 0.8 (wrong), 0.9 (right)
+    np.testing.assert_allclose(line.get_xdata(), [0.4, 0.8])
+    np.testing.assert_allclose(line.get_ydata(), [1.0, 2 / 3])
+    with pytest.raises(ValueError, match="y_true must have shape"):
+        plot.calibration(y[:3], proba, ax=ax)
+
+
+def test_annotator_reliabilities_draws_the_fitted_values_and_the_truth(ax):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 2))
+    z = (X[:, 0] > 0).astype(int)
+    sens, spec = [0.9, 0.7, 0.6], [0.85, 0.75, 0.6]
+    Y = simulate_annotators(z, sens, spec, random_state=0)
+    ma = MultiAnnotatorGPClassifier(optimizer=None).fit(X, Y)
+    assert plot.annotator_reliabilities(ma, truth=(sens, spec), ax=ax) is ax
+    bars = ax.containers
+    assert len(bars) == 2
+    np.testing.assert_allclose([b.get_height() for b in bars[0]], ma.sensitivity_)
+    np.testing.assert_allclose([b.get_height() for b in bars[1]], ma.specificity_)
+    marks = [c for c in ax.collections if c.get_offsets().shape[0] == 3]
+    np.testing.assert_allclose(marks[0].get_offsets()[:, 1], sens)
+    np.testing.assert_allclose(marks[1].get_offsets()[:, 1], spec)
+    with pytest.raises(ValueError, match="MultiAnnotatorGPClassifier"):
+        plot.annotator_reliabilities(EPGaussianProcessClassifier(), ax=ax)
+
+
+def test_convergence_draws_the_distance_to_the_last_value_on_a_log_scale(ax):
+    values = [-50.0, -41.0, -40.1, -40.01, -40.0]
+    assert plot.convergence(values, ax=ax) is ax
+    line, = ax.lines
+    np.testing.assert_array_equal(line.get_xdata(), [0, 1, 2, 3])
+    np.testing.assert_allclose(line.get_ydata(), [10.0, 1.0, 0.1, 0.01])
+    assert ax.get_yscale() == "log"
+    with pytest.raises(ValueError, match="at least 2 finite"):
+        plot.convergence([1.0], ax=ax)
+
+
+def test_plots_draw_on_the_current_axes_by_default(binary_1d):
+    fig = plt.figure()
+    try:
+        assert plot.convergence([2.0, 1.0]) is plt.gca()
+    finally:
+        plt.close(fig)
