@@ -33,7 +33,7 @@ try:
 except ImportError:  # pragma: no cover - a core dependency, but degrade gracefully
     ThreadpoolController = None
 
-_CONTROLLER = []
+_CONTROLLER: list = []
 
 
 def _controller():
@@ -161,7 +161,7 @@ def solve_lower_inplace(l: np.ndarray, b: np.ndarray, trans: bool = False) -> np
 # ctypes function pointer release it (ctypes drops the GIL around foreign calls), so chunks
 # of a streamed sweep can run on several cores with single-threaded BLAS each.
 _VP = ctypes.c_void_p
-_NOGIL = {}
+_NOGIL: dict = {}
 
 
 def _blas_fn(name, n_args):

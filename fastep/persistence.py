@@ -18,6 +18,7 @@ import numbers
 import os
 import secrets
 import zipfile
+from typing import Any, Dict, Union
 
 import numpy as np
 
@@ -102,7 +103,7 @@ def _params_from_header(params, arrays):
     return out
 
 
-def save_model(estimator, path):
+def save_model(estimator: Any, path: Union[str, "os.PathLike[str]"]) -> None:
     """Write a fitted fastep estimator to ``path`` (an ``.npz`` archive, no pickle).
 
     Every estimator can be saved: :class:`~fastep.EPGaussianProcessClassifier`,
@@ -129,7 +130,7 @@ def save_model(estimator, path):
     if name not in ESTIMATORS:
         raise ValueError(f"save_model saves fastep estimators {list(ESTIMATORS)}; got {name}.")
     check_is_fitted(estimator)
-    arrays = {}
+    arrays: Dict[str, Any] = {}
     params = _params_to_header(estimator, arrays)
     state, state_arrays = estimator._state()
     if set(arrays) & set(state_arrays):            # pragma: no cover - names are distinct
@@ -188,7 +189,7 @@ def _plain(a):
     return a
 
 
-def load_model(path):
+def load_model(path: Union[str, "os.PathLike[str]"]) -> Any:
     """Load a model written by :func:`save_model`; predictions round-trip exactly.
 
     The model predicts on the CPU (``device="cpu"``), whatever device it was fitted on.
@@ -289,7 +290,7 @@ def load_model(path):
     return est
 
 
-def describe_model(path):
+def describe_model(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     """What a model file holds, after :func:`load_model` has checked all of it: a dict of
     printable values (``fastep info MODEL`` prints it).
 

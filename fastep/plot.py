@@ -33,13 +33,19 @@ Examples
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Optional, Tuple
+
 import numpy as np
+from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:                     # matplotlib is an optional extra: imported when drawing
+    from matplotlib.axes import Axes
 
 __all__ = ["latent_band", "probability_map", "calibration", "annotator_reliabilities",
            "convergence"]
 
 
-def _axes(ax):
+def _axes(ax: Optional[Axes]) -> Axes:
     """``ax``, or the current Axes; a clear error where matplotlib is missing."""
     try:
         import matplotlib.pyplot as plt
@@ -60,8 +66,9 @@ def _one_feature(X, name="X"):
     return X, X[:, 0]
 
 
-def latent_band(estimator, X, *, ax=None, n_std=2.0, label="latent mean", band_label=None,
-                color=None, alpha=0.25):
+def latent_band(estimator: Any, X: ArrayLike, *, ax: Optional[Axes] = None, n_std: float = 2.0,
+                label: Optional[str] = "latent mean", band_label: Optional[str] = None,
+                color: Any = None, alpha: float = 0.25) -> Axes:
     """Latent posterior mean of f(x) and a band of ``n_std`` standard deviations.
 
     Parameters
@@ -107,8 +114,9 @@ def latent_band(estimator, X, *, ax=None, n_std=2.0, label="latent mean", band_l
     return ax
 
 
-def probability_map(estimator, X, y=None, *, ax=None, resolution=150, margin=0.5,
-                    cmap="RdBu_r", levels=11):
+def probability_map(estimator: Any, X: ArrayLike, y: Optional[ArrayLike] = None, *,
+                    ax: Optional[Axes] = None, resolution: int = 150, margin: float = 0.5,
+                    cmap: Any = "RdBu_r", levels: int = 11) -> Axes:
     """p(y = 1 | x) of a binary classifier over the box around a 2-D X, as filled
     contours with the 0.5 level drawn in black; the points of X coloured by ``y`` if
     given.
@@ -168,7 +176,9 @@ def probability_map(estimator, X, y=None, *, ax=None, resolution=150, margin=0.5
     return ax
 
 
-def calibration(y_true, proba, *, n_bins=10, ax=None, label=None, marker="o"):
+def calibration(y_true: ArrayLike, proba: ArrayLike, *, n_bins: int = 10,
+                ax: Optional[Axes] = None, label: Optional[str] = None,
+                marker: str = "o") -> Axes:
     """Reliability diagram: the observed frequency of the event in bins of equal width
     of its predicted probability, against the bins' mean prediction (points on the
     diagonal are calibrated).
@@ -205,24 +215,24 @@ def calibration(y_true, proba, *, n_bins=10, ax=None, label=None, marker="o"):
     array([0.1, 0.3, 0.5, 0.7, 0.9])
     """
     ax = _axes(ax)
-    y_true, proba = np.asarray(y_true), np.asarray(proba, dtype=float)
-    if proba.ndim == 2:
-        if y_true.shape != (proba.shape[0],):
-            raise ValueError(f"y_true must have shape ({proba.shape[0]},) for proba of "
-                             f"shape {proba.shape}; got {y_true.shape}.")
-        event = np.argmax(proba, axis=1) == y_true
-        proba = proba.max(axis=1)
-    elif proba.ndim == 1 and y_true.shape == proba.shape:
-        event = y_true.astype(bool)
+    labels, p = np.asarray(y_true), np.asarray(proba, dtype=np.float64)
+    if p.ndim == 2:
+        if labels.shape != (p.shape[0],):
+            raise ValueError(f"y_true must have shape ({p.shape[0]},) for proba of "
+                             f"shape {p.shape}; got {labels.shape}.")
+        event = np.argmax(p, axis=1) == labels
+        p = p.max(axis=1)
+    elif p.ndim == 1 and labels.shape == p.shape:
+        event = labels.astype(bool)
     else:
         raise ValueError(f"proba must have shape (n,) or (n, C) and y_true shape (n,); "
-                         f"got {proba.shape} and {y_true.shape}.")
-    if not np.all((proba >= 0.0) & (proba <= 1.0)):
+                         f"got {p.shape} and {labels.shape}.")
+    if not np.all((p >= 0.0) & (p <= 1.0)):
         raise ValueError("proba must lie in [0, 1]; pass predict_proba's output.")
-    which = np.minimum((proba * n_bins).astype(int), n_bins - 1)
+    which = np.minimum((p * n_bins).astype(int), n_bins - 1)
     counts = np.bincount(which, minlength=n_bins)
     full = counts > 0
-    mean_p = np.bincount(which, weights=proba, minlength=n_bins)[full] / counts[full]
+    mean_p = np.bincount(which, weights=p, minlength=n_bins)[full] / counts[full]
     freq = np.bincount(which, weights=event, minlength=n_bins)[full] / counts[full]
     if not any(line.get_gid() == "calibration-diagonal" for line in ax.lines):
         ax.plot([0, 1], [0, 1], color="0.6", linestyle="--", linewidth=1,
@@ -235,7 +245,9 @@ def calibration(y_true, proba, *, n_bins=10, ax=None, label=None, marker="o"):
     return ax
 
 
-def annotator_reliabilities(estimator, *, truth=None, ax=None, width=0.38):
+def annotator_reliabilities(estimator: Any, *,
+                            truth: Optional[Tuple[ArrayLike, ArrayLike]] = None,
+                            ax: Optional[Axes] = None, width: float = 0.38) -> Axes:
     """Learnt sensitivity and specificity of each annotator as grouped bars, with the
     true values as black marks when known.
 
@@ -291,7 +303,8 @@ def annotator_reliabilities(estimator, *, truth=None, ax=None, width=0.38):
     return ax
 
 
-def convergence(values, *, ax=None, label=None, marker=".", xlabel="EP sweep"):
+def convergence(values: ArrayLike, *, ax: Optional[Axes] = None, label: Optional[str] = None,
+                marker: str = ".", xlabel: str = "EP sweep") -> Axes:
     """A trace of log Z as ``|log Z_k - log Z_last|`` against k, on a log scale: EP's
     sweeps (an EP result's ``history``: :attr:`fastep.EPResult.history`,
     ``estimator.result_.history``) or ML-II's evaluations.  The last entry (zero

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+from typing import Any
 
 from .._memory import check_dense_memory, host_memory_available
 
@@ -53,7 +54,7 @@ class Backend(abc.ABC):
     """
 
     name = "?"
-    xp = None
+    xp: Any = None
     ep_methods: tuple = ("parallel",)
 
     def __repr__(self):

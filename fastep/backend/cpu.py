@@ -283,7 +283,7 @@ def select(n):
 # parallel (Gram matrices, contractions, tilted moments) is entered by one worker at a time
 # (_COMPILED): Numba's workqueue layer aborts on concurrent parallel launches, and each
 # launch already uses every Numba thread.
-_POOL = []
+_POOL: list = []
 _COMPILED = threading.Lock()
 os.register_at_fork(after_in_child=_POOL.clear)
 

@@ -22,14 +22,16 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._memory import DENSE_EP_MATRICES
 from .._numerics import predictive_variance
 from ..backend import resolve
 from ..exceptions import ConvergenceWarning, EPNumericalWarning, NotPositiveDefiniteError
-from ..likelihoods import check_likelihood
+from ..likelihoods import Likelihood, check_likelihood
 from ._dense_posterior import _Posterior
 from ._result import EPResultBase
 from ._anderson import anderson_for
@@ -99,7 +101,7 @@ class EPResult(EPResultBase):
 
     method: str
     history: list = field(default_factory=list, repr=False)
-    _posterior: _Posterior = field(default=None, repr=False)
+    _posterior: Optional[_Posterior] = field(default=None, repr=False)
 
     @property
     def b(self):
@@ -177,9 +179,12 @@ def _prepare(be, K, y, likelihood, extra):
     return K, be.site_inputs(likelihood, y, extra)
 
 
-def ep(K, y, likelihood, method="parallel", damping=None, tol=1e-4, max_iter=100,
-       site_tau=None, site_nu=None, extra=None, check_psd=True, callback=None, device="cpu",
-       robust=None, outer=None):
+def ep(K: ArrayLike, y: ArrayLike, likelihood: Likelihood, method: str = "parallel",
+       damping: Optional[float] = None, tol: float = 1e-4, max_iter: int = 100,
+       site_tau: Optional[ArrayLike] = None, site_nu: Optional[ArrayLike] = None,
+       extra: Optional[ArrayLike] = None, check_psd: bool = True,
+       callback: Optional[Callable[[int, float], Any]] = None, device: str = "cpu",
+       robust: Optional[bool] = None, outer: Any = None) -> EPResult:
     """Run Expectation Propagation for ``f ~ N(0, K)``, ``y_i ~ p(y_i | f_i)``.
 
     Parameters

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
@@ -49,7 +50,7 @@ class LaplaceResult:
     converged: bool
     grad_log_lik: np.ndarray
     W: np.ndarray
-    _L: np.ndarray = field(repr=False, default=None)
+    _L: Optional[np.ndarray] = field(repr=False, default=None)
 
     def predict_latent(self, k_cross, k_diag):
         """mean = k*^T d log p(y|f_hat)/df;  var = k** - |L^-1 W^1/2 k*|^2 (R&W 3.21, 3.24)."""

@@ -21,6 +21,7 @@ import copy
 import math
 import numbers
 import warnings
+from typing import Any
 
 import numba
 import numpy as np
@@ -107,7 +108,7 @@ class Likelihood:
     param_names: tuple = ()
     log_concave = True
     binary = False
-    scalar_tilted = None
+    scalar_tilted: Any = None
     #: Columns of the per-site ``extra`` array that ``scalar_tilted`` reads.
     n_extra = 0
     #: Whether +-inf in ``extra`` means something (no censoring limit; log 0).
@@ -159,10 +160,6 @@ class Likelihood:
     def _free(self):
         return [n for n in self.param_names if not (isinstance(self._bounds[n], str))]
 
-    @property
-    def theta(self):
-        return np.log([self._values[n] for n in self._free()])
-
     def _checked_theta(self, theta):
         """``theta`` as a float array of shape (n_dims,), or a ``ValueError``."""
         theta = np.atleast_1d(np.asarray(theta, dtype=float))
@@ -170,6 +167,10 @@ class Likelihood:
             raise ValueError(f"theta of {type(self).__name__} must have shape ({self.n_dims},); "
                              f"got {theta.shape}.")
         return theta
+
+    @property
+    def theta(self):
+        return np.log([self._values[n] for n in self._free()])
 
     @theta.setter
     def theta(self, theta):

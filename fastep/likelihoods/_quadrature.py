@@ -23,10 +23,10 @@ from numba import njit, prange, types
 from .._jit import f8, f8_1d, pjit
 from ._scalar import builtin_dlog_lik, builtin_log_lik, builtin_peak
 
-_GL_X, _GL_W = np.polynomial.legendre.leggauss(10)
+_LEGENDRE = np.polynomial.legendre.leggauss(10)
 # tuples, not arrays: Numba freezes them as constants, so the kernels stay cacheable
-_GL_X = tuple(float(v) for v in 0.5 * (_GL_X + 1.0))     # nodes on [0, 1]
-_GL_W = tuple(float(v) for v in 0.5 * _GL_W)
+_GL_X = tuple(float(v) for v in 0.5 * (_LEGENDRE[0] + 1.0))     # nodes on [0, 1]
+_GL_W = tuple(float(v) for v in 0.5 * _LEGENDRE[1])
 _DROP = 42.0            # stop once the log integrand is this far below its peak
 _MAX_PANELS = 200       # per side
 

@@ -279,13 +279,13 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
                               f"max_iter, or tol, only as far as held-out data bear out.",
                               ConvergenceWarning, stacklevel=user_stacklevel())
         else:
-            def objective(p, rows, scale):
+            def minibatch_objective(p, rows, scale):
                 draw = gwi.subsample(kernel, Xt, factors,
                                      rng.choice(n_train, n_s, replace=False))
                 return gwi.gwi_objective(p, factors, draw, X_lin, yt, lik, self.prior_mean,
                                          squared, rows=rows, scale=scale, device=be)
 
-            params = gwi.fit_adam(params, objective, n_train, self.batch_size, self.max_iter,
+            params = gwi.fit_adam(params, minibatch_objective, n_train, self.batch_size, self.max_iter,
                                   self.learning_rate, rng)
             n_iter, converged = self.max_iter, True
         value, _, parts = gwi.gwi_objective(params, factors, sub, X_lin, yt, lik,

@@ -37,7 +37,7 @@ from ._available import is_available, require, simulator_enabled
 __all__ = ["CUDABackend", "cuda_backend", "is_available", "require", "simulator_enabled",
            "CUDAUnavailableError"]
 
-_INSTANCES = {}
+_INSTANCES: dict = {}
 
 
 def cuda_backend(dense_algebra=True):

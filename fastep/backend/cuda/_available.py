@@ -28,7 +28,7 @@ def simulator_enabled() -> bool:
     True
     """
     from numba.core import config
-    return bool(config.ENABLE_CUDASIM)
+    return bool(getattr(config, "ENABLE_CUDASIM", False))
 
 
 def _driver_reason(cuda):

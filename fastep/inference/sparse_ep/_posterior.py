@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Optional
 
 import numpy as np
 from scipy.linalg import blas, cholesky, solve_triangular
@@ -49,8 +50,8 @@ class SparseEPResult(EPResultBase):
     alpha: float
     inducing_points: np.ndarray
     history: list = field(default_factory=list, repr=False)
-    resid: np.ndarray = field(default=None, repr=False)
-    _q: "_InducingPosterior" = field(default=None, repr=False)
+    resid: Optional[np.ndarray] = field(default=None, repr=False)
+    _q: Optional["_InducingPosterior"] = field(default=None, repr=False)
     _backend: object = field(default=None, repr=False)
     _cluster: object = field(default=None, repr=False)
 

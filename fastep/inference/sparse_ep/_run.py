@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import numbers
+from typing import Any, Callable, Optional
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..._checks import all_finite, float_array
 from ..._dask import is_dask_array
@@ -88,9 +90,13 @@ def _rows_of(X):
     return float_array(X, "X", 2)
 
 
-def sparse_ep(kernel, Z, X, y, likelihood, alpha=1.0, damping=None, tol=1e-4, max_iter=100,
-              site_tau=None, site_nu=None, extra=None, chunk_size=None, callback=None,
-              device="cpu", gram_cache=GRAM_CACHE, schedule="sequential", robust=None):
+def sparse_ep(kernel: Any, Z: ArrayLike, X: Any, y: Any, likelihood: Any, alpha: float = 1.0,
+              damping: Optional[float] = None, tol: float = 1e-4, max_iter: int = 100,
+              site_tau: Optional[ArrayLike] = None, site_nu: Optional[ArrayLike] = None,
+              extra: Optional[ArrayLike] = None, chunk_size: Optional[int] = None,
+              callback: Optional[Callable[[int, float], Any]] = None, device: str = "cpu",
+              gram_cache: float = GRAM_CACHE, schedule: str = "sequential",
+              robust: Optional[bool] = None) -> SparseEPResult:
     """Power EP with inducing points Z (see the module docstring).
 
     Parameters

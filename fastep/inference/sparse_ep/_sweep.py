@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Optional
 
 import numpy as np
 
@@ -75,9 +76,9 @@ class SweepSums:
     skipped: int
     site_ev: float
     change: float
-    P_G: np.ndarray = None
-    b_G: np.ndarray = None
-    turn: float = None
+    P_G: Optional[np.ndarray] = None
+    b_G: Optional[np.ndarray] = None
+    turn: Optional[float] = None
 
 
 class _SweepPart:
