@@ -79,12 +79,21 @@ def main(argv=None):
                    "default: the last column)")
     p.add_argument("--features", help="comma-separated feature columns (default: the rest)")
     p.add_argument("--annotator-columns", help="annotators: the columns of their labels")
-    p.add_argument("--lower", type=float, help="censored: lower censoring limit")
-    p.add_argument("--upper", type=float, help="censored: upper censoring limit")
+    p.add_argument("--lower", type=float, help="censored (and regression with "
+                   "--likelihood tobit): lower censoring limit")
+    p.add_argument("--upper", type=float, help="censored (and regression with "
+                   "--likelihood tobit): upper censoring limit")
+    p.add_argument("--lower-column", help="the column of each row's lower limit (in place of "
+                   "--lower; empty or -inf: none)")
+    p.add_argument("--upper-column", help="the column of each row's upper limit (in place of "
+                   "--upper; empty or inf: none)")
+    p.add_argument("--exposure", help="regression with counts: the column of each row's "
+                   "exposure (e.g. years at risk); predict then needs it too")
     p.add_argument("--likelihood", default="student_t",
-                   choices=["student_t", "gaussian", "poisson", "negative_binomial"],
+                   choices=["student_t", "gaussian", "poisson", "negative_binomial", "tobit"],
                    help="regression: the noise model (poisson, negative_binomial: counts; "
-                   "predict then also writes y_mean, E[y])")
+                   "predict then also writes y_mean, E[y]; tobit: censored at --lower / "
+                   "--upper or the limit columns)")
     p.add_argument("--kernel", choices=["rbf", "matern32", "matern52"], default="rbf")
     p.add_argument("--lengthscale", type=_positive(float),
                    help="initial lengthscale (default sqrt(d))")
@@ -106,6 +115,11 @@ def main(argv=None):
     p.add_argument("--features", help="comma-separated feature columns (default: the "
                    "columns named as the model's features; for a table without a header, "
                    "all its columns, which must be as many as the model's)")
+    p.add_argument("--exposure", help="a count model fitted with --exposure: the column of "
+                   "each row's exposure, for E[y] (y_mean)")
+    p.add_argument("--lower-column", help="a censored model fitted with limit columns: the "
+                   "column of each row's lower limit")
+    p.add_argument("--upper-column", help="the same for the upper limit")
     p.add_argument("--chunk", type=_positive(int), default=100000, help="rows per chunk")
     p.set_defaults(func=cmd_predict)
     p = sub.add_parser("info", help="what a saved model holds: estimator, kernel, "

@@ -37,9 +37,65 @@ def _kernel(args, d):
     return cls(1.0, args.lengthscale if args.lengthscale is not None else float(np.sqrt(d)))
 
 
-def _columns(args, names):
+#: Per-row data columns of ``fastep fit`` (option, keyword of the estimator's fit) and the
+#: model kinds (and likelihoods) that take them.
+ROW_DATA = {"exposure": "--exposure", "lower": "--lower-column", "upper": "--upper-column"}
+
+
+def _row_data_columns(args, names):
+    """The table's per-row data columns, ``{keyword: column index}``, checked against the
+    model they are given to."""
+    from fastep.io import resolve_columns
+    given = {key: getattr(args, option[2:].replace("-", "_"))
+             for key, option in ROW_DATA.items()}
+    given = {key: spec for key, spec in given.items() if spec}
+    counts = args.model == "regression" and args.likelihood in ("poisson", "negative_binomial")
+    censored = args.model == "censored" or (args.model == "regression"
+                                             and args.likelihood == "tobit")
+    for key in ("lower", "upper"):
+        if getattr(args, key) is not None and not censored:
+            raise ValueError(f"--{key} applies to --model censored and to --model regression "
+                             f"with --likelihood tobit.")
+    if "exposure" in given and not counts:
+        raise ValueError("--exposure applies to --model regression with --likelihood poisson "
+                         "or negative_binomial.")
+    for key in ("lower", "upper"):
+        if key in given and not censored:
+            raise ValueError(f"{ROW_DATA[key]} applies to --model censored and to --model "
+                             f"regression with --likelihood tobit.")
+        if key in given and getattr(args, key) is not None:
+            raise ValueError(f"give --{key} (one limit for every row) or {ROW_DATA[key]} (a "
+                             f"limit per row), not both.")
+    if args.model == "regression" and args.likelihood == "tobit" and not (
+            given.keys() & {"lower", "upper"} or args.lower is not None
+            or args.upper is not None):
+        raise ValueError("--likelihood tobit needs a censoring limit: --lower / --upper, or "
+                         "--lower-column / --upper-column.")
+    if given and args.scheduler:
+        raise ValueError(f"{', '.join(ROW_DATA[k] for k in given)}: per-row data columns are "
+                         "read in this process; drop --scheduler (on a cluster, limits and "
+                         "exposure are scalars).")
+    return {key: resolve_columns(spec, names, ROW_DATA[key])[0] for key, spec in given.items()}
+
+
+def _row_data(args, names, columns):
+    """The per-row data of the fit: ``{keyword: array or scalar}`` for the estimator's
+    ``fit`` (limits from --lower / --upper for regression with tobit)."""
+    from fastep.io import read_table
+    data = {key: read_table(args.data, [j])[:, 0] for key, j in columns.items()}
+    for key in ("lower", "upper"):
+        if key in data:
+            data[key] = np.where(np.isnan(data[key]), -np.inf if key == "lower" else np.inf,
+                                 data[key])             # an empty cell: no limit there
+        elif args.model == "regression" and getattr(args, key) is not None:
+            data[key] = getattr(args, key)
+    return data
+
+
+def _columns(args, names, data_columns=()):
     """(feature columns, target columns) of the table, from --features / --target /
-    --annotator-columns (defaults: the last column is the target, the rest features)."""
+    --annotator-columns (defaults: the last column is the target, the rest, less the
+    per-row data columns, features)."""
     from fastep.io import resolve_columns
     if args.model == "annotators":
         if not args.annotator_columns:
@@ -51,7 +107,8 @@ def _columns(args, names):
     if args.features:
         features = resolve_columns(args.features, names, "--features")
     else:
-        features = [i for i in range(len(names)) if i not in target]
+        features = [i for i in range(len(names)) if i not in target
+                    and i not in data_columns]
     if not features:
         raise ValueError("no feature columns are left; name them with --features.")
     return features, target
@@ -123,8 +180,8 @@ def _targets(args, T):
                              f"{args.model} needs "
                              f"{NEEDED_LABELS[args.model]} "
                              "integer class labels. Is it the label column?")
-    if args.model == "censored" and args.lower is not None and args.upper is not None \
-            and args.lower >= args.upper:
+    if args.model in ("censored", "regression") and args.lower is not None \
+            and args.upper is not None and args.lower >= args.upper:
         raise ValueError(f"--lower {args.lower} must be below --upper {args.upper}.")
     if args.model == "censored":
         lo = -np.inf if args.lower is None else args.lower
@@ -142,7 +199,8 @@ def cmd_fit(args):
 
     _check_output(args.output)
     names = column_names(args.data)
-    features, target = _columns(args, names)
+    data_columns = _row_data_columns(args, names)
+    features, target = _columns(args, names, set(data_columns.values()))
     if args.scheduler:
         if args.model == "multiclass":
             raise ValueError("--scheduler runs sparse EP on Dask for --model classifier, "
@@ -155,6 +213,7 @@ def cmd_fit(args):
     _check_features(X, [names[j] for j in features])
     args.n_rows = X.shape[0]
     y = _targets(args, T)
+    data = _row_data(args, names, data_columns)
     m = _needs_inducing(X.shape[0], args)
     if args.scheduler and not m:
         m = AUTO_INDUCING if X.shape[0] > AUTO_INDUCING else max(1, X.shape[0] // 2)
@@ -168,7 +227,7 @@ def cmd_fit(args):
     t0 = time.perf_counter()
     progress = _FitProgress()
     try:
-        est.fit(X, y)
+        est.fit(X, y, **data)
     finally:
         progress.close()
     named = _named(args.data, names)

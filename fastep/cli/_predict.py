@@ -22,29 +22,31 @@ def cmd_predict(args):
     if len(columns) != d:
         raise ValueError(f"the model was fitted on {d} features; --features names "
                          f"{len(columns)}.")
+    data_columns = _row_data_columns(args, est, names)
+    keys = list(data_columns)
     classes = getattr(est, "classes_", None)
     if classes is not None:
         header = [f"p_{c}" for c in classes]
         predict = est.predict_proba
-    elif hasattr(est, "predict_censored_proba") and np.ndim(est.lower_) == 0 \
-            and np.ndim(est.upper_) == 0:
+    elif hasattr(est, "predict_censored_proba") and (
+            keys or (np.ndim(est.lower_) == 0 and np.ndim(est.upper_) == 0)):
         # censored: the latent f, the censored y, its probabilities at the limits and
-        # its quartiles
+        # its quartiles (at the rows' own limits where the model was fitted with them)
         header = ["mean", "std", "y_mean", "y_std", "p_lower", "p_upper", "y_q25", "y_q50",
                   "y_q75"]
 
-        def predict(Xc):
+        def predict(Xc, **limits):
             mean, std = est.predict_latent(Xc, return_std=True)
-            y_mean, y_std = est.predict(Xc, return_std=True)
-            quartiles = [est.predict_quantile(Xc, q) for q in (0.25, 0.5, 0.75)]
+            y_mean, y_std = est.predict(Xc, return_std=True, **limits)
+            quartiles = [est.predict_quantile(Xc, q, **limits) for q in (0.25, 0.5, 0.75)]
             return np.column_stack([mean, std, y_mean, y_std,
-                                    *est.predict_censored_proba(Xc), *quartiles])
-    elif _counts_without_exposure(est, Poisson, NegativeBinomial):
+                                    *est.predict_censored_proba(Xc, **limits), *quartiles])
+    elif "exposure" in keys or _counts_without_exposure(est, Poisson, NegativeBinomial):
         header = ["mean", "std", "y_mean"]          # counts: the latent log rate and E[y]
 
-        def predict(Xc):
+        def predict(Xc, **exposure):
             mean, std = est.predict_latent(Xc, return_std=True)
-            return np.column_stack([mean, std, est.predict(Xc)])
+            return np.column_stack([mean, std, est.predict(Xc, **exposure)])
     else:
         header = ["mean", "std"]
 
@@ -54,17 +56,45 @@ def cmd_predict(args):
     total = n_rows(args.data)
     writer = TableWriter(args.output, header, total)
     done = 0
-    for block in _progress(iter_rows(args.data, columns, args.chunk), total, args.chunk,
+    read = columns + [data_columns[k] for k in keys]
+    for block in _progress(iter_rows(args.data, read, args.chunk), total, args.chunk,
                            "predict"):
+        block, extra = block[:, :d], block[:, d:]
         if not np.all(np.isfinite(block)):
             k = int(np.argwhere(~np.isfinite(block))[0, 0])
             where = _bad_cell(~np.isfinite(block[k]), done + k, [names[j] for j in columns])
             raise ValueError(f"DATA: {where}.")
-        writer.write(predict(block))
+        data = {}
+        for i, key in enumerate(keys):                  # an empty limit: none on that row
+            data[key] = extra[:, i] if key == "exposure" else np.where(
+                np.isnan(extra[:, i]), -np.inf if key == "lower" else np.inf, extra[:, i])
+        writer.write(predict(block, **data))
         done += block.shape[0]
     writer.close()
     print(f"wrote {done} rows ({', '.join(header)}) to {args.output}", file=sys.stderr)
     return 0
+
+
+def _row_data_columns(args, est, names):
+    """DATA's per-row data columns (--exposure, --lower-column, --upper-column) as
+    ``{keyword of predict: column index}``, checked against the model."""
+    from fastep.io import resolve_columns
+    from fastep.likelihoods import NegativeBinomial, Poisson
+    options = {"exposure": args.exposure, "lower": args.lower_column,
+               "upper": args.upper_column}
+    out = {}
+    for key, spec in options.items():
+        if not spec:
+            continue
+        option = "--exposure" if key == "exposure" else f"--{key}-column"
+        if key == "exposure" and not isinstance(getattr(est, "likelihood_", None),
+                                                (Poisson, NegativeBinomial)):
+            raise ValueError("--exposure applies to a count model (Poisson or negative "
+                             "binomial regression).")
+        if key != "exposure" and not hasattr(est, "predict_censored_proba"):
+            raise ValueError(f"{option} applies to a censored model (--model censored).")
+        out[key] = resolve_columns(spec, names, option)[0]
+    return out
 
 
 def _counts_without_exposure(est, *counts):

@@ -210,8 +210,9 @@ def check_censored_data(y, lower, upper):
     out = ~nan & ((y < lower) | (y > upper))
     if np.any(out):
         i = int(np.flatnonzero(out)[0])
-        raise ValueError(f"y[{i}] = {y[i]!r} lies outside its limits [{lower[i]}, {upper[i]}]; "
-                         "a censored observation is recorded at the limit it crossed.")
+        raise ValueError(f"y[{i}] = {float(y[i]):g} lies outside its limits "
+                         f"[{float(lower[i]):g}, {float(upper[i]):g}]; a censored observation "
+                         "is recorded at the limit it crossed.")
     return y, lower, upper
 
 

@@ -405,3 +405,81 @@ def test_bad_tables_and_model_files_are_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["predict", str(model), str(tmp_path / "bad.csv"), "-o", out, "--chunk", "0"])
     assert "argument --chunk" in capsys.readouterr().err
+
+
+def _write_csv(path, cols):
+    with open(path, "w") as fh:
+        fh.write(",".join(cols) + "\n")
+        n = len(next(iter(cols.values())))
+        for i in range(n):
+            fh.write(",".join("" if np.isnan(c[i]) else repr(float(c[i]))
+                              for c in cols.values()) + "\n")
+
+
+def test_per_row_exposure_and_limits_from_columns(tmp_path, capsys):
+    """--exposure and --lower-column / --upper-column: read per row at fit and at predict,
+    left out of the default features, and the predictions are the library's with the same
+    per-row data; regression takes --likelihood tobit."""
+    import fastep
+    rng = np.random.default_rng(3)
+    n = 120
+    X = rng.normal(size=(n, 2))
+    f = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1]
+    expo = rng.uniform(0.5, 3.0, size=n)
+    lo = np.where(rng.random(n) < 0.5, -0.4, np.nan)       # empty cell: no limit
+    y_cens = np.maximum(f + 0.1 * rng.normal(size=n), np.nan_to_num(lo, nan=-np.inf))
+    cols = {"x1": X[:, 0], "expo": expo, "x2": X[:, 1], "lo": lo,
+            "count": rng.poisson(expo * np.exp(0.5 * f)).astype(float), "y": y_cens,
+            "yc": np.maximum(f + 0.1 * rng.normal(size=n), -0.4)}
+    train, counts_only = tmp_path / "t.csv", tmp_path / "c.csv"
+    _write_csv(train, cols)
+    _write_csv(counts_only, {k: cols[k] for k in ("x1", "expo", "x2", "count")})
+    lower = np.where(np.isnan(lo), -np.inf, lo)
+    runs = {
+        "counts": (["--model", "regression", "--likelihood", "poisson", "--target", "count",
+                    "--exposure", "expo", "--features", "x1,x2"], ["--exposure", "expo"]),
+        "counts, default features": (["--model", "regression", "--likelihood", "poisson",
+                                      "--target", "count", "--exposure", "expo"],
+                                     ["--exposure", "expo"]),
+        "censored": (["--model", "censored", "--target", "y", "--lower-column", "lo",
+                      "--features", "x1,x2"], ["--lower-column", "lo"]),
+        "tobit": (["--model", "regression", "--likelihood", "tobit", "--target", "yc",
+                   "--lower", "-0.4", "--features", "x1,x2"], []),
+    }
+    for name, (fit_args, predict_args) in runs.items():
+        model, out = tmp_path / "m.npz", tmp_path / "p.npy"
+        table = counts_only if name == "counts, default features" else train
+        assert main(["fit", str(table), "-o", str(model), "--no-optimize", *fit_args]) == 0, name
+        assert main(["predict", str(model), str(table), "-o", str(out), *predict_args]) == 0
+        est, got = load_model(model), np.load(out)
+        assert est.n_features_in_ == 2 and est.feature_columns_ == ["x1", "x2"], name
+        mean, std = est.predict_latent(X, return_std=True)
+        np.testing.assert_allclose(got[:, :2], np.column_stack([mean, std]), rtol=1e-10)
+        if name.startswith("counts"):
+            np.testing.assert_allclose(got[:, 2], est.predict(X, exposure=expo), rtol=1e-10)
+            wrong = est.predict(X, exposure=np.ones(n))
+            assert np.max(np.abs(got[:, 2] / wrong - expo)) < 1e-8      # E[y] scales with it
+        if name == "censored":
+            np.testing.assert_allclose(got[:, 2], est.predict(X, lower=lower), rtol=1e-10)
+            np.testing.assert_allclose(got[:, 4], est.predict_censored_proba(X, lower=lower)[0],
+                                       rtol=1e-10)
+            assert np.all(got[np.isnan(lo), 4] == 0)        # no limit: never at it
+        if name == "tobit":
+            assert isinstance(est.likelihood_, fastep.likelihoods.Tobit)
+    capsys.readouterr()
+    bad = [
+        (["--target", "count", "--exposure", "expo"], "--exposure applies to --model regression"),
+        (["--model", "regression", "--likelihood", "tobit", "--target", "y"],
+         "--likelihood tobit needs a censoring limit"),
+        (["--model", "censored", "--target", "y", "--lower", "0", "--lower-column", "lo"],
+         "not both"),
+        (["--target", "count", "--lower", "0"], "--lower applies to --model censored"),
+        (["--model", "censored", "--target", "y", "--lower-column", "nope"],
+         "--lower-column 'nope'"),
+    ]
+    for fit_args, message in bad:
+        assert main(["fit", str(train), "-o", str(tmp_path / "b.npz"), *fit_args]) == 2
+        assert message in capsys.readouterr().err, message
+    assert main(["predict", str(tmp_path / "m.npz"), str(train), "-o", str(tmp_path / "q.csv"),
+                 "--exposure", "expo"]) == 2
+    assert "--exposure applies to a count model" in capsys.readouterr().err
