@@ -77,7 +77,6 @@ sphinx_gallery_conf = {
     "matplotlib_animations": False,
     "capture_repr": ("_repr_html_",),
     "image_scrapers": ("matplotlib",),
-    "reference_url": {"fastep": None},
     "show_memory": False,
     "abort_on_example_error": True,
 }
@@ -87,7 +86,6 @@ warnings.filterwarnings("ignore", message="Matplotlib is currently using agg")
 # --- HTML
 html_theme = "pydata_sphinx_theme"
 html_title = f"fastep {release}"
-html_static_path = ["_static"]
 html_theme_options = {
     "navbar_align": "left",
     "show_toc_level": 2,

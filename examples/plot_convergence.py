@@ -120,6 +120,6 @@ fig.tight_layout()
 plt.show()
 
 # %%
-# Both starts end at the same kernel and evidence within a dozen evaluations.  Each
+# Both starts end at the same kernel and evidence in about a dozen evaluations.  Each
 # evaluation warm-starts EP from the sites of the best evaluation so far, so none of
 # them needs more than a handful of sweeps.

@@ -79,7 +79,7 @@ print(f"largest difference of p(y = 1 | x) on {len(X_test)} held-out rows: "
       f"{np.max(np.abs(proba_dask - proba_numpy)):.1e}")
 
 # %%
-# On a threaded local cluster with two cores the Dask fit is several times slower than
+# On a threaded local cluster with two cores the Dask fit is an order of magnitude slower than
 # the NumPy one: every sweep is a round of tasks, a reduction and a round trip to the
 # client, and at 20,000 rows that bookkeeping outweighs the arithmetic.  The cluster pays off when the rows do not fit in one
 # machine's memory, or when many machines share the sweeps.

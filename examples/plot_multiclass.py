@@ -6,7 +6,7 @@ Three Gaussian-process classifiers on the wine table of scikit-learn (178 wines,
 chemical measurements, 3 cultivars):
 
 * :class:`fastep.EPGaussianProcessClassifier`: one binary EP problem per class
-  (one-vs-rest), each with its kernel fitted by ML-II, probabilities normalised across
+  (one-vs-rest), each with its kernel fitted by MAP-II (the evidence plus a weak prior on the variance), probabilities normalised across
   the classes;
 * :class:`fastep.GWIClassifier`: one latent GP per class with the robust-max
   likelihood, fitted jointly by generalized variational inference (a Wasserstein-2

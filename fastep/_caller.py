@@ -1,5 +1,5 @@
 """Where a warning points: the user's line, whatever path of fastep's own calls (and of
-scikit-learn's ``fit`` wrapper around an estimator's ``fit``) led to it."""
+scikit-learn's or joblib's: a fit wrapper, a Pipeline, a grid search) led to it."""
 from __future__ import annotations
 
 import os
@@ -8,19 +8,29 @@ import sys
 _FASTEP_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+def _package_dir(name):
+    """The folder of an imported package (None if it is not imported: then no frame can
+    be in it)."""
+    module = sys.modules.get(name)
+    path = getattr(module, "__file__", None)
+    return None if path is None else os.path.dirname(os.path.abspath(path)) + os.sep
+
+
 def _inside(filename):
-    """Whether a frame of this file is fastep's own, or scikit-learn's wrapper of fit
-    (``sklearn/base.py``, loaded before any estimator runs)."""
+    """Whether a frame of this file is fastep's own, or scikit-learn's or joblib's (the
+    layers between a user's ``search.fit(X, y)`` and fastep's fit)."""
     if filename.startswith(_FASTEP_DIR):
         return True
-    base = sys.modules.get("sklearn.base")
-    return base is not None and filename == getattr(base, "__file__", None)
+    for name in ("sklearn", "joblib"):
+        folder = _package_dir(name)
+        if folder is not None and filename.startswith(folder):
+            return True
+    return False
 
 
 def user_stacklevel():
     """The ``stacklevel`` of :func:`warnings.warn`, called by the caller of this function,
-    that points at the first frame outside fastep (and outside scikit-learn's fit
-    wrapper).
+    that points at the first frame outside fastep, scikit-learn and joblib.
 
     Examples
     --------

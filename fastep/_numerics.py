@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from ._caller import user_stacklevel
 from ._jit import jit
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -165,5 +166,5 @@ def predictive_variance(prior, var, xp=np):
             f"is reported as {VARIANCE_RESOLUTION:.1e} x the prior variance. Scale the "
             f"kernel variance (or the targets, normalize_y=True) so that prior and "
             f"posterior variances are within about 1e14 of each other.",
-            EPNumericalWarning, stacklevel=3)
+            EPNumericalWarning, stacklevel=user_stacklevel())
     return xp.maximum(var, floor)

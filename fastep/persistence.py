@@ -308,22 +308,37 @@ def describe_model(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     with np.load(os.fspath(path), allow_pickle=False) as f:
         header = json.loads(str(f["header"]))
         rows = f["X"].shape[0] if "X" in f.files else None
-    out = {"file": os.fspath(path), "estimator": header["class"],
-           "saved by": f"fastep {header['fastep']}" if "fastep" in header
-           else "fastep 0.2 or earlier",
-           "format version": header["version"],
-           "kernel": str(est.kernel_),
-           "likelihood": str(getattr(est, "likelihood_", "Gaussian noise")),
-           "training rows": rows if rows is not None
-           else "not stored (the model keeps its inducing inputs only)",
-           "features": est.n_features_in_}
+    saved_by = header.get("fastep")
+    ok = isinstance(saved_by, str) and len(saved_by) <= 40 and saved_by.isprintable()
+    out: Dict[str, Any] = {
+        "file": os.fspath(path), "estimator": header["class"],
+        "saved by": f"fastep {saved_by}" if ok else "not recorded (saved before fastep 0.3)",
+        "format version": header["version"]}
+    problems = (header.get("state") or {}).get("problems") or []
+    classes = getattr(est, "classes_", None)
+    if len(problems) > 1 and classes is not None:   # one-vs-rest: a kernel per class
+        from .kernels import kernel_from_dict
+        out["kernel"] = [f"class {c} vs rest: {kernel_from_dict(meta['kernel'])}"
+                         for c, meta in zip(classes, problems)]
+    else:
+        out["kernel"] = str(est.kernel_)
+    out["likelihood"] = str(getattr(est, "likelihood_", "Gaussian noise"))
+    if getattr(est, "noise_variance_", None) is not None:
+        out["noise variance"] = float(est.noise_variance_)
+    out["training rows"] = (rows if rows is not None
+                            else "not stored (the model keeps its inducing inputs only)")
+    out["features"] = est.n_features_in_
     names = getattr(est, "feature_columns_", None)
     if names is not None:
         out["feature columns"] = list(names)
-    if hasattr(est, "classes_"):
-        out["classes"] = [c.item() if hasattr(c, "item") else c for c in est.classes_]
+    if classes is not None:
+        out["classes"] = [c.item() if hasattr(c, "item") else c for c in classes]
     if getattr(est, "inducing_points_", None) is not None:
         out["inducing points"] = int(est.inducing_points_.shape[0])
     if hasattr(est, "log_marginal_likelihood_value_"):
-        out["log evidence"] = round(float(est.log_marginal_likelihood_value_), 6)
+        what = ("log evidence" if header["class"] != "SparseGPRegressor"
+                else "collapsed bound")
+        value = f"{float(est.log_marginal_likelihood_value_):.6g}"
+        out[what] = value + (f" (mean over {len(problems)} problems)" if len(problems) > 1
+                             else "")
     return out

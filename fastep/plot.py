@@ -74,7 +74,8 @@ def latent_band(estimator: Any, X: ArrayLike, *, ax: Optional[Axes] = None, n_st
     Parameters
     ----------
     estimator : fitted fastep estimator with ``predict_latent(X, return_std=True)``
-        (the EP classifier and regressors, the censored, ordinal and crowd models).
+        and one latent function (a binary EP classifier, the regressors, the censored,
+        ordinal and crowd models).
     X : array of shape (n,) or (n, 1)
         Inputs of one feature, in the order they are drawn (sort them).
     ax : matplotlib Axes, optional
@@ -105,6 +106,11 @@ def latent_band(estimator: Any, X: ArrayLike, *, ax: Optional[Axes] = None, n_st
     ax = _axes(ax)
     X, x = _one_feature(X)
     mean, std = estimator.predict_latent(X, return_std=True)
+    if np.ndim(mean) != 1:
+        raise ValueError(f"latent_band draws one latent function; this estimator has "
+                         f"{np.shape(mean)[1]} (one per class). Draw column j of "
+                         f"predict_latent(X, return_std=True) with ax.plot and "
+                         f"ax.fill_between.")
     line, = ax.plot(x, mean, label=label, color=color)
     ax.fill_between(x, mean - n_std * std, mean + n_std * std, color=line.get_color(),
                     alpha=alpha, linewidth=0,
@@ -117,9 +123,9 @@ def latent_band(estimator: Any, X: ArrayLike, *, ax: Optional[Axes] = None, n_st
 def probability_map(estimator: Any, X: ArrayLike, y: Optional[ArrayLike] = None, *,
                     ax: Optional[Axes] = None, resolution: int = 150, margin: float = 0.5,
                     cmap: Any = "RdBu_r", levels: int = 11) -> Axes:
-    """p(y = 1 | x) of a binary classifier over the box around a 2-D X, as filled
-    contours with the 0.5 level drawn in black; the points of X coloured by ``y`` if
-    given.
+    """p(y = classes_[1] | x) of a binary classifier over the box around a 2-D X, as
+    filled contours with the 0.5 level drawn in black (and a colour bar); the points of
+    X coloured by ``y`` if given.
 
     Parameters
     ----------
@@ -133,8 +139,10 @@ def probability_map(estimator: Any, X: ArrayLike, y: Optional[ArrayLike] = None,
         Grid points per axis.
     margin : float, default=0.5
         Added to each side of the box, in units of X.
-    cmap, levels :
-        Passed to ``contourf``.
+    cmap : colormap or name, default="RdBu_r"
+        Passed to ``contourf`` (and to the points).
+    levels : int, default=11
+        Number of contour levels, evenly spaced on [0, 1].
 
     Returns
     -------
@@ -170,9 +178,11 @@ def probability_map(estimator: Any, X: ArrayLike, y: Optional[ArrayLike] = None,
     p = proba[:, 1].reshape(g0.shape)
     filled = ax.contourf(g0, g1, p, levels=np.linspace(0.0, 1.0, levels), cmap=cmap)
     ax.contour(g0, g1, p, levels=[0.5], colors="k", linewidths=1.5)
-    if y is not None:
-        ax.scatter(X[:, 0], X[:, 1], c=np.asarray(y), cmap=cmap, edgecolors="k", s=20)
-    ax.figure.colorbar(filled, ax=ax, label="p(y = 1 | x)")
+    if y is not None:                       # any labels: coloured by their rank
+        codes = np.unique(np.asarray(y), return_inverse=True)[1]
+        ax.scatter(X[:, 0], X[:, 1], c=codes, cmap=cmap, edgecolors="k", s=20)
+    positive = getattr(estimator, "classes_", [0, 1])[1]
+    ax.figure.colorbar(filled, ax=ax, label=f"p(y = {positive} | x)")
     return ax
 
 
@@ -186,9 +196,9 @@ def calibration(y_true: ArrayLike, proba: ArrayLike, *, n_bins: int = 10,
     Parameters
     ----------
     y_true : array (n,)
-        Labels: 0/1 for a binary ``proba`` of shape (n,); class indices 0..C-1 for a
-        ``proba`` of shape (n, C), whose top label is checked (the event: the most
-        probable class is the true one).
+        Labels: 0/1 (or -1/+1, or bool) for a binary ``proba`` of shape (n,); class
+        indices 0..C-1 for a ``proba`` of shape (n, C), whose top label is checked (the
+        event: the most probable class is the true one).
     proba : array (n,) or (n, C)
         Predicted probabilities (``predict_proba``; its column 1 for a binary model).
     n_bins : int, default=10
@@ -216,14 +226,26 @@ def calibration(y_true: ArrayLike, proba: ArrayLike, *, n_bins: int = 10,
     """
     ax = _axes(ax)
     labels, p = np.asarray(y_true), np.asarray(proba, dtype=np.float64)
+    if not (isinstance(n_bins, (int, np.integer)) and n_bins >= 1):
+        raise ValueError(f"n_bins must be a positive integer; got {n_bins!r}.")
     if p.ndim == 2:
         if labels.shape != (p.shape[0],):
             raise ValueError(f"y_true must have shape ({p.shape[0]},) for proba of "
                              f"shape {p.shape}; got {labels.shape}.")
+        if not (labels.dtype.kind in "iu" or (labels.dtype.kind == "f"
+                                              and np.all(labels == np.round(labels)))) \
+                or labels.min(initial=0) < 0 or labels.max(initial=0) >= p.shape[1]:
+            raise ValueError(f"y_true must hold class indices 0..{p.shape[1] - 1} (the "
+                             f"columns of proba); map labels with "
+                             f"np.searchsorted(estimator.classes_, y).")
         event = np.argmax(p, axis=1) == labels
         p = p.max(axis=1)
     elif p.ndim == 1 and labels.shape == p.shape:
-        event = labels.astype(bool)
+        values = set(np.unique(labels).tolist())
+        if not values <= {0, 1} and not values <= {-1, 1}:
+            raise ValueError(f"y_true of a binary proba must be 0/1 (or -1/+1, or bool); "
+                             f"got the values {sorted(values)[:5]}.")
+        event = labels > 0
     else:
         raise ValueError(f"proba must have shape (n,) or (n, C) and y_true shape (n,); "
                          f"got {p.shape} and {labels.shape}.")
@@ -339,9 +361,13 @@ def convergence(values: ArrayLike, *, ax: Optional[Axes] = None, label: Optional
     """
     ax = _axes(ax)
     values = np.asarray(values, dtype=float)
-    if values.ndim != 1 or values.size < 2 or not np.all(np.isfinite(values)):
-        raise ValueError(f"values must be a 1-D sequence of at least 2 finite log Z "
-                         f"values; got shape {values.shape}.")
+    if values.ndim != 1 or values.size < 2:
+        raise ValueError(f"values must be a 1-D sequence of at least 2 log Z values; got "
+                         f"shape {values.shape}.")
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"values must be finite; entry {int(np.argmin(np.isfinite(values)))} "
+                         f"is {values[np.argmin(np.isfinite(values))]} (an ML-II trace "
+                         f"records a failed evaluation so: leave it out).")
     gap = np.abs(values[:-1] - values[-1])
     steps = np.arange(gap.size)
     shown = gap > 0                           # log scale: a step that landed exactly drops

@@ -9,8 +9,8 @@ into asv's own virtualenv), then published as asv's HTML dashboard.
 Results go to ``asv_benchmarks/.asv/results`` (a commit already measured on this machine is
 skipped: asv's ``--skip-existing-commits``), the dashboard to ``asv_benchmarks/.asv/html``.
 By default it runs a short selection (``--bench``, a regular expression on benchmark names)
-in asv's quick mode (one sample each), about two minutes per commit on two cores including
-the build and the first compilation; ``--bench .`` runs them all.  Time nothing else meanwhile:
+in asv's quick mode (one sample each), about a minute and a half per commit on two cores
+including the build and the first compilation; ``--bench .`` runs them all.  Time nothing else meanwhile:
 the numbers are wall-clock times on this machine.
 
 A regression between two commits is what ``asv continuous`` reports (see the user guide's

@@ -42,9 +42,13 @@ def test_latent_band_draws_the_mean_and_a_band_of_n_std(ax, binary_1d):
                                [np.min(mean - 3 * std), np.max(mean + 3 * std)], rtol=1e-12)
 
 
-def test_latent_band_refuses_two_features(ax, binary_1d):
+def test_latent_band_refuses_two_features_and_several_latent_functions(ax, binary_1d):
     with pytest.raises(ValueError, match="one input feature"):
         plot.latent_band(binary_1d[0], np.zeros((5, 2)), ax=ax)
+    X = np.linspace(-3, 3, 30)[:, None]
+    three = EPGaussianProcessClassifier(optimizer=None).fit(X, np.digitize(X[:, 0], [-1, 1]))
+    with pytest.raises(ValueError, match="one latent function; this estimator has 3"):
+        plot.latent_band(three, X, ax=ax)
 
 
 def test_probability_map_contours_p_and_the_half_level(ax):
@@ -61,6 +65,23 @@ def test_probability_map_contours_p_and_the_half_level(ax):
     path = np.concatenate([p.vertices for p in half.get_paths()])
     p = clf.predict_proba(path)[:, 1]
     assert np.max(np.abs(p - 0.5)) < 0.05
+    # and the filled levels are p(y = 1), not p(y = 0): the points of the highest band
+    # drawn are where the classifier gives class 1 at least that band's probability
+    k = max(i for i, q in enumerate(filled.get_paths()) if len(q.vertices))
+    assert filled.levels[k] >= 0.6
+    band = filled.get_paths()[k].vertices
+    assert np.all(clf.predict_proba(band)[:, 1] >= filled.levels[k] - 0.05)
+    assert ax.figure.axes[-1].get_ylabel() == "p(y = 1 | x)"
+
+
+def test_probability_map_takes_string_labels(ax):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 2))
+    y = np.where(X[:, 0] > 0, "yes", "no")
+    clf = EPGaussianProcessClassifier(RBF(1.0, 1.0), optimizer=None).fit(X, y)
+    plot.probability_map(clf, X, y, ax=ax, resolution=20)
+    assert ax.figure.axes[-1].get_ylabel() == "p(y = yes | x)"
+    np.testing.assert_array_equal(ax.collections[-1].get_array(), (y == "yes").astype(int))
 
 
 def test_calibration_matches_scikit_learns_curve(ax):
@@ -87,6 +108,21 @@ def test_calibration_of_the_top_label(ax):
     np.testing.assert_allclose(line.get_ydata(), [1.0, 2 / 3])
     with pytest.raises(ValueError, match="y_true must have shape"):
         plot.calibration(y[:3], proba, ax=ax)
+    with pytest.raises(ValueError, match="class indices 0..2"):
+        plot.calibration(y + 1, proba, ax=ax)             # labels 1..3, not indices
+    with pytest.raises(ValueError, match="n_bins must be a positive integer"):
+        plot.calibration(y, proba, n_bins=0, ax=ax)
+
+
+def test_calibration_of_minus_one_plus_one_labels_equals_zero_one(ax):
+    rng = np.random.default_rng(2)
+    proba = rng.uniform(size=500)
+    y01 = (rng.uniform(size=500) < proba).astype(int)
+    plot.calibration(y01, proba, ax=ax)
+    plot.calibration(2 * y01 - 1, proba, ax=ax)
+    np.testing.assert_array_equal(ax.lines[1].get_ydata(), ax.lines[2].get_ydata())
+    with pytest.raises(ValueError, match="0/1"):
+        plot.calibration(y01 + 1, proba, ax=ax)
 
 
 def test_annotator_reliabilities_draws_the_fitted_values_and_the_truth(ax):
@@ -115,8 +151,10 @@ def test_convergence_draws_the_distance_to_the_last_value_on_a_log_scale(ax):
     np.testing.assert_array_equal(line.get_xdata(), [0, 1, 2, 3])
     np.testing.assert_allclose(line.get_ydata(), [10.0, 1.0, 0.1, 0.01])
     assert ax.get_yscale() == "log"
-    with pytest.raises(ValueError, match="at least 2 finite"):
+    with pytest.raises(ValueError, match="at least 2 log Z values"):
         plot.convergence([1.0], ax=ax)
+    with pytest.raises(ValueError, match="entry 1 is -inf"):
+        plot.convergence([1.0, -np.inf, 0.5], ax=ax)
 
 
 def test_plots_draw_on_the_current_axes_by_default(binary_1d):

@@ -32,8 +32,9 @@ def test_every_code_block_of_the_pages_runs_as_a_script(page, i, block, tmp_path
 #: The modules whose ``__all__`` is public API; the names in them that are modules or
 #: constants without a docstring of their own.
 PUBLIC = ("fastep", "fastep.kernels", "fastep.likelihoods", "fastep.exceptions",
-          "fastep.priors", "fastep.plot", "fastep.models", "fastep.cuda", "fastep.backend")
-MODULES = {"kernels", "likelihoods", "exceptions", "DEVICES"}
+          "fastep.priors", "fastep.plot", "fastep.models", "fastep.cuda", "fastep.backend",
+          "fastep.persistence")
+MODULES = {"kernels", "likelihoods", "exceptions", "DEVICES", "FORMAT", "VERSION"}
 
 
 def test_api_reference_lists_every_public_name():

@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
 
+from .._caller import user_stacklevel
 from .._numerics import predictive_variance
 from .._linalg import blas_threads_for, cholesky_inplace
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
@@ -125,7 +126,7 @@ def laplace(K, y, likelihood, tol=1e-10, max_iter=100, extra=None):
         var = np.diag(K) - np.einsum("ij,ij->j", V, V)
     if not converged:
         warnings.warn(f"Laplace: Newton did not converge in max_iter={max_iter} steps; "
-                      "increase max_iter.", ConvergenceWarning, stacklevel=2)
+                      "increase max_iter.", ConvergenceWarning, stacklevel=user_stacklevel())
     log_ml = psi - float(np.sum(np.log(np.diag(L))))
     if not math.isfinite(log_ml):
         raise NotPositiveDefiniteError("Laplace evidence is not finite; check the data/limits.")

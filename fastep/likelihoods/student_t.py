@@ -19,6 +19,7 @@ import warnings
 
 import numpy as np
 
+from .._caller import user_stacklevel
 from .._jit import tilted_function
 from ._base import Likelihood
 from ._quadrature import QuadratureParams, quad_tilted
@@ -93,5 +94,5 @@ class StudentT(QuadratureParams, Likelihood):
             f"predictive standard deviation is inf. Its spread is the scale "
             f"{s:.4g} (the t's quantiles scale with it); predict_latent gives the latent f's "
             f"finite sd. For a finite variance, bound df above 2: likelihood=StudentT("
-            f"df=4, df_bounds=(2.1, 1e3)).", UserWarning, stacklevel=3)
+            f"df=4, df_bounds=(2.1, 1e3)).", UserWarning, stacklevel=user_stacklevel())
         return mean.copy(), np.full(var.shape, np.inf)

@@ -238,7 +238,7 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
                                   f"bound: the {n_val} validation points cannot calibrate the "
                                   f"variances (e.g. none is misclassified).  Use a larger "
                                   f"validation_fraction, or 0 to switch tempering off.",
-                                  UserWarning)
+                                  UserWarning, stacklevel=user_stacklevel())
                 self.temperature_ = T
                 _LOG.info("GWI tempering on %d validation points: T = %.4g, log loss %.4f -> "
                           "%.4f per point", n_val, T, before / n_val, after / n_val)

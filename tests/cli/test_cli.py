@@ -58,7 +58,8 @@ def test_fit_save_predict_round_trip(tmp_path, kind, capsys):
     got = np.load(out)
     capsys.readouterr()
     assert main(["info", str(model)]) == 0          # what the file holds, in words
-    info = dict(line.split(":", 1) for line in capsys.readouterr().out.splitlines())
+    info = dict(line.split(":", 1) for line in capsys.readouterr().out.splitlines()
+                if not line.startswith(" "))
     info = {k: v.strip() for k, v in info.items()}
     assert info["estimator"] == type(est).__name__
     assert info["saved by"] == f"fastep {fastep.__version__}"
@@ -483,3 +484,35 @@ def test_per_row_exposure_and_limits_from_columns(tmp_path, capsys):
     assert main(["predict", str(tmp_path / "m.npz"), str(train), "-o", str(tmp_path / "q.csv"),
                  "--exposure", "expo"]) == 2
     assert "--exposure applies to a count model" in capsys.readouterr().err
+
+
+def test_info_lists_each_one_vs_rest_kernel_and_flags_unrecorded_versions(tmp_path, capsys):
+    import json
+    import zipfile
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(90, 2))
+    clf = fastep.EPGaussianProcessClassifier().fit(X, np.digitize(X[:, 0], [-0.5, 0.5]))
+    model = tmp_path / "m.npz"
+    fastep.save_model(clf, model)
+    capsys.readouterr()
+    assert main(["info", str(model)]) == 0
+    out = capsys.readouterr().out
+    for c, latent in zip(clf.classes_, clf._latents):
+        assert f"class {c} vs rest: {latent.kernel}" in out
+    assert "(mean over 3 problems)" in out
+    # a header without the version (fastep 0.2), or with a value that is not a short
+    # printable string, is reported as not recorded, never printed as it is
+    for value in (None, "0.2\n\x1b[31mred", {"evil": [1, 2]}):
+        with np.load(model) as f:
+            arrays = {k: f[k] for k in f.files}
+        header = json.loads(str(arrays.pop("header")))
+        header.pop("fastep")
+        if value is not None:
+            header["fastep"] = value
+        path = tmp_path / "edited.npz"
+        np.savez(path, header=np.array(json.dumps(header)), **arrays)
+        assert zipfile.is_zipfile(path)
+        assert main(["info", str(path)]) == 0
+        out = capsys.readouterr().out
+        assert "saved by:        not recorded (saved before fastep 0.3)" in out
+        assert "\x1b" not in out and "evil" not in out

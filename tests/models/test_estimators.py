@@ -326,9 +326,9 @@ def test_ep_parameters_are_checked_once_at_the_boundary(monkeypatch):
 
 
 def test_convergence_warnings_point_at_the_users_fit_call():
-    """ML-II's, EM's and GWI's ConvergenceWarnings name the line of the user's ``fit``
-    (not fastep's or scikit-learn's fit wrapper), also when the regressor replays the
-    warnings of its best start."""
+    """ML-II's, EM's, Laplace's and GWI's ConvergenceWarnings name the line of the user's
+    ``fit`` (not fastep's, nor scikit-learn's fit wrapper or Pipeline), also when the
+    regressor replays the warnings of its best start."""
     import inspect
     import warnings
 
@@ -340,8 +340,16 @@ def test_convergence_warnings_point_at_the_users_fit_call():
     X = rng.normal(size=(40, 2))
     z = (X[:, 0] > 0).astype(int)
     Y = simulate_annotators(z, [0.9, 0.8], [0.9, 0.8], random_state=0)
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from fastep import CensoredGPRegressor
     robust = EPGaussianProcessRegressor(likelihood="student_t", max_iter_optimizer=1)
+    pipe = make_pipeline(StandardScaler(), EPGaussianProcessClassifier(max_iter_optimizer=1))
+    laplace = CensoredGPRegressor(inference="laplace", max_iter=1, optimizer=None)
     fits = [lambda: EPGaussianProcessClassifier(max_iter_optimizer=1).fit(X, z),
+            lambda: pipe.fit(X, z),
+            lambda: laplace.fit(X, np.maximum(X[:, 0], 0.0), lower=0.0),
             lambda: MultiAnnotatorGPClassifier(max_iter=2, max_em_iter=1).fit(X, Y),
             lambda: robust.fit(X, X[:, 0]),
             lambda: GWIClassifier(max_iter=2, n_inducing=5).fit(X, z)]
