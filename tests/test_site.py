@@ -18,6 +18,10 @@ BLOCKS = [(page, i, block) for page in PAGES
                          ids=[f"{p.relative_to(DOCS)}-{i}" for p, i, _ in BLOCKS])
 def test_every_code_block_of_the_pages_runs_as_a_script(page, i, block, tmp_path,
                                                          monkeypatch):
+    for extra in ("zarr", "pyarrow"):            # the dask extra's file formats
+        if extra in block or (extra == "zarr" and "to_zarr" in block):
+            pytest.importorskip(extra, reason=f"the block uses {extra} (pip install "
+                                              f"'.[dask]')")
     monkeypatch.chdir(tmp_path)                  # blocks that write files write them here
     scope = {"__name__": "__main__"}
     with warnings.catch_warnings():
