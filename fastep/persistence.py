@@ -214,6 +214,11 @@ def load_model(path: Union[str, "os.PathLike[str]"]) -> Any:
     >>> type(back).__name__, bool((back.predict(X) == reg.predict(X)).all())
     ('SparseGPRegressor', True)
     """
+    return _read(path)[0]
+
+
+def _read(path):
+    """The checked estimator of a model file, with the file's header and arrays."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such model file")
@@ -287,7 +292,7 @@ def load_model(path: Union[str, "os.PathLike[str]"]) -> Any:
     except (ValueError, TypeError, KeyError, IndexError, RecursionError,
             np.linalg.LinAlgError) as exc:
         raise ValueError(f"{path}: not a valid {name} model file: {str(exc)[:300]}") from None
-    return est
+    return est, header, arrays
 
 
 def describe_model(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
@@ -304,10 +309,8 @@ def describe_model(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     >>> info["estimator"], info["training rows"], info["classes"]
     ('EPGaussianProcessClassifier', 20, [0, 1])
     """
-    est = load_model(path)                        # checks the whole file first
-    with np.load(os.fspath(path), allow_pickle=False) as f:
-        header = json.loads(str(f["header"]))
-        rows = f["X"].shape[0] if "X" in f.files else None
+    est, header, arrays = _read(path)             # the whole file checked
+    rows = arrays["X"].shape[0] if "X" in arrays else None
     saved_by = header.get("fastep")
     ok = isinstance(saved_by, str) and len(saved_by) <= 40 and saved_by.isprintable()
     out: Dict[str, Any] = {

@@ -77,6 +77,7 @@ class Backend(abc.ABC):
         """``a`` as a float64 array of this backend (no copy if it already is one)."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def to_host(self, a):
         """``a`` as a NumPy array."""
         raise NotImplementedError

@@ -7,7 +7,8 @@ import time
 import numpy as np
 
 from ._progress import _FitProgress
-from ._tables import _check_features, _check_output, _connect, _named
+from ._tables import (ROW_DATA, _check_features, _check_output, _connect, _named,
+                      _row_data_specs, _row_values)
 
 
 #: ``--model`` of ``fastep fit``: the estimator, and what ``fastep predict`` writes.
@@ -37,18 +38,11 @@ def _kernel(args, d):
     return cls(1.0, args.lengthscale if args.lengthscale is not None else float(np.sqrt(d)))
 
 
-#: Per-row data columns of ``fastep fit`` (option, keyword of the estimator's fit) and the
-#: model kinds (and likelihoods) that take them.
-ROW_DATA = {"exposure": "--exposure", "lower": "--lower-column", "upper": "--upper-column"}
-
-
 def _row_data_columns(args, names):
     """The table's per-row data columns, ``{keyword: column index}``, checked against the
     model they are given to."""
     from fastep.io import resolve_columns
-    given = {key: getattr(args, option[2:].replace("-", "_"))
-             for key, option in ROW_DATA.items()}
-    given = {key: spec for key, spec in given.items() if spec}
+    given = _row_data_specs(args)
     counts = args.model == "regression" and args.likelihood in ("poisson", "negative_binomial")
     censored = args.model == "censored" or (args.model == "regression"
                                              and args.likelihood == "tobit")
@@ -82,12 +76,10 @@ def _row_data(args, names, columns):
     """The per-row data of the fit: ``{keyword: array or scalar}`` for the estimator's
     ``fit`` (limits from --lower / --upper for regression with tobit)."""
     from fastep.io import read_table
-    data = {key: read_table(args.data, [j])[:, 0] for key, j in columns.items()}
+    data = {key: _row_values(key, read_table(args.data, [j])[:, 0])
+            for key, j in columns.items()}
     for key in ("lower", "upper"):
-        if key in data:
-            data[key] = np.where(np.isnan(data[key]), -np.inf if key == "lower" else np.inf,
-                                 data[key])             # an empty cell: no limit there
-        elif args.model == "regression" and getattr(args, key) is not None:
+        if key not in data and args.model == "regression" and getattr(args, key) is not None:
             data[key] = getattr(args, key)
     return data
 

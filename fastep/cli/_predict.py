@@ -6,7 +6,7 @@ import sys
 import numpy as np
 
 from ._progress import _progress
-from ._tables import _bad_cell, _check_output, _named
+from ._tables import ROW_DATA, _bad_cell, _check_output, _named, _row_data_specs, _row_values
 
 
 def cmd_predict(args):
@@ -64,10 +64,7 @@ def cmd_predict(args):
             k = int(np.argwhere(~np.isfinite(block))[0, 0])
             where = _bad_cell(~np.isfinite(block[k]), done + k, [names[j] for j in columns])
             raise ValueError(f"DATA: {where}.")
-        data = {}
-        for i, key in enumerate(keys):                  # an empty limit: none on that row
-            data[key] = extra[:, i] if key == "exposure" else np.where(
-                np.isnan(extra[:, i]), -np.inf if key == "lower" else np.inf, extra[:, i])
+        data = {key: _row_values(key, extra[:, i]) for i, key in enumerate(keys)}
         writer.write(predict(block, **data))
         done += block.shape[0]
     writer.close()
@@ -80,13 +77,9 @@ def _row_data_columns(args, est, names):
     ``{keyword of predict: column index}``, checked against the model."""
     from fastep.io import resolve_columns
     from fastep.likelihoods import NegativeBinomial, Poisson
-    options = {"exposure": args.exposure, "lower": args.lower_column,
-               "upper": args.upper_column}
     out = {}
-    for key, spec in options.items():
-        if not spec:
-            continue
-        option = "--exposure" if key == "exposure" else f"--{key}-column"
+    for key, spec in _row_data_specs(args).items():
+        option = ROW_DATA[key]
         if key == "exposure" and not isinstance(getattr(est, "likelihood_", None),
                                                 (Poisson, NegativeBinomial)):
             raise ValueError("--exposure applies to a count model (Poisson or negative "
