@@ -8,12 +8,17 @@ something there) finite values.  :func:`float_array` is that check; a failure is
 """
 from __future__ import annotations
 
+from typing import Any, Tuple
+
 import numpy as np
+from numpy.typing import ArrayLike
+from sklearn.utils.validation import column_or_1d, validate_data
 
 from ._dask import is_dask_array
 from .exceptions import DenseMemoryError      # noqa: F401  (its home in 0.2)
 
-__all__ = ["float_array", "all_finite", "index_array", "class_labels", "distinct_values"]
+__all__ = ["float_array", "all_finite", "index_array", "class_labels", "distinct_values",
+           "validate_X", "validate_X_y", "validate_column"]
 
 
 def _describe(value):
@@ -40,9 +45,11 @@ def _first(mask):
     return int(idx[0]) if idx.size == 1 else tuple(int(i) for i in idx)
 
 
-def float_array(value, name, ndim, shape=None, *, allow_nan=False, allow_inf=False,
-                positive=False, column=False, fix="", xp=np):
-    """``value`` as a C-ordered, writable float64 array of ``xp`` (NumPy or CuPy).
+def float_array(value: Any, name: str, ndim: int, shape: Any = None, *, allow_nan: bool = False,
+                allow_inf: bool = False, positive: bool = False, column: bool = False,
+                fix: str = "", xp: Any = np) -> np.ndarray:
+    """``value`` as a C-ordered, writable float64 array of ``xp`` (NumPy or CuPy; typed as
+    NumPy's, which CuPy's mirrors).
 
     Parameters
     ----------
@@ -114,7 +121,7 @@ def float_array(value, name, ndim, shape=None, *, allow_nan=False, allow_inf=Fal
     return xp.ascontiguousarray(a)
 
 
-def index_array(value, name, n, n_classes, fix=""):
+def index_array(value: Any, name: str, n: int, n_classes: int, fix: str = "") -> np.ndarray:
     """Class indices: an int64 array of shape (n,) with values in [0, n_classes)."""
     tail = f" {fix}" if fix else ""
     a = np.asarray(value)
@@ -168,3 +175,19 @@ def class_labels(y, return_inverse=False, name="y"):
         raise ValueError(f"{name} mixes labels of the types {kinds}, which do not sort "
                          f"into classes; give labels of one type (e.g. {name}.astype(str))."
                          ) from None
+
+
+def validate_X(estimator: Any, X: ArrayLike, **kwargs: Any) -> np.ndarray:
+    """scikit-learn's ``validate_data`` of X alone (typed: the checked array)."""
+    return validate_data(estimator, X, **kwargs)
+
+
+def validate_X_y(estimator: Any, X: ArrayLike, y: ArrayLike,
+                 **kwargs: Any) -> Tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's ``validate_data`` of X and y (typed: the checked arrays)."""
+    return validate_data(estimator, X, y, **kwargs)
+
+
+def validate_column(y: ArrayLike, **kwargs: Any) -> np.ndarray:
+    """scikit-learn's ``column_or_1d`` (typed: the checked 1-d array)."""
+    return column_or_1d(y, **kwargs)

@@ -2,12 +2,15 @@
 per-observation data a fit on chunks can take."""
 from __future__ import annotations
 
+from typing import Any, TypeGuard
+
 import numpy as np
 
 
-def is_dask_array(a):
+def is_dask_array(a: object) -> TypeGuard[Any]:
     """Whether ``a`` is a ``dask.array.Array`` (or dask collection with a shape), told
-    without importing dask."""
+    without importing dask (for a type checker, a true answer makes ``a`` a dask array,
+    which is untyped here: dask is an optional extra)."""
     return type(a).__module__.split(".")[0] == "dask" and hasattr(a, "shape") \
         and hasattr(a, "__dask_graph__")
 

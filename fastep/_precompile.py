@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 
 
-def precompile(verbose=False):
+def precompile(verbose: bool = False) -> float:
     """Compile (or load from cache) every built-in kernel with a tiny problem.
 
     Returns the seconds it took.  With a warm cache this is well under a second;

@@ -26,7 +26,10 @@ from __future__ import annotations
 import math
 import numbers
 
+from typing import Any, Dict
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["LogNormal", "AUTO"]
 
@@ -49,7 +52,7 @@ class LogNormal:
     (-1.6121, -0.5)
     """
 
-    def __init__(self, median=1.0, sigma=1.0):
+    def __init__(self, median: float = 1.0, sigma: float = 1.0) -> None:
         for name, value in (("median", median), ("sigma", sigma)):
             try:
                 ok = (not isinstance(value, bool) and isinstance(value, numbers.Real)
@@ -61,16 +64,16 @@ class LogNormal:
                                  f"{value!r:.40}.")
         self.median, self.sigma = float(median), float(sigma)
 
-    def log_density(self, t):
+    def log_density(self, t: ArrayLike) -> np.ndarray:
         """log p(t) of the log parameter ``t``."""
         z = (np.asarray(t, dtype=float) - math.log(self.median)) / self.sigma
         return -0.5 * z * z - math.log(self.sigma * math.sqrt(2.0 * math.pi))
 
-    def log_density_gradient(self, t):
+    def log_density_gradient(self, t: ArrayLike) -> np.ndarray:
         """d log p(t) / dt."""
         return -(np.asarray(t, dtype=float) - math.log(self.median)) / self.sigma ** 2
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         return {"type": "LogNormal", "median": self.median, "sigma": self.sigma}
 
     def __eq__(self, other):

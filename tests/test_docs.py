@@ -16,6 +16,7 @@ import fastep.likelihoods
 import fastep.models
 import fastep.plot
 import fastep.priors
+import fastep.typing
 
 #: Warning and error classes say what they mean in one line; they are raised, not used.
 NO_EXAMPLE = {"ConvergenceWarning", "EPNumericalWarning", "CUDAUnavailableError"}
@@ -32,6 +33,7 @@ def _public():
                     out.setdefault(f"{module.__name__}.{name}", obj)
     for name in ("load_breast_cancer", "split_standardized", "simulate_annotators"):
         out[f"fastep.datasets.{name}"] = getattr(fastep.datasets, name)
+    out["fastep.typing"] = fastep.typing       # aliases: the module's docstring shows them
     return out
 
 

@@ -1,6 +1,7 @@
 """The documentation site's promises that need no build: every code block of its pages
 runs as a script, and the API reference lists every public name."""
 import importlib
+import inspect
 import pathlib
 import re
 import warnings
@@ -37,7 +38,7 @@ def test_every_code_block_of_the_pages_runs_as_a_script(page, i, block, tmp_path
 #: constants without a docstring of their own.
 PUBLIC = ("fastep", "fastep.kernels", "fastep.likelihoods", "fastep.exceptions",
           "fastep.priors", "fastep.plot", "fastep.models", "fastep.cuda", "fastep.backend",
-          "fastep.persistence")
+          "fastep.persistence", "fastep.typing")
 MODULES = {"kernels", "likelihoods", "exceptions", "DEVICES", "FORMAT", "VERSION"}
 
 
@@ -65,3 +66,37 @@ def test_gallery_has_the_examples_the_site_promises():
     for path in examples:
         head = path.read_text().split('"""')[1].strip().splitlines()
         assert len(head) > 2 and set(head[1]) == {"="}, path.name   # a title, underlined
+
+
+def _public_callables():
+    """(qualified name, function) of every public function of :data:`PUBLIC` and every
+    public method (and constructor) of its public classes, exceptions aside."""
+    out = {}
+    for name in PUBLIC:
+        module = importlib.import_module(name)
+        for attr in module.__all__:
+            obj = getattr(module, attr)
+            if inspect.isclass(obj) and not issubclass(obj, BaseException):
+                for key, fn in vars(obj).items():
+                    if (key == "__init__" or not key.startswith("_")) and \
+                            inspect.isfunction(fn):
+                        out[f"{obj.__module__}.{obj.__qualname__}.{key}"] = fn
+            elif inspect.isfunction(obj):
+                out[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return out
+
+
+def test_public_api_is_annotated():
+    """``py.typed`` promises types: every parameter and return of the public callables
+    carries an annotation (mypy checks that they hold, in CI)."""
+    callables = _public_callables()
+    bare = []
+    for qualname, fn in callables.items():
+        sig = inspect.signature(fn)
+        params = [p for n, p in sig.parameters.items() if n not in ("self", "cls")
+                  and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if sig.return_annotation is inspect.Signature.empty or any(
+                p.annotation is inspect.Parameter.empty for p in params):
+            bare.append(qualname)
+    assert len(callables) > 150, len(callables)          # the walk found the API
+    assert not bare, bare

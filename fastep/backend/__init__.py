@@ -15,12 +15,15 @@ of :mod:`fastep.inference` are written once over the backend's operations (see
 """
 from __future__ import annotations
 
+from typing import Optional, Union
+
 from ._base import CHUNK_ROWS, DEVICES, Backend  # noqa: F401  (CHUNK_ROWS: for sparse EP)
 
 __all__ = ["Backend", "resolve", "DEVICES"]
 
 
-def resolve(device="cpu", owner=None, dense_algebra=True):
+def resolve(device: Union[str, Backend] = "cpu", owner: Optional[str] = None,
+            dense_algebra: bool = True) -> Backend:
     """The backend for ``device``: ``"cpu"``, ``"cuda"`` or a :class:`Backend` (returned
     as it is).
 

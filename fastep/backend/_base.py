@@ -11,9 +11,18 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from typing import Any
+from typing import (TYPE_CHECKING, Any, Callable, ContextManager, List, Optional, Sequence,
+                    Tuple)
+
+import numpy as np
 
 from .._memory import check_dense_memory, host_memory_available
+
+if TYPE_CHECKING:                                       # pragma: no cover
+    from ..likelihoods import Likelihood
+
+#: An array of a backend's array module (``Backend.xp``: NumPy or CuPy).
+XArray = Any
 
 #: The values of ``device`` that :func:`fastep.backend.resolve` accepts.
 DEVICES = ("cpu", "cuda")
@@ -60,12 +69,12 @@ class Backend(abc.ABC):
     def __repr__(self):
         return f"<fastep backend {self.name!r}>"
 
-    def check_dense_memory(self, n, n_matrices):
+    def check_dense_memory(self, n: int, n_matrices: int) -> None:
         """Raise :class:`fastep.DenseMemoryError` unless ``n_matrices`` n x n float64
         matrices fit in this target's free memory (before allocating any of them)."""
         check_dense_memory(n, n_matrices, self.memory_available(), self.memory_name)
 
-    def memory_available(self):
+    def memory_available(self) -> Optional[int]:
         """Bytes still free for arrays on this target (None: unknown)."""
         return host_memory_available()
 
@@ -73,61 +82,62 @@ class Backend(abc.ABC):
 
     # --- arrays ---------------------------------------------------------------------
     @abc.abstractmethod
-    def asarray(self, a):
+    def asarray(self, a: XArray) -> XArray:
         """``a`` as a float64 array of this backend (no copy if it already is one)."""
         raise NotImplementedError
 
     @abc.abstractmethod
-    def to_host(self, a):
+    def to_host(self, a: XArray) -> np.ndarray:
         """``a`` as a NumPy array."""
         raise NotImplementedError
 
     # --- execution ------------------------------------------------------------------
-    def threads_for(self, n, one_pool=False):
+    def threads_for(self, n: int, one_pool: bool = False) -> ContextManager[Any]:
         """Context manager choosing the threading for dense work of size n (``one_pool``:
         work whose cubic part is LAPACK, see :func:`fastep._linalg.one_blas_pool`)."""
         return contextlib.nullcontext()
 
-    def compiled(self):
+    def compiled(self) -> ContextManager[Any]:
         """Context manager around compiled parallel code called from worker threads."""
         return contextlib.nullcontext()
 
-    def n_workers(self, n, m, chunk_size):
+    def n_workers(self, n: int, m: int, chunk_size: int) -> int:
         """How many workers share the chunks of a streamed pass over n rows."""
         return 1
 
-    def chunk_rows(self, m):
+    def chunk_rows(self, m: int) -> int:
         """Rows of data per chunk of a streamed pass with m inducing inputs (the default of
         ``chunk_size``)."""
         return CHUNK_ROWS
 
-    def run_all(self, jobs):
+    def run_all(self, jobs: Sequence[Callable[[], Any]]) -> List[Any]:
         """Run zero-argument callables (one per worker); their results in order."""
         return [job() for job in jobs]
 
     # --- dense linear algebra ---------------------------------------------------------
-    def dense_work(self, n):
+    def dense_work(self, n: int) -> Tuple[Optional[XArray], Optional[XArray]]:
         """Two (n, n) buffers that dense EP reuses across sweeps, or ``(None, None)`` to
         let each operation allocate (a pooling allocator makes that free)."""
         return None, None
 
     @abc.abstractmethod
-    def cholesky(self, a, what):
+    def cholesky(self, a: XArray, what: str) -> XArray:
         """Lower Cholesky factor of the symmetric positive definite ``a`` (whose storage
         may be overwritten); :class:`~fastep.exceptions.NotPositiveDefiniteError` naming
         ``what`` if it is not positive definite."""
         raise NotImplementedError
 
     @abc.abstractmethod
-    def solve_lower(self, L, B, trans=False, overwrite=False):
+    def solve_lower(self, L: XArray, B: XArray, trans: bool = False,
+                    overwrite: bool = False) -> XArray:
         """``L^-1 B`` (or ``L^-T B``) for lower-triangular L; B 1-d or 2-d."""
         raise NotImplementedError
 
-    def cho_solve(self, L, B):
+    def cho_solve(self, L: XArray, B: XArray) -> XArray:
         """``(L L^T)^-1 B``."""
         return self.solve_lower(L, self.solve_lower(L, B), trans=True, overwrite=True)
 
-    def tri_inverse(self, L, out=None):
+    def tri_inverse(self, L: XArray, out: Optional[XArray] = None) -> XArray:
         """``L^-1`` of the lower-triangular ``L`` (whose strict upper triangle is not
         read), zero above the diagonal; ``out`` an (n, n) buffer it may use."""
         n = L.shape[0]
@@ -139,11 +149,11 @@ class Backend(abc.ABC):
             self.xp.fill_diagonal(eye, 1.0)
         return self.solve_lower(L, eye, overwrite=True)
 
-    def inverse_from_tri(self, li):
+    def inverse_from_tri(self, li: XArray) -> XArray:
         """``(L L^T)^-1 = L^-T L^-1`` as a full symmetric matrix, from ``li = L^-1``."""
         return li.T @ li
 
-    def r_from_tri(self, li, s):
+    def r_from_tri(self, li: XArray, s: XArray) -> XArray:
         """``R = diag(s) (L L^T)^-1 diag(s)`` (dense EP's ``(K + S^-1)^-1`` in the B form,
         ``s = S^1/2``) as a full symmetric matrix, from ``li = L^-1``."""
         r = self.inverse_from_tri(li)
@@ -151,29 +161,31 @@ class Backend(abc.ABC):
         r *= s[None, :]
         return r
 
-    def gradient_weights(self, li, s, b):
+    def gradient_weights(self, li: XArray, s: XArray, b: XArray) -> XArray:
         """``G = (b b^T - R) / 2`` with ``R`` of :meth:`r_from_tri`, as a full symmetric
         matrix: the weights of dense EP's evidence gradient (B form)."""
         return self.weights_from_r(self.r_from_tri(li, s), b)
 
-    def weights_from_r(self, r, b):
+    def weights_from_r(self, r: XArray, b: XArray) -> XArray:
         """``(b b^T - R) / 2`` in the storage of ``R = (K + S^-1)^-1`` (any form of it)."""
         r *= -0.5
         r += 0.5 * self.xp.outer(b, b)
         return r
 
     @abc.abstractmethod
-    def trmm_lower(self, L, B, trans=False):
+    def trmm_lower(self, L: XArray, B: XArray, trans: bool = False) -> XArray:
         """``L B`` (or ``L^T B``) for lower-triangular L; may overwrite B (F-ordered)."""
         raise NotImplementedError
 
     @abc.abstractmethod
-    def accumulate(self, P, b, G, tau, nu):
+    def accumulate(self, P: XArray, b: XArray, G: XArray, tau: XArray, nu: XArray) -> None:
         """``P += G diag(tau) G^T`` (the lower triangle at least) and ``b += G nu``; may
         overwrite G."""
         raise NotImplementedError
 
-    def gradient_direction(self, V, SV, SUSV, mv, r, a, w, b, tau, gd, serial=False):
+    def gradient_direction(self, V: XArray, SV: XArray, SUSV: XArray, mv: XArray, r: XArray,
+                           a: XArray, w: XArray, b: XArray, tau: XArray, gd: XArray,
+                           serial: bool = False) -> XArray:
         """``G = mv a^T + r w^T + SV diag(b) - 2 SUSV diag(tau) - 2 V diag(gd)`` (m x c
         arrays of one chunk), in the storage of ``SUSV``: d log Z / dV of sparse EP's
         gradient (:func:`fastep.inference.sparse_ep._gradient.gradient_second`)."""
@@ -184,26 +196,33 @@ class Backend(abc.ABC):
 
     # --- EP site loops --------------------------------------------------------------
     @abc.abstractmethod
-    def site_inputs(self, likelihood, y, extra):
+    def site_inputs(self, likelihood: Likelihood, y: XArray,
+                    extra: XArray) -> Tuple[XArray, XArray, XArray]:
         """Targets, per-site extras (n, k) and likelihood parameters as this backend's
         arrays, in the form the site loops read."""
         raise NotImplementedError
 
     @abc.abstractmethod
-    def parallel_sites(self, tilted, y, extra, params, mean, var, tau, nu, damping, clip,
-                       new_tau, new_nu, log_z, mu_cav, var_cav):
+    def parallel_sites(self, tilted: Any, y: XArray, extra: XArray, params: XArray,
+                       mean: XArray, var: XArray, tau: XArray, nu: XArray, damping: float,
+                       clip: bool, new_tau: XArray, new_nu: XArray, log_z: XArray,
+                       mu_cav: XArray, var_cav: XArray) -> int:
         """Parallel EP proposals for every site from the same marginals (see
         :func:`fastep.backend.cpu.parallel_sites`); returns the number of skipped sites."""
         raise NotImplementedError
 
     @abc.abstractmethod
-    def power_sites(self, tilted, y, extra, params, mean, var, resid, tau, nu, alpha,
-                    damping, clip, new_tau, new_nu, site_ev, mu_cav, var_cav, serial=False):
+    def power_sites(self, tilted: Any, y: XArray, extra: XArray, params: XArray, mean: XArray,
+                    var: XArray, resid: XArray, tau: XArray, nu: XArray, alpha: float,
+                    damping: float, clip: bool, new_tau: XArray, new_nu: XArray,
+                    site_ev: XArray, mu_cav: XArray, var_cav: XArray,
+                    serial: bool = False) -> int:
         """Power-EP proposals on projections (see :func:`fastep.backend.cpu.power_sites`);
         returns the number of skipped sites."""
         raise NotImplementedError
 
-    def evidence_site_terms(self, log_z, mu_cav, var_cav, mean, var):
+    def evidence_site_terms(self, log_z: XArray, mu_cav: XArray, var_cav: XArray, mean: XArray,
+                            var: XArray) -> float:
         """The sites' share of log Z_EP, over the sites with a finite log Z_i."""
         xp = self.xp
         terms = (log_z + 0.5 * xp.log(var_cav / var) + 0.5 * mu_cav * mu_cav / var_cav
@@ -211,51 +230,55 @@ class Backend(abc.ABC):
         return float(xp.sum(xp.where(xp.isfinite(log_z), terms, 0.0)))
 
     @abc.abstractmethod
-    def build_b(self, K, s, out=None):
+    def build_b(self, K: XArray, s: XArray, out: Optional[XArray] = None) -> XArray:
         """``I + diag(s) K diag(s)``."""
         raise NotImplementedError
 
     @abc.abstractmethod
-    def scale_columns(self, K, s, out=None):
+    def scale_columns(self, K: XArray, s: XArray, out: Optional[XArray] = None) -> XArray:
         """``K diag(s)``."""
         raise NotImplementedError
 
     @abc.abstractmethod
-    def row_sumsq(self, a, out=None):
+    def row_sumsq(self, a: XArray, out: Optional[XArray] = None) -> XArray:
         """Row sums of squares of ``a``."""
         raise NotImplementedError
 
-    def projection_marginals(self, G, beta):
+    def projection_marginals(self, G: XArray, beta: XArray) -> Tuple[XArray, XArray]:
         """``(G^T beta, column sums of squares of G)``: the per-site marginals of sparse EP."""
         xp = self.xp
         return G.T @ beta, xp.sum(G * G, axis=0)
 
     @abc.abstractmethod
-    def tilted(self, likelihood, y, extra, mu, var, alpha):
+    def tilted(self, likelihood: Likelihood, y: XArray, extra: XArray, mu: XArray, var: XArray,
+               alpha: float) -> Tuple[XArray, XArray, XArray]:
         """The likelihood's tilted moments ``(log Z, dlogZ/dmu, d2logZ/dmu2)`` per site."""
         raise NotImplementedError
 
-    def tilted_dparams(self, likelihood, y, mu, var, extra, alpha):
+    def tilted_dparams(self, likelihood: Likelihood, y: XArray, mu: XArray, var: XArray,
+                       extra: XArray, alpha: float) -> XArray:
         """``d log Z_i / d log(likelihood parameters)``, shape (n, n_dims)."""
         raise NotImplementedError
 
     # --- robust-max Gauss-Hermite products (host arrays in and out) -------------------
     @abc.abstractmethod
-    def prob_largest(self, mean, var, nodes, weights):
+    def prob_largest(self, mean: XArray, var: XArray, nodes: XArray,
+                     weights: XArray) -> np.ndarray:
         """S(x_i, j) for every row and class (:mod:`fastep.likelihoods.robustmax`)."""
         raise NotImplementedError
 
-    def prob_largest_grad(self, mean, var, labels, nodes, weights):
+    def prob_largest_grad(self, mean: XArray, var: XArray, labels: XArray, nodes: XArray,
+                          weights: XArray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(S, dS/dmean, dS/dvar)`` of S(x_i, labels[i])."""
         raise NotImplementedError
 
     # --- data for streamed passes ------------------------------------------------------
     @abc.abstractmethod
-    def rows(self, X):
+    def rows(self, X: XArray) -> Callable[[int, int], XArray]:
         """A row source for streamed passes over X (``source(c0, c1)`` returns rows c0:c1
         as a C-ordered array of this backend)."""
         raise NotImplementedError
 
-    def gram_cache(self, X, n, m, budget):
+    def gram_cache(self, X: XArray, n: int, m: int, budget: float) -> Optional[XArray]:
         """An (n, m) array to keep ``K(X, Z)`` between sweeps, or None."""
         return None

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -103,31 +103,40 @@ class EPResult(EPResultBase):
     history: list = field(default_factory=list, repr=False)
     _posterior: Optional[_Posterior] = field(default=None, repr=False)
 
+    def _post(self) -> _Posterior:
+        """The posterior factorisation EP ended with (results sent between processes
+        travel without it and get it back where they are used)."""
+        if self._posterior is None:
+            raise ValueError("this EPResult carries no posterior factorisation (it was copied "
+                             "without one); predict with the estimator that fitted it.")
+        return self._posterior
+
     @property
     def b(self):
         """b = (K + S^-1)^-1 mu_tilde = nu - tau * mean; predictive mean is k*^T b."""
         return self.site_nu - self.site_tau * self.mean
 
-    def predict_latent(self, k_cross, k_diag):
+    def predict_latent(self, k_cross: ArrayLike, k_diag: ArrayLike
+                       ) -> Tuple[np.ndarray, np.ndarray]:
         """Latent predictive mean and variance at test points (host arrays).
 
         ``k_cross``: (n_train, m) cross-covariance; ``k_diag``: (m,) prior variances (on
         the host or on the backend that ran EP).
         mean = k*^T b, var = k** - k*^T (K + S^-1)^-1 k*  (R&W eqs. 3.60, 3.61).
         """
-        post = self._posterior
+        post = self._post()
         be = post.be
-        k_cross = be.asarray(k_cross)
-        with be.threads_for(k_cross.shape[0], one_pool=post.Q is None):
-            mean = k_cross.T @ be.asarray(self.b)
+        kx = be.asarray(k_cross)
+        with be.threads_for(kx.shape[0], one_pool=post.Q is None):
+            mean = kx.T @ be.asarray(self.b)
             prior = be.asarray(k_diag)
-            var = prior - be.xp.einsum("ij,ij->j", k_cross, post.apply_r(k_cross))
+            var = prior - be.xp.einsum("ij,ij->j", kx, post.apply_r(kx))
         return be.to_host(mean), predictive_variance(be.to_host(prior), be.to_host(var))
 
-    def kernel_gradient_weights(self):
+    def kernel_gradient_weights(self) -> np.ndarray:
         """G = (b b^T - R) / 2, so that d log Z_EP / d theta = sum(G * dK/dtheta); an array
         of the backend that ran EP."""
-        post = self._posterior
+        post = self._post()
         be = post.be
         with be.threads_for(self.mean.shape[0], one_pool=post.Q is None):
             b = be.asarray(self.b)

@@ -1,4 +1,8 @@
 """Covariance functions (see :mod:`fastep.kernels._base` for the protocol)."""
+from __future__ import annotations
+
+from typing import Any
+
 from ._base import (ConstantKernel, Hyperparameter, Kernel, Linear, Product, SklearnKernel, Sum,
                     WhiteKernel, as_kernel)
 from .stationary import RBF, Matern12, Matern32, Matern52
@@ -11,7 +15,7 @@ _TYPES = {c.__name__: c for c in (RBF, Matern12, Matern32, Matern52, Linear, Con
 _MAX_DEPTH = 32
 
 
-def kernel_from_dict(d, _depth=0):
+def kernel_from_dict(d: Any, _depth: int = 0) -> Kernel:
     """Rebuild a kernel from :meth:`Kernel.to_dict`; a ``ValueError`` says what is wrong
     with a description that does not describe a fastep kernel (model files are untrusted).
 

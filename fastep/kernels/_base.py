@@ -20,16 +20,19 @@ terms of those operations, and so runs on every backend::
 """
 from __future__ import annotations
 
+from typing import Any, Callable, Dict, Optional, Tuple, Union
+
 import copy
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import float_array
 from .gram import HOST
 
 
-def _as_2d(X, name="X", backend=None):
+def _as_2d(X: ArrayLike, name: str = "X", backend: Any = None) -> np.ndarray:
     """``X`` as a checked, C-ordered 2-d float array of ``backend`` (host when None); a 1-d
     X is one feature."""
     be = HOST if backend is None else backend
@@ -37,7 +40,8 @@ def _as_2d(X, name="X", backend=None):
                        fix="Pass finite inputs of shape (n_samples, n_features).")
 
 
-def _inputs(be, X, Y):
+def _inputs(be: Any, X: ArrayLike, Y: Optional[ArrayLike]
+            ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
     """Checked X and Y (None: K(X, X)) with the same number of features."""
     X = _as_2d(X, "X", be)
     if Y is None:
@@ -59,7 +63,9 @@ class Hyperparameter:
     (2, (0.001, 1000.0))
     """
 
-    def __init__(self, name, value, bounds=(1e-5, 1e5), scalar=False):
+    def __init__(self, name: str, value: Union[float, ArrayLike],
+                 bounds: Union[Tuple[float, float], str] = (1e-5, 1e5),
+                 scalar: bool = False) -> None:
         try:
             value = np.atleast_1d(np.asarray(value, dtype=float)).copy()
         except (TypeError, ValueError):
@@ -78,6 +84,7 @@ class Hyperparameter:
                              f"got {value.tolist() if value.size > 1 else value[0]!r}.")
         self.name = name
         self.value = value
+        self.bounds: Union[str, Tuple[float, float]]
         self.fixed = isinstance(bounds, str) and bounds == "fixed"
         if self.fixed:
             self.bounds = "fixed"
@@ -120,6 +127,12 @@ class Kernel:
     """
 
     _params: list
+    # the hooks every kernel defines (see the module docstring)
+    _gram: Callable[..., Any]
+    _diag: Callable[..., Any]
+    _input_contract: Callable[..., Any]
+    _contract_all: Callable[..., Any]
+    _diag_contract_all: Callable[..., Any]
 
     # --- hyperparameter plumbing -------------------------------------------------
     def _leaf_params(self):
@@ -154,7 +167,7 @@ class Kernel:
              for p in self._leaf_params() if not p.fixed]
         return np.vstack(b) if b else np.zeros((0, 2))
 
-    def clone_with_theta(self, theta):
+    def clone_with_theta(self, theta: ArrayLike) -> Kernel:
         """A copy with log-hyperparameters ``theta`` (this kernel is not modified)."""
         k = copy.deepcopy(self)
         k.theta = theta
@@ -165,35 +178,40 @@ class Kernel:
                               ) if self._leaf_params() else np.zeros(0, bool)
 
     # --- public evaluation --------------------------------------------------------
-    def __call__(self, X, Y=None, backend=None):
+    def __call__(self, X: ArrayLike, Y: Optional[ArrayLike] = None,
+                 backend: Any = None) -> np.ndarray:
         """Gram matrix ``K(X, Y)`` (``K(X, X)`` when Y is None), C-ordered."""
         be = HOST if backend is None else backend
         return self._gram(be, *_inputs(be, X, Y))
 
-    def diag(self, X, backend=None):
+    def diag(self, X: ArrayLike, backend: Any = None) -> np.ndarray:
         """``k(x_i, x_i)`` for every row of X."""
         be = HOST if backend is None else backend
         return self._diag(be, _as_2d(X, "X", be))
 
-    def gradient_contract(self, X, G, Y=None, backend=None):
+    def gradient_contract(self, X: ArrayLike, G: ArrayLike, Y: Optional[ArrayLike] = None,
+                          backend: Any = None) -> np.ndarray:
         """``sum_jk G_jk dK_jk / dtheta_p`` for every free log-hyperparameter (host array).
 
         ``K = self(X, Y)``; ``G`` is any weight matrix of the shape of ``K``.
         """
         be = HOST if backend is None else backend
         X, Y, G = _contract_args(be, X, Y, G)
-        full = np.asarray(self._contract_all(be, X, Y, G), dtype=float)
+        full = np.asarray(self._contract_all(be, X, Y, G), dtype=np.float64)
         return full[self._free_mask()]
 
-    def diag_gradient_contract(self, X, g, backend=None):
+    def diag_gradient_contract(self, X: ArrayLike, g: ArrayLike,
+                               backend: Any = None) -> np.ndarray:
         """``sum_i g_i d k(x_i, x_i) / dtheta_p`` for every free log-hyperparameter."""
         be = HOST if backend is None else backend
         X = _as_2d(X, "X", be)
         g = float_array(g, "g", 1, (X.shape[0],), xp=be.xp)
-        full = np.asarray(self._diag_contract_all(be, X, g), dtype=float)
+        full = np.asarray(self._diag_contract_all(be, X, g), dtype=np.float64)
         return full[self._free_mask()]
 
-    def input_gradient_contract(self, X, G, Y=None, backend=None):
+    def input_gradient_contract(self, X: ArrayLike, G: ArrayLike,
+                                Y: Optional[ArrayLike] = None,
+                                backend: Any = None) -> np.ndarray:
         """``d/dX sum_jk G_jk K_jk`` with ``K = self(X, Y)``, shape of ``X`` (host array).
 
         With ``Y=None`` both arguments of ``K(X, X)`` move with ``X``.  Used for
@@ -202,8 +220,8 @@ class Kernel:
         be = HOST if backend is None else backend
         X, Y, G = _contract_args(be, X, Y, G)
         if Y is None:
-            return np.asarray(self._input_contract(be, X, X, G + G.T), dtype=float)
-        return np.asarray(self._input_contract(be, X, Y, G), dtype=float)
+            return np.asarray(self._input_contract(be, X, X, G + G.T), dtype=np.float64)
+        return np.asarray(self._input_contract(be, X, Y, G), dtype=np.float64)
 
     # --- composition ---------------------------------------------------------------
     def __add__(self, other):
@@ -226,18 +244,19 @@ class Kernel:
 
     __hash__ = object.__hash__
 
-    def is_stationary(self):
+    def is_stationary(self) -> bool:
         return False
 
     # serialisation (model save/load without pickle)
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         """A JSON-able description (:func:`fastep.kernels.kernel_from_dict` inverts it)."""
         return {"type": type(self).__name__,
                 "params": {p.name: p.value.tolist() for p in self._params},
                 "bounds": {p.name: p.bounds for p in self._params}}
 
 
-def _contract_args(be, X, Y, G):
+def _contract_args(be: Any, X: ArrayLike, Y: Optional[ArrayLike], G: ArrayLike
+                   ) -> Tuple[np.ndarray, Optional[np.ndarray], np.ndarray]:
     X, Y = _inputs(be, X, Y)
     shape = (X.shape[0], X.shape[0] if Y is None else Y.shape[0])
     return X, Y, float_array(G, "G", 2, shape, xp=be.xp, fix="G has the shape of K(X, Y).")
@@ -256,7 +275,7 @@ def _as_kernel_operand(other):
 
 
 class _Composite(Kernel):
-    def __init__(self, k1, k2):
+    def __init__(self, k1: Kernel, k2: Kernel) -> None:
         self.k1, self.k2 = k1, k2
         self._params = []
 
@@ -271,10 +290,10 @@ class _Composite(Kernel):
     def __repr__(self):
         return f"{self.k1!r} {self._op} {self.k2!r}"
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         return {"type": type(self).__name__, "k1": self.k1.to_dict(), "k2": self.k2.to_dict()}
 
-    def is_stationary(self):
+    def is_stationary(self) -> bool:
         return self.k1.is_stationary() and self.k2.is_stationary()
 
 
@@ -366,7 +385,8 @@ class ConstantKernel(_OneParameter):
     [[2.0, 2.0], [2.0, 2.0]]
     """
 
-    def __init__(self, constant=1.0, constant_bounds=(1e-5, 1e5)):
+    def __init__(self, constant: float = 1.0,
+                 constant_bounds: Union[Tuple[float, float], str] = (1e-5, 1e5)) -> None:
         self._params = [Hyperparameter("constant", constant, constant_bounds, scalar=True)]
 
     def _gram(self, be, X, Y):
@@ -378,7 +398,7 @@ class ConstantKernel(_OneParameter):
     def _contract_all(self, be, X, Y, G):
         return [self._value * float(be.xp.sum(G))]
 
-    def is_stationary(self):
+    def is_stationary(self) -> bool:
         return True
 
 
@@ -392,7 +412,8 @@ class WhiteKernel(_OneParameter):
     [[0.5, 0.0], [0.0, 0.5]]
     """
 
-    def __init__(self, noise_level=1.0, noise_level_bounds=(1e-5, 1e5)):
+    def __init__(self, noise_level: float = 1.0,
+                 noise_level_bounds: Union[Tuple[float, float], str] = (1e-5, 1e5)) -> None:
         self._params = [Hyperparameter("noise_level", noise_level, noise_level_bounds,
                                        scalar=True)]
 
@@ -407,7 +428,7 @@ class WhiteKernel(_OneParameter):
     def _contract_all(self, be, X, Y, G):
         return [self._value * float(be.xp.trace(G)) if Y is None else 0.0]
 
-    def is_stationary(self):
+    def is_stationary(self) -> bool:
         return True
 
 
@@ -421,7 +442,8 @@ class Linear(_OneParameter):
     [[10.0]]
     """
 
-    def __init__(self, variance=1.0, variance_bounds=(1e-5, 1e5)):
+    def __init__(self, variance: float = 1.0,
+                 variance_bounds: Union[Tuple[float, float], str] = (1e-5, 1e5)) -> None:
         self._params = [Hyperparameter("variance", variance, variance_bounds, scalar=True)]
 
     def _gram(self, be, X, Y):
@@ -457,7 +479,7 @@ class SklearnKernel(Kernel):
     1.0
     """
 
-    def __init__(self, kernel):
+    def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
         self._params = []
 
@@ -489,26 +511,30 @@ class SklearnKernel(Kernel):
     def _diag(self, be, X):
         return be.asarray(self.kernel.diag(be.to_host(X)))
 
-    def gradient_contract(self, X, G, Y=None, backend=None):
+    def gradient_contract(self, X: ArrayLike, G: ArrayLike, Y: Optional[ArrayLike] = None,
+                          backend: Any = None) -> np.ndarray:
         if Y is not None:
             raise ValueError(_SKLEARN_SPARSE)
         be = HOST if backend is None else backend
         _, dK = self.kernel(be.to_host(_as_2d(X, "X", be)), eval_gradient=True)
         return np.einsum("ij,ijp->p", be.to_host(G), dK)
 
-    def diag_gradient_contract(self, X, g, backend=None):
+    def diag_gradient_contract(self, X: ArrayLike, g: ArrayLike,
+                               backend: Any = None) -> np.ndarray:
         raise ValueError(_SKLEARN_SPARSE)
 
-    def input_gradient_contract(self, X, G, Y=None, backend=None):
+    def input_gradient_contract(self, X: ArrayLike, G: ArrayLike,
+                                Y: Optional[ArrayLike] = None,
+                                backend: Any = None) -> np.ndarray:
         raise ValueError(_SKLEARN_SPARSE)
 
-    def is_stationary(self):
+    def is_stationary(self) -> bool:
         return self.kernel.is_stationary()
 
     def __repr__(self):
         return f"SklearnKernel({self.kernel!r})"
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         raise ValueError("models with a scikit-learn kernel cannot be saved without pickle; "
                          "use an equivalent fastep kernel (fastep.kernels) to save the model.")
 
@@ -517,7 +543,7 @@ _SKLEARN_SPARSE = ("scikit-learn kernels give gradients only for K(X, X); induci
                    "models need a fastep kernel (fastep.kernels: RBF, Matern32, ...).")
 
 
-def as_kernel(kernel):
+def as_kernel(kernel: Any) -> Kernel:
     """Return a fastep kernel for ``kernel`` (fastep or scikit-learn kernel object).
 
     Examples

@@ -1,7 +1,10 @@
 """Stationary kernels: RBF (squared exponential) and the Matern family, ARD capable."""
 from __future__ import annotations
 
+from typing import Tuple, Union
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import gram
 from ._base import Hyperparameter, Kernel
@@ -15,8 +18,9 @@ class _Stationary(Kernel):
 
     _kind = -1
 
-    def __init__(self, variance=1.0, lengthscale=1.0, variance_bounds=(1e-5, 1e5),
-                 lengthscale_bounds=(1e-5, 1e5)):
+    def __init__(self, variance: float = 1.0, lengthscale: Union[float, ArrayLike] = 1.0,
+                 variance_bounds: Union[Tuple[float, float], str] = (1e-5, 1e5),
+                 lengthscale_bounds: Union[Tuple[float, float], str] = (1e-5, 1e5)) -> None:
         self._params = [Hyperparameter("variance", variance, variance_bounds, scalar=True),
                         Hyperparameter("lengthscale", lengthscale, lengthscale_bounds)]
 
@@ -76,7 +80,7 @@ class _Stationary(Kernel):
     def _input_contract(self, be, X, Y, G):
         return be.stationary_input_contract(X, Y, *self._args(be, X), G)
 
-    def is_stationary(self):
+    def is_stationary(self) -> bool:
         return True
 
 

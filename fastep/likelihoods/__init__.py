@@ -1,9 +1,10 @@
 """EP likelihoods: each supplies a scalar compiled tilted-moment function, except
 :class:`RobustMax` (the multiclass likelihood of GWI, which needs expected log-likelihoods
 rather than tilted moments)."""
+import math
 import numbers
+from typing import Any, Dict, Union
 
-import numpy as np
 
 from ._base import CustomLikelihood, Likelihood, check_likelihood  # noqa: F401 (for EP)
 from .annotators import MultiAnnotator
@@ -19,7 +20,18 @@ _TYPES = {c.__name__: c for c in (Gaussian, Probit, Logistic, Tobit, Poisson,
                                    NegativeBinomial, StudentT)}
 
 
-def likelihood_from_dict(d):
+def _positive_number(v: Any) -> bool:
+    """Whether ``v`` is a real number (not a bool), finite and positive as a float."""
+    if not isinstance(v, numbers.Real) or isinstance(v, bool):
+        return False
+    try:
+        f = float(v)
+    except OverflowError:                        # an integer beyond float's range
+        return False
+    return math.isfinite(f) and f > 0
+
+
+def likelihood_from_dict(d: Any) -> Union[Likelihood, RobustMax]:
     """Rebuild a built-in likelihood from its ``to_dict()``; a ``ValueError`` says what is
     wrong with a description that does not describe one (model files are untrusted).
 
@@ -42,12 +54,12 @@ def likelihood_from_dict(d):
                          f"{kind}.")
     if kind == "OrdinalProbit":
         try:
-            return OrdinalProbit(d.get("cut_points"), bool(d.get("fixed", False)))
+            return OrdinalProbit(d["cut_points"], bool(d.get("fixed", False)))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"invalid OrdinalProbit description: {exc}") from None
     if kind == "RobustMax":
         try:
-            return RobustMax(d.get("n_classes"), d.get("epsilon"), d.get("n_nodes"))
+            return RobustMax(d["n_classes"], d["epsilon"], d["n_nodes"])
         except ValueError as exc:
             raise ValueError(f"invalid RobustMax description: {exc}") from None
     if kind not in _TYPES:
@@ -59,14 +71,13 @@ def likelihood_from_dict(d):
             and set(params) == set(cls.param_names) and set(bounds) == set(cls.param_names)):
         raise ValueError(f"the {kind} likelihood has parameters {list(cls.param_names)}; the "
                          f"description gives {params!r:.80} with bounds {bounds!r:.80}.")
-    kw = {}
+    kw: Dict[str, Any] = {}
     for name in cls.param_names:
         value, b = params[name], bounds[name]
         if not isinstance(value, numbers.Real) or isinstance(value, bool):
             raise ValueError(f"the {kind} parameter {name!r} must be a number; got {value!r}.")
-        if not (b == "fixed" or (isinstance(b, (list, tuple)) and len(b) == 2 and all(
-                isinstance(v, numbers.Real) and np.isfinite(v) and v > 0 for v in b)
-                and b[0] < b[1])):
+        if not (b == "fixed" or (isinstance(b, (list, tuple)) and len(b) == 2
+                                 and all(_positive_number(v) for v in b) and b[0] < b[1])):
             raise ValueError(f"the bounds of the {kind} parameter {name!r} must be 'fixed' or "
                              f"0 < low < high; got {b!r}.")
         kw[name] = value

@@ -21,10 +21,11 @@ import copy
 import math
 import numbers
 import warnings
-from typing import Any
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numba
 import numpy as np
+from numpy.typing import ArrayLike
 from numba import njit, prange, types
 
 from .._checks import all_finite, float_array
@@ -136,7 +137,7 @@ class Likelihood:
             name = "scalar_tilted"
         object.__setattr__(self, name, value)
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         self._values = {}
         self._bounds = {}
         for name in self.param_names:
@@ -178,7 +179,7 @@ class Likelihood:
         for n, t in zip(self._free(), theta):
             self._values[n] = float(np.exp(t))
 
-    def clone_with_theta(self, theta):
+    def clone_with_theta(self, theta: ArrayLike) -> Likelihood:
         """A copy with log-parameters ``theta`` (this likelihood is not modified)."""
         lik = copy.copy(self)
         lik._values = dict(self._values)
@@ -207,11 +208,11 @@ class Likelihood:
         args = ", ".join(f"{n}={v:.4g}" for n, v in self._values.items())
         return f"{type(self).__name__}({args})"
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         """JSON-able description: type, parameters, bounds, and the per-observation data
         (:attr:`data_names`) that are scalars or None (a model file stores arrays beside
         its header)."""
-        d = {"type": type(self).__name__, "params": dict(self._values),
+        d: Dict[str, Any] = {"type": type(self).__name__, "params": dict(self._values),
              "bounds": dict(self._bounds)}
         for name in self.data_names:
             value = getattr(self, name, None)
@@ -220,23 +221,23 @@ class Likelihood:
         return d
 
     # --- data --------------------------------------------------------------------
-    def rows(self, start, stop):
+    def rows(self, start: int, stop: int) -> Likelihood:
         """This likelihood for the sites ``start:stop`` only (a chunk of rows on a Dask
         worker): itself, unless it holds per-site data (Tobit's limits)."""
         return self
 
-    def predict_mean(self, mean, var):
+    def predict_mean(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
         """E[y] given f ~ N(mean, var), per point (the mean of ``predict_y``)."""
         return self.predict_y(mean, var)[0]
 
-    def encode_targets(self, y):
+    def encode_targets(self, y: ArrayLike) -> np.ndarray:
         """Validate targets (a vector, or one column) and return them as the float array
         the compiled code reads."""
         if np.ndim(y) == 2 and np.shape(y)[1] == 1:
             y = np.asarray(y)[:, 0]
         return self.check_targets(y)
 
-    def check_targets(self, y):
+    def check_targets(self, y: ArrayLike) -> np.ndarray:
         """The float vector ``y`` checked for the values this likelihood models (what both
         :meth:`encode_targets` and :meth:`tilted` accept)."""
         y = float_array(y, "y", 1, allow_nan=self.nan_targets,
@@ -247,7 +248,7 @@ class Likelihood:
                              f"{bad.tolist()}. Map the two classes to -1 and +1.")
         return y
 
-    def with_data(self, n, **data):
+    def with_data(self, n: int, **data: Any) -> Likelihood:
         """A copy for n observations with the per-observation data named in
         :attr:`data_names` (a scalar, an array of n values, or None for the default);
         a ``ValueError`` names anything else."""
@@ -262,11 +263,11 @@ class Likelihood:
         new.site_extra(n)                        # checks the data now
         return new
 
-    def site_extra(self, n):
+    def site_extra(self, n: int) -> np.ndarray:
         """Per-site extra columns read by the tilted function (none by default)."""
         return np.zeros((n, self.n_extra))
 
-    def check_extra(self, extra, n):
+    def check_extra(self, extra: Optional[ArrayLike], n: int) -> np.ndarray:
         """``extra`` for n sites, checked (None: :meth:`site_extra`): an (n, n_extra) float
         array, finite unless :attr:`extra_allows_inf`."""
         if extra is None:
@@ -277,7 +278,8 @@ class Likelihood:
                                f"per site.")
 
     # --- moments -----------------------------------------------------------------
-    def _site_arrays(self, y, mu_cav, var_cav):
+    def _site_arrays(self, y: ArrayLike, mu_cav: ArrayLike, var_cav: ArrayLike
+                     ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Checked float arrays ``(y, mu_cav, var_cav)`` of one length (y and var_cav may
         be scalars).  A zero variance (f known exactly: a latent with zero prior variance,
         e.g. a linear kernel at x = 0) is raised to ``MIN_VARIANCE``, where the tilted
@@ -292,12 +294,14 @@ class Likelihood:
         var = np.maximum(var, MIN_VARIANCE)
         return self.check_targets(_broadcast(y, n, "y")), mu, var
 
-    def check_params(self, params):
+    def check_params(self, params: ArrayLike) -> np.ndarray:
         """``params`` (values like :attr:`params`) checked: a float array of their shape,
         positive."""
         return float_array(params, "params", 1, (len(self.param_names),), positive=True)
 
-    def tilted(self, y, mu_cav, var_cav, alpha=1.0, extra=None, params=None):
+    def tilted(self, y: ArrayLike, mu_cav: ArrayLike, var_cav: ArrayLike, alpha: float = 1.0,
+               extra: Optional[ArrayLike] = None, params: Optional[ArrayLike] = None
+               ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Vectorised tilted moments: arrays ``(log_Z, dlogZ_dmu, d2logZ_dmu2)``.
 
         ``Z_i = int p(y_i | f)^alpha N(f | mu_cav_i, var_cav_i) df``; ``params`` (an
@@ -324,7 +328,8 @@ class Likelihood:
                 f"log1p(exp(x)) for x < 0).")
         return out[0], out[1], out[2]
 
-    def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
+    def tilted_dparams(self, y: ArrayLike, mu_cav: ArrayLike, var_cav: ArrayLike,
+                       extra: Optional[ArrayLike] = None, alpha: float = 1.0) -> np.ndarray:
         """d log Z_i / d log(param) for every free parameter, shape (n, n_dims).
 
         Default: central differences in log space (step 1e-5), exact enough for
@@ -342,13 +347,14 @@ class Likelihood:
             out.append((vals[0] - vals[1]) / 2e-5)
         return np.array(out).T.reshape(np.size(mu_cav), self.n_dims)
 
-    def log_predictive_density(self, y, mean, var, extra=None):
+    def log_predictive_density(self, y: ArrayLike, mean: ArrayLike, var: ArrayLike,
+                               extra: Optional[ArrayLike] = None) -> np.ndarray:
         """log p(y_i) = log int p(y_i | f) N(f | mean_i, var_i) df per point: the tilted
         normaliser at alpha = 1, with ``extra`` or (None) this likelihood's own per-site
         data (all of its sites: one per point)."""
         return self.tilted(y, mean, var, extra=extra)[0]
 
-    def predict_proba(self, mean, var):
+    def predict_proba(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
         """p(y* = +1 | data) for a binary likelihood."""
         if not self.binary:
             raise ValueError(f"{type(self).__name__} is not a binary likelihood.")
@@ -398,7 +404,8 @@ class CustomLikelihood(Likelihood):
     0.5
     """
 
-    def __init__(self, log_lik, params=None, log_concave=True, binary=False, n_extra=0):
+    def __init__(self, log_lik: Callable[..., float], params: Optional[Dict[str, float]] = None,
+                 log_concave: bool = True, binary: bool = False, n_extra: int = 0) -> None:
         if not callable(log_lik):
             raise TypeError(f"log_lik must be a function log_lik(y, extra, f, params) -> "
                             f"float; got {type(log_lik).__name__}.")
@@ -458,7 +465,7 @@ class CustomLikelihood(Likelihood):
                                   dict(self._values), dict(self._bounds), self.log_concave,
                                   self.binary, self.n_extra))
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         raise ValueError("a CustomLikelihood is Python code and cannot be saved without "
                          "pickle; save_model supports fastep's built-in likelihoods (pickle or "
                          "joblib keep a model with a custom likelihood).")

@@ -14,10 +14,13 @@ precisions can be negative: the engine then uses its split factorisation (see
 """
 from __future__ import annotations
 
+from typing import Any, Dict, Optional
+
 import copy
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._jit import tilted_function
 from .._numerics import log_add_exp, log_phi, mills, mills_shift
@@ -81,7 +84,8 @@ class MultiAnnotator(Likelihood):
     n_extra = 2                  # (log a_i, log b_i)
     extra_allows_inf = True      # log 0: an exact annotator contradicts one class
 
-    def __init__(self, labels, sensitivity, specificity):
+    def __init__(self, labels: ArrayLike, sensitivity: ArrayLike,
+                 specificity: ArrayLike) -> None:
         super().__init__()
         self.labels = np.asarray(labels, dtype=float)
         if self.labels.ndim != 2:
@@ -102,7 +106,8 @@ class MultiAnnotator(Likelihood):
         self._extra = log_ab(self.labels, sens, spec)
         _check_log_ab(self._extra, "the labels' log-likelihoods")
 
-    def with_reliabilities(self, sensitivity, specificity):
+    def with_reliabilities(self, sensitivity: ArrayLike,
+                           specificity: ArrayLike) -> MultiAnnotator:
         """A copy with other sensitivities and specificities (the labels are shared; this
         likelihood is not modified)."""
         new = copy.copy(self)
@@ -110,35 +115,35 @@ class MultiAnnotator(Likelihood):
         new._set_reliabilities(sensitivity, specificity)
         return new
 
-    def encode_targets(self, y):
+    def encode_targets(self, y: ArrayLike) -> np.ndarray:
         """Ones, one per entry of ``y`` (the labels are in ``extra``; a chunk of rows gets
         its own length)."""
         return np.ones(np.shape(y)[0] if np.ndim(y) else self.labels.shape[0])
 
-    def check_targets(self, y):
+    def check_targets(self, y: ArrayLike) -> np.ndarray:
         """Ones: ``y`` is not read (the labels are in ``extra``)."""
         return np.ones(np.shape(y)[0])
 
-    def rows(self, start, stop):
+    def rows(self, start: int, stop: int) -> MultiAnnotator:
         """A copy holding the labels of the instances ``start:stop`` only."""
         part = copy.copy(self)
         part.labels, part._extra = self.labels[start:stop], self._extra[start:stop]
         return part
 
-    def site_extra(self, n):
+    def site_extra(self, n: int) -> np.ndarray:
         if n != self._extra.shape[0]:
             raise ValueError(f"MultiAnnotator holds labels for {self._extra.shape[0]} instances; "
                              f"got {n}.")
         return self._extra
 
-    def check_extra(self, extra, n):
+    def check_extra(self, extra: Optional[ArrayLike], n: int) -> np.ndarray:
         """Per-site ``(log a_i, log b_i)``, checked: log-probabilities (<= 0), not both
         -inf (labels impossible under either class)."""
         extra = super().check_extra(extra, n)
         _check_log_ab(extra, "extra")
         return extra
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         """The type only: the labels and reliabilities are arrays, which
         MultiAnnotatorGPClassifier stores beside its other data when it is saved."""
         return {"type": "MultiAnnotator", "n_annotators": int(self.labels.shape[1])}

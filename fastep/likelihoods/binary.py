@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._jit import tilted_function
 from .._numerics import log_phi, mills, mills_shift
@@ -45,7 +46,7 @@ class Probit(Likelihood):
     binary = True
     scalar_tilted = staticmethod(probit_tilted)
 
-    def predict_proba(self, mean, var):
+    def predict_proba(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
         """p(y* = +1) = Phi(mean / sqrt(1 + var))."""
         from scipy.special import ndtr
         return ndtr(np.asarray(mean, float) / np.sqrt(1.0 + np.asarray(var, float)))

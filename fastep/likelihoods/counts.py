@@ -14,9 +14,12 @@ the same quadrature, by differentiation under the integral.  ``site_extra`` hold
 """
 from __future__ import annotations
 
+from typing import Optional, Tuple, Union
+
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._checks import float_array, integer_values
 from .._jit import tilted_function
@@ -165,7 +168,7 @@ class Poisson(QuadratureParams, _CountLikelihood):
     scalar_tilted = staticmethod(poisson_tilted)
     quad_kind = POISSON
 
-    def __init__(self, exposure=None):
+    def __init__(self, exposure: Optional[ArrayLike] = None) -> None:
         super().__init__()
         self._init_exposure(exposure)
 
@@ -199,7 +202,8 @@ class NegativeBinomial(QuadratureParams, _CountLikelihood):
     scalar_tilted = staticmethod(neg_binomial_tilted)
     quad_kind = NEG_BINOMIAL
 
-    def __init__(self, dispersion=1.0, exposure=None, dispersion_bounds=(1e-3, 1e6)):
+    def __init__(self, dispersion: float = 1.0, exposure: Optional[ArrayLike] = None,
+                 dispersion_bounds: Union[Tuple[float, float], str] = (1e-3, 1e6)) -> None:
         super().__init__(dispersion=dispersion, dispersion_bounds=dispersion_bounds)
         self._init_exposure(exposure)
 

@@ -1,9 +1,12 @@
 """Gaussian likelihood p(y | f) = N(y | f, noise_variance): EP is then exact."""
 from __future__ import annotations
 
+from typing import Optional, Tuple, Union
+
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._jit import tilted_function
 from .._numerics import LOG_SQRT_2PI
@@ -37,15 +40,17 @@ class Gaussian(Likelihood):
     param_names = ("noise_variance",)
     scalar_tilted = staticmethod(gaussian_tilted)
 
-    def __init__(self, noise_variance=1.0, noise_variance_bounds=(1e-6, 1e6)):
+    def __init__(self, noise_variance: float = 1.0,
+                 noise_variance_bounds: Union[Tuple[float, float], str] = (1e-6, 1e6)) -> None:
         super().__init__(noise_variance=noise_variance,
                          noise_variance_bounds=noise_variance_bounds)
 
-    def predict_y(self, mean, var):
+    def predict_y(self, mean: ArrayLike, var: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
         """Mean and variance of y given f ~ N(mean, var): (mean, var + noise_variance)."""
         return np.array(mean, float), np.asarray(var, float) + self.noise_variance
 
-    def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
+    def tilted_dparams(self, y: ArrayLike, mu_cav: ArrayLike, var_cav: ArrayLike,
+                       extra: Optional[ArrayLike] = None, alpha: float = 1.0) -> np.ndarray:
         """d log Z / d log s2 = s2 * ((y - mu)^2 / s^2 - 1 / s) / 2, s = v + s2."""
         if alpha != 1.0:
             return super().tilted_dparams(y, mu_cav, var_cav, extra, alpha)

@@ -15,9 +15,12 @@ The cut points are learnt in an unconstrained parameterisation,
 """
 from __future__ import annotations
 
+from typing import Any, Dict, Optional
+
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import ndtr
 
 from .._checks import float_array, integer_values
@@ -94,7 +97,7 @@ class OrdinalProbit(Likelihood):
 
     scalar_tilted = staticmethod(ordinal_tilted)
 
-    def __init__(self, cut_points, fixed=False):
+    def __init__(self, cut_points: ArrayLike, fixed: bool = False) -> None:
         super().__init__()
         self.cut_points = check_cut_points(cut_points)
         self.fixed = bool(fixed)
@@ -139,7 +142,7 @@ class OrdinalProbit(Likelihood):
     def __repr__(self):
         return f"OrdinalProbit(cut_points={np.round(self.cut_points, 4).tolist()})"
 
-    def check_params(self, params):
+    def check_params(self, params: ArrayLike) -> np.ndarray:
         """Raw cut points (the values :attr:`params` holds), checked and of this
         likelihood's number of levels."""
         cuts = check_cut_points(params)
@@ -148,16 +151,17 @@ class OrdinalProbit(Likelihood):
                              f"{self.cut_points.size} cut points; got {cuts.size}.")
         return cuts
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         return {"type": "OrdinalProbit", "cut_points": self.cut_points.tolist(),
                 "fixed": self.fixed}
 
     # --- data -------------------------------------------------------------------------
-    def check_targets(self, y):
+    def check_targets(self, y: ArrayLike) -> np.ndarray:
         # the compiled code indexes the cut points by the label: checked wherever y enters
         return check_levels(y, self.n_levels)
 
-    def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
+    def tilted_dparams(self, y: ArrayLike, mu_cav: ArrayLike, var_cav: ArrayLike,
+                       extra: Optional[ArrayLike] = None, alpha: float = 1.0) -> np.ndarray:
         """d log Z_i / d theta (theta = [b_0, log gaps]), shape (n, n_dims): closed form
         at alpha = 1 (d log Z / d b_k = phi(B)/(c Z), d / d b_{k-1} = -phi(A)/(c Z)),
         differentiation under the integral otherwise."""
@@ -196,7 +200,7 @@ class OrdinalProbit(Likelihood):
         return np.column_stack([tail[:, 0], tail[:, 1:] * gaps[None, :]])
 
     # --- prediction -------------------------------------------------------------------
-    def predict_proba(self, mean, var):
+    def predict_proba(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
         """P(y = k) for k = 0 .. K-1 given f ~ N(mean, var), shape (n, K):
         Phi((b_k - mean)/c) - Phi((b_{k-1} - mean)/c), c = sqrt(1 + var)."""
         mean = np.asarray(mean, float).reshape(-1, 1)
@@ -208,7 +212,8 @@ class OrdinalProbit(Likelihood):
         p = np.maximum(p, 0.0)
         return p / p.sum(axis=1, keepdims=True)
 
-    def log_predictive_density(self, y, mean, var, extra=None):
+    def log_predictive_density(self, y: ArrayLike, mean: ArrayLike, var: ArrayLike,
+                               extra: Optional[ArrayLike] = None) -> np.ndarray:
         return self.tilted(np.ravel(y), mean, var)[0]
 
 

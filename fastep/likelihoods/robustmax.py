@@ -25,10 +25,13 @@ point owns its output row.
 """
 from __future__ import annotations
 
+from typing import Any, Dict, Tuple, Union
+
 import math
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike
 from numba import prange
 
 from .._checks import float_array, index_array
@@ -125,7 +128,8 @@ def prob_largest_grad(mean, var, labels, nodes, weights, s, ds_dmean, ds_dvar):
                                      ds_dvar)
 
 
-def check_moments(mean, var, n_classes):
+def check_moments(mean: ArrayLike, var: ArrayLike,
+                  n_classes: int) -> Tuple[np.ndarray, np.ndarray]:
     """Validate latent moments of shape (n, n_classes): C-ordered float arrays, the
     variances a new array with those below ``MIN_VARIANCE`` (:mod:`fastep._numerics`)
     raised to it (a point mass, to working precision)."""
@@ -135,6 +139,11 @@ def check_moments(mean, var, n_classes):
                       fix="Variances (not standard deviations), shaped like mean.")
     var = var.clip(MIN_VARIANCE, None)
     return mean, var
+
+
+#: :meth:`RobustMax.expected_log_lik`'s value, or with ``return_grad`` the value and its
+#: gradients in the latent means and variances.
+ExpectedLogLik = Union[float, Tuple[float, np.ndarray, np.ndarray]]
 
 
 class RobustMax:
@@ -172,7 +181,11 @@ class RobustMax:
     (True, 1.0)
     """
 
-    def __init__(self, n_classes, epsilon=0.01, n_nodes=20):
+    n_classes: int
+    epsilon: float
+    n_nodes: int
+
+    def __init__(self, n_classes: int, epsilon: float = 0.01, n_nodes: int = 20) -> None:
         if (not isinstance(n_classes, numbers.Integral) or isinstance(n_classes, bool)
                 or n_classes < 2):
             raise ValueError(f"n_classes must be an integer >= 2 (robust-max needs at least two "
@@ -206,7 +219,7 @@ class RobustMax:
         """``(nodes, weights)`` of the probabilists' Gauss-Hermite rule used for S."""
         return gauss_hermite(self.n_nodes)
 
-    def prob_largest(self, mean, var):
+    def prob_largest(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
         """S(x, j) for every row and class: array of shape (n, J).
 
         ``mean`` and ``var`` (variances, > 0) have shape (n, J).  The rows of S sum to
@@ -217,7 +230,8 @@ class RobustMax:
         prob_largest_all(mean, var, *self.nodes, out)
         return out
 
-    def prob_largest_grad(self, mean, var, y):
+    def prob_largest_grad(self, mean: ArrayLike, var: ArrayLike,
+                          y: ArrayLike) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(S, dS/dmean, dS/dvar)`` of S(x_i, y_i) for integer labels ``y`` in [0, J)."""
         mean, var = check_moments(mean, var, self.n_classes)
         y = self.check_labels(y, mean.shape[0])
@@ -227,11 +241,12 @@ class RobustMax:
         prob_largest_grad(mean, var, y, *self.nodes, s, dm, dv)
         return s, dm, dv
 
-    def check_labels(self, y, n):
+    def check_labels(self, y: ArrayLike, n: int) -> np.ndarray:
         """Validate class indices ``y`` for n rows; an int64 C-ordered array."""
         return index_array(y, "y", n, self.n_classes)
 
-    def expected_log_lik(self, mean, var, y, return_grad=False):
+    def expected_log_lik(self, mean: ArrayLike, var: ArrayLike, y: ArrayLike,
+                         return_grad: bool = False) -> ExpectedLogLik:
         """``sum_i E_q log p(y_i | f(x_i))`` (and its gradients in mean and var if asked).
 
         ``E log p(y | f) = S log(1 - eps) + (1 - S) log(eps / (J - 1))``, S = S(x, y).
@@ -239,7 +254,9 @@ class RobustMax:
         return self.expected_log_lik_from_prob(*self.prob_largest_grad(mean, var, y),
                                                return_grad=return_grad)
 
-    def expected_log_lik_from_prob(self, s, ds_dmean, ds_dvar, return_grad=False):
+    def expected_log_lik_from_prob(self, s: np.ndarray, ds_dmean: np.ndarray,
+                                   ds_dvar: np.ndarray,
+                                   return_grad: bool = False) -> ExpectedLogLik:
         """:meth:`expected_log_lik` from ``(S, dS/dmean, dS/dvar)`` computed elsewhere."""
         gain = self.log_hit - self.log_miss
         value = float(s.size * self.log_miss + gain * s.sum())
@@ -247,7 +264,7 @@ class RobustMax:
             return value, gain * ds_dmean, gain * ds_dvar
         return value
 
-    def predict_proba(self, mean, var):
+    def predict_proba(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
         """p(y* = j) = (1 - eps) S_j + eps/(J - 1) (1 - S_j), shape (n, J).
 
         Gauss-Hermite does not make ``sum_j S(x, j)`` exactly one (each S_j is a
@@ -256,13 +273,13 @@ class RobustMax:
         """
         return self.proba_from_prob(self.prob_largest(mean, var))
 
-    def proba_from_prob(self, s):
+    def proba_from_prob(self, s: np.ndarray) -> np.ndarray:
         """:meth:`predict_proba` from S(x, j) (shape (n, J)) computed elsewhere."""
         s = s / s.sum(axis=1, keepdims=True)
         eps = self.epsilon
         return (1.0 - eps) * s + eps / (self.n_classes - 1) * (1.0 - s)
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         """A JSON-able description (:func:`fastep.likelihoods.likelihood_from_dict`)."""
         return {"type": "RobustMax", "n_classes": self.n_classes, "epsilon": self.epsilon,
                 "n_nodes": self.n_nodes}

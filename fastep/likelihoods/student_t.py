@@ -15,9 +15,12 @@ Student-t likelihood, JMLR 12.
 """
 from __future__ import annotations
 
+from typing import Tuple, Union
+
 import warnings
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._caller import user_stacklevel
 from .._jit import tilted_function
@@ -63,7 +66,9 @@ class StudentT(QuadratureParams, Likelihood):
     scalar_tilted = staticmethod(student_t_tilted)
     quad_kind = STUDENT_T
 
-    def __init__(self, df=4.0, scale=1.0, df_bounds=(1.0, 1e3), scale_bounds=(1e-4, 1e4)):
+    def __init__(self, df: float = 4.0, scale: float = 1.0,
+                 df_bounds: Union[Tuple[float, float], str] = (1.0, 1e3),
+                 scale_bounds: Union[Tuple[float, float], str] = (1e-4, 1e4)) -> None:
         for name, value in (("df", df), ("scale", scale)):
             try:
                 ok = float(value) > 0 and np.isfinite(float(value))
@@ -75,11 +80,11 @@ class StudentT(QuadratureParams, Likelihood):
                                  f"{name}={value!r}.")
         super().__init__(df=df, scale=scale, df_bounds=df_bounds, scale_bounds=scale_bounds)
 
-    def predict_mean(self, mean, var):
+    def predict_mean(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
         """E[y] = mean (the t is symmetric about f)."""
         return np.array(mean, dtype=float)
 
-    def predict_y(self, mean, var):
+    def predict_y(self, mean: ArrayLike, var: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
         """Mean and variance of y given f ~ N(mean, var): (mean, var + sigma^2 nu/(nu-2)).
 
         For nu <= 2 the Student-t has no finite variance: the variance is inf, and a

@@ -12,11 +12,14 @@ Limits are per observation (``site_extra`` holds ``(lower_i, upper_i)``), +-inf 
 """
 from __future__ import annotations
 
+from typing import Dict, Optional, Tuple, Union
+
 import copy
 
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import log_ndtr, ndtr, ndtri
 
 from .._checks import float_array
@@ -164,7 +167,7 @@ def tobit_tilted(y, extra, mu, var, alpha, params):
     return log_phi(z), r / c, -r * mills_shift(z) / c2
 
 
-def _limits(value, n, name):
+def _limits(value: Optional[ArrayLike], n: int, name: str) -> np.ndarray:
     if value is None:
         return np.full(n, -np.inf if name == "lower" else np.inf)
     arr = np.asarray(value, dtype=float)
@@ -177,7 +180,8 @@ def _limits(value, n, name):
     return arr
 
 
-def check_limits(lower, upper, n):
+def check_limits(lower: Optional[ArrayLike], upper: Optional[ArrayLike],
+                 n: int) -> Tuple[np.ndarray, np.ndarray]:
     """Limits for n observations as float arrays (None: no limit), lower below upper.
 
     Examples
@@ -193,7 +197,8 @@ def check_limits(lower, upper, n):
     return lower, upper
 
 
-def check_censored_data(y, lower, upper):
+def check_censored_data(y: ArrayLike, lower: Optional[ArrayLike], upper: Optional[ArrayLike]
+                        ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Validate targets and limits; returns float arrays (y, lower, upper).
 
     NaN in y means "interval-censored between lower and upper" and needs finite limits.
@@ -243,39 +248,40 @@ class Tobit(Likelihood):
     nan_targets = True           # NaN: interval-censored between the limits
     data_names = ("lower", "upper")
 
-    def __init__(self, noise_variance=1.0, lower=None, upper=None,
-                 noise_variance_bounds=(1e-6, 1e6)):
+    def __init__(self, noise_variance: float = 1.0, lower: Optional[ArrayLike] = None,
+                 upper: Optional[ArrayLike] = None,
+                 noise_variance_bounds: Union[Tuple[float, float], str] = (1e-6, 1e6)) -> None:
         super().__init__(noise_variance=noise_variance,
                          noise_variance_bounds=noise_variance_bounds)
         self.lower, self.upper = lower, upper
 
-    def limits(self, n):
+    def limits(self, n: int) -> np.ndarray:
         """(n, 2) array of (lower_i, upper_i)."""
         return np.ascontiguousarray(np.column_stack([_limits(self.lower, n, "lower"),
                                                      _limits(self.upper, n, "upper")]))
 
     site_extra = limits
 
-    def rows(self, start, stop):
+    def rows(self, start: int, stop: int) -> Tobit:
         """A copy with the limits of the sites ``start:stop`` (scalars stay scalars)."""
         part = copy.copy(self)
         part.lower, part.upper = (v if v is None or np.ndim(v) == 0 else
                                   np.asarray(v)[start:stop] for v in (self.lower, self.upper))
         return part
 
-    def check_extra(self, extra, n):
+    def check_extra(self, extra: Optional[ArrayLike], n: int) -> np.ndarray:
         """Per-site limits ``(lower_i, upper_i)``, checked: lower below upper, no NaN."""
         extra = super().check_extra(extra, n)
         check_limits(extra[:, 0], extra[:, 1], n)
         return extra
 
-    def encode_targets(self, y):
+    def encode_targets(self, y: ArrayLike) -> np.ndarray:
         y = super().encode_targets(y)
         ex = self.limits(y.size)
         y, _, _ = check_censored_data(y, ex[:, 0], ex[:, 1])
         return np.ascontiguousarray(y)
 
-    def predict_y(self, mean, var):
+    def predict_y(self, mean: ArrayLike, var: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
         """Mean and variance of the censored y given f ~ N(mean, var) at this likelihood's
         limits (:func:`censored_predictive`)."""
         n = np.size(mean)
@@ -283,7 +289,8 @@ class Tobit(Likelihood):
         pred = censored_predictive(mean, var, self.noise_variance, ex[:, 0], ex[:, 1])
         return pred["mean"], pred["var"]
 
-    def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
+    def tilted_dparams(self, y: ArrayLike, mu_cav: ArrayLike, var_cav: ArrayLike,
+                       extra: Optional[ArrayLike] = None, alpha: float = 1.0) -> np.ndarray:
         """d log Z_i / d log sigma^2 at the cavities (closed form; c^2 = v + sigma^2)."""
         if alpha != 1.0:
             return super().tilted_dparams(y, mu_cav, var_cav, extra, alpha)
@@ -314,7 +321,9 @@ class Tobit(Likelihood):
         return (out * self.noise_variance).reshape(-1, 1)[:, : self.n_dims]
 
 
-def censored_predictive(mean, var, noise_variance, lower=-np.inf, upper=np.inf):
+def censored_predictive(mean: ArrayLike, var: ArrayLike, noise_variance: float,
+                        lower: Optional[ArrayLike] = -np.inf,
+                        upper: Optional[ArrayLike] = np.inf) -> Dict[str, np.ndarray]:
     """Moments of a censored output y = clip(f + eps, lower, upper), f ~ N(mean, var).
 
     With s = sqrt(var + sigma^2), a = (l - m)/s, b = (u - m)/s, P = Phi(b) - Phi(a)::
@@ -368,7 +377,9 @@ def censored_predictive(mean, var, noise_variance, lower=-np.inf, upper=np.inf):
     return {"p_lower": pa, "p_upper": pb, "mean": e1, "var": var_y}
 
 
-def censored_quantile(q, mean, var, noise_variance, lower=-np.inf, upper=np.inf):
+def censored_quantile(q: ArrayLike, mean: ArrayLike, var: ArrayLike, noise_variance: float,
+                      lower: Optional[ArrayLike] = -np.inf,
+                      upper: Optional[ArrayLike] = np.inf) -> np.ndarray:
     """q-quantile of y = clip(f + eps, lower, upper): the clipped Gaussian quantile.
 
     Examples

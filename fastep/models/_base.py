@@ -19,6 +19,7 @@
 """
 from __future__ import annotations
 
+from typing import Optional, Tuple, Union
 import copy
 import functools
 from numbers import Integral, Real
@@ -29,6 +30,7 @@ from sklearn.utils.validation import check_is_fitted
 from sklearn.gaussian_process.kernels import Kernel as SklearnKernelBase
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..typing import Array, ArrayLike, ArrayOrStd
 from .._dask import is_dask_array
 from ..kernels import RBF, Kernel, as_kernel
 from ..inference.inducing import check_inducing
@@ -101,7 +103,7 @@ def fresh_kernel(kernel):
     return copy.deepcopy(as_kernel(RBF() if kernel is None else kernel))
 
 
-def latent_output(mean, var, return_std):
+def latent_output(mean: Array, var: Array, return_std: bool) -> ArrayOrStd:
     """``mean`` or ``(mean, std)``: the return convention of every ``predict_latent``."""
     return (mean, np.sqrt(var)) if return_std else mean
 
@@ -144,11 +146,15 @@ class EvidenceMixin:
     evidence, written once over the fitted problems that :meth:`_evidence_problems` gives
     (one per latent GP; their ``with_theta(theta).evidence()``)."""
 
+    log_marginal_likelihood_value_: float
+
     def _evidence_problems(self):
         """The fitted problems whose evidence is averaged."""
         return [self._latent]
 
-    def log_marginal_likelihood(self, theta=None, eval_gradient=False):
+    def log_marginal_likelihood(self, theta: Optional[ArrayLike] = None,
+                                eval_gradient: bool = False
+                                ) -> Union[float, Tuple[float, np.ndarray]]:
         """Approximate log evidence at ``theta`` (the fitted problems': log kernel
         parameters, likelihood parameters, then the inducing inputs if they are fitted),
         averaged over the problems (one-vs-rest: the classes'); optionally with its
@@ -208,7 +214,7 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
             X = dask_sample(X, self.n_inducing or 0, rng)
         return check_inducing(X, self.n_inducing, self.inducing_points, rng)
 
-    def loo_log_predictive_density(self):
+    def loo_log_predictive_density(self) -> np.ndarray:
         """Leave-one-out log predictive density of every training point, from EP's
         cavities at the fixed point, without refitting: ``log p(y_i | y_-i) ~ log int
         p(y_i | f) q_-i(f) df``, where the cavity ``q_-i`` (the posterior without site i) is
@@ -232,7 +238,7 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
         check_is_fitted(self)
         return self._loo()[0]
 
-    def loo_predict(self):
+    def loo_predict(self) -> np.ndarray:
         """Leave-one-out predictions of the training points from EP's cavities (see
         :meth:`loo_log_predictive_density`), in the form ``predict`` gives: labels for a
         classifier, the mean of y for a regressor."""
@@ -297,7 +303,7 @@ class SingleLatentEstimator(EPEstimator):
         self._set_model(latent.kernel, latent.likelihood, latent.Z,
                         result.log_marginal_likelihood, result.n_iter, result.converged)
 
-    def predict_latent(self, X, return_std=False):
+    def predict_latent(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
         """Mean (and standard deviation) of the latent f at X (lazy dask arrays, computed
         chunk by chunk on the workers, for a dask X)."""
         check_is_fitted(self)

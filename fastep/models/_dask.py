@@ -4,10 +4,12 @@ chunk), the sample of rows that places the inducing inputs, and predictions mapp
 the chunks (lazily, on the workers)."""
 from __future__ import annotations
 
-import numpy as np
-from sklearn.utils.validation import validate_data
+from typing import Any, Optional, Tuple
 
-from .._checks import class_labels
+import numpy as np
+
+from .._checks import class_labels, validate_X
+from ..typing import Array, ArrayLike
 from .._dask import is_dask_array
 
 #: Rows of a dask X sampled to place the inducing inputs (k-means++).
@@ -36,11 +38,24 @@ def da_map_rows(fn, *columns, width=None):
                          chunks=(columns[0].chunks[0], (width,)))
 
 
+def rows_like(v: Any, X: Any) -> Any:
+    """A vector of one entry per row of the dask array ``X`` as a dask array chunked like
+    X's rows (a dask ``v`` as it is)."""
+    if is_dask_array(v):
+        return v
+    import dask.array as da
+    return da.from_array(v, chunks=(X.chunks[0],))
+
+
 class DaskInputs:
     """Mixin of the EP estimators: their checks of dask inputs (see the module docstring);
     the estimator has the parameters ``n_inducing``, ``inducing_points`` and ``device``."""
 
-    def _dask_fit_data(self, X, y):
+    n_inducing: Optional[int]
+    inducing_points: Optional[ArrayLike]
+    device: str
+
+    def _dask_fit_data(self, X: Any, y: Any) -> Tuple[Array, Array]:
         """Checks of a dask X and y at ``fit`` (shapes and dtypes; the values of the rows are
         checked on the workers, chunk by chunk): sparse EP on the CPU runs there."""
         cls = type(self).__name__
@@ -72,12 +87,12 @@ class DaskInputs:
         scikit-learn checks classification targets; only the labels reach the client."""
         return class_labels(y)
 
-    def _predict_inputs(self, X):
+    def _predict_inputs(self, X: ArrayLike) -> Array:
         """X at prediction: scikit-learn's checks, or for a dask X those of its shape (the
         latent predictive of a sparse model maps over its chunks)."""
         if is_dask_array(X):
             return self._dask_predict_data(X)
-        return validate_data(self, X, reset=False, dtype=np.float64)
+        return validate_X(self, X, reset=False, dtype=np.float64)
 
     def _dask_predict_data(self, X):
         """A dask X at prediction, checked against the fitted number of features."""

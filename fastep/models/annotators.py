@@ -1,6 +1,7 @@
 """GP classification from multiple noisy annotators (Rodrigues, Pereira & Ribeiro, ICML 2014)."""
 from __future__ import annotations
 
+from typing import Optional, Tuple
 import dataclasses
 import warnings
 from numbers import Integral, Real
@@ -9,10 +10,11 @@ import numpy as np
 from scipy.special import log_ndtr, ndtr
 from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval, validate_parameter_constraints
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
+from ..typing import Array, ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, RandomStateLike
 from .._caller import user_stacklevel
-from .._checks import class_labels
+from .._checks import class_labels, validate_X
 from .._dask import is_dask_array
 from ..backend import resolve
 from ..exceptions import ConvergenceWarning
@@ -84,7 +86,7 @@ def true_label_posterior(extra, cavity_mean, cavity_var):
     return np.exp(la - np.logaddexp(la, lb))
 
 
-def majority_vote(Y, random_state=None):
+def majority_vote(Y: ArrayLike, random_state: RandomStateLike = None) -> np.ndarray:
     """MV baseline: the most frequent label of each row of Y (NaN = missing); ties and
     rows without labels are broken at random.
 
@@ -105,7 +107,7 @@ def majority_vote(Y, random_state=None):
     return np.where(tie, rng.integers(0, 2, size=len(score)), (score > 0).astype(int))
 
 
-def concatenate_labels(X, Y):
+def concatenate_labels(X: ArrayLike, Y: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
     """CONC baseline: one (x_i, y_ir) training pair per label given (R times the data).
 
     Examples
@@ -250,13 +252,17 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         sensitivity=["array-like", None], specificity=["array-like", None],
         update_reliabilities=["boolean"], warm_start=["boolean"])
 
-    def __init__(self, kernel=None, *, method="auto", optimizer="L-BFGS-B",
-                 n_restarts_optimizer=0, max_iter_optimizer=200,
-                 tol_optimizer=1e-6, em_every=1, em_tol=1e-4, max_em_iter=200,
-                 sensitivity=None, specificity=None, update_reliabilities=True, damping=0.9,
-                 tol=1e-6, max_iter=200, warm_start=False, n_inducing=None,
-                 inducing_points=None, power=1.0, optimize_inducing=False, random_state=None,
-                 device="cpu"):
+    def __init__(self, kernel: Optional[KernelLike] = None, *, method: str = "auto",
+                 optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
+                 max_iter_optimizer: int = 200, tol_optimizer: float = 1e-6, em_every: int = 1,
+                 em_tol: float = 1e-4, max_em_iter: int = 200,
+                 sensitivity: Optional[ArrayLike] = None,
+                 specificity: Optional[ArrayLike] = None, update_reliabilities: bool = True,
+                 damping: Optional[float] = 0.9, tol: float = 1e-6, max_iter: int = 200,
+                 warm_start: bool = False, n_inducing: Optional[int] = None,
+                 inducing_points: Optional[ArrayLike] = None, power: float = 1.0,
+                 optimize_inducing: bool = False, random_state: RandomStateLike = None,
+                 device: str = "cpu") -> None:
         self.kernel = kernel
         self.method = method
         self.optimizer = optimizer
@@ -293,7 +299,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
             return latent.run(sites, tol=tol, max_iter=max_iter, outer=outer)
 
     @fit_entry
-    def fit(self, X, Y):
+    def fit(self, X: ArrayLike, Y: ArrayLike) -> MultiAnnotatorGPClassifier:
         """Fit from inputs X (n, d) and labels Y (n, R): two values, NaN = not labelled
         (a vector Y is the labels of one annotator).
 
@@ -308,7 +314,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
             X, _ = self._dask_fit_data(X, None)
             Y = Y.compute() if is_dask_array(Y) else Y
         else:
-            X = validate_data(self, X, dtype=np.float64)
+            X = validate_X(self, X, dtype=np.float64)
         classes, Y01 = _label_matrix(Y, X.shape[0])
         n, R = Y01.shape
         warm = self.warm_start and hasattr(self, "sensitivity_") and \
@@ -447,11 +453,12 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         check_is_fitted(self)
         return self._latent.latent(self.result_, self._predict_inputs(X))
 
-    def predict_latent(self, X, return_std=False):
+    def predict_latent(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
         """Posterior mean (and standard deviation) of the latent f at X."""
-        return latent_output(*self._moments(X), return_std)
+        mean, var = self._moments(X)
+        return latent_output(mean, var, return_std)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """p(z* = class) for new inputs; the annotator model does not enter prediction."""
         mean, var = self._moments(X)
         p = ndtr(mean / np.sqrt(1.0 + var))
@@ -468,7 +475,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         return (self._latent.loo_log_density(mean, var),
                 self.classes_[(p > 0.5).astype(int)])
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Most probable true label."""
         proba = self.predict_proba(X)
         if is_dask_array(proba):
@@ -477,7 +484,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         return self.classes_[(proba[:, 1] > 0.5).astype(int)]
 
     # --- active learning -------------------------------------------------------------
-    def loo_reliabilities(self):
+    def loo_reliabilities(self) -> Tuple[np.ndarray, np.ndarray]:
         """Sensitivity and specificity of each annotator re-estimated with
         p(z_i = 1 | data without annotator r's own labels) (avoids self-reinforcement)."""
         check_is_fitted(self)
@@ -492,7 +499,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
             sens[r], spec[r] = s[0], t[0]
         return sens, spec
 
-    def query(self, X_pool, n_queries=1):
+    def query(self, X_pool: ArrayLike, n_queries: int = 1) -> Tuple[np.ndarray, np.ndarray]:
         """Instances to label next and, for each, the annotator most likely to be right.
 
         Instances: smallest |mu| / sqrt(1 + sigma^2) (eq. 11, latent posterior

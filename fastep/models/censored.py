@@ -1,14 +1,16 @@
 """GP regression with censored targets (Tobit likelihood; Groot & Lucas 2012)."""
 from __future__ import annotations
 
+from typing import Optional, Tuple
 from numbers import Real
 
 import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import (check_consistent_length, column_or_1d,
-                                      validate_data)
+from sklearn.utils.validation import check_consistent_length
 
+from .._checks import validate_X, validate_column
+from ..typing import Array, ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, RandomStateLike
 from .._dask import is_dask_array, scalar_data
 from ..backend import resolve
 from ..likelihoods.tobit import (Tobit, censored_predictive, censored_quantile,
@@ -81,12 +83,15 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         "device", noise_variance=[Interval(Real, 0, None, closed="neither")],
         lower=[Real, None], upper=[Real, None], inference=[StrOptions({"ep", "laplace"})])
 
-    def __init__(self, kernel=None, *, noise_variance=1.0, lower=None, upper=None,
-                 inference="ep", method="auto", optimizer="L-BFGS-B",
-                 n_restarts_optimizer=0, max_iter_optimizer=200,
-                 tol_optimizer=1e-6, damping=None, tol=1e-6, max_iter=200,
-                 n_inducing=None, inducing_points=None, power=1.0, optimize_inducing=False,
-                 random_state=None, device="cpu"):
+    def __init__(self, kernel: Optional[KernelLike] = None, *, noise_variance: float = 1.0,
+                 lower: Optional[float] = None, upper: Optional[float] = None,
+                 inference: str = "ep", method: str = "auto",
+                 optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
+                 max_iter_optimizer: int = 200, tol_optimizer: float = 1e-6,
+                 damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 200,
+                 n_inducing: Optional[int] = None, inducing_points: Optional[ArrayLike] = None,
+                 power: float = 1.0, optimize_inducing: bool = False,
+                 random_state: RandomStateLike = None, device: str = "cpu") -> None:
         self.kernel = kernel
         self.noise_variance = noise_variance
         self.lower = lower
@@ -108,7 +113,8 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         self.device = device
 
     @fit_entry
-    def fit(self, X, y, lower=None, upper=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, lower: Optional[ArrayLike] = None,
+            upper: Optional[ArrayLike] = None) -> CensoredGPRegressor:
         """Fit the kernel, the noise variance and the posterior of f.
 
         Parameters
@@ -135,8 +141,8 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
             check_limits(lo, up, 1)
             lo_arr, up_arr = lo, up          # y is checked against them chunk by chunk
         else:
-            X = validate_data(self, X, dtype=np.float64)
-            y = column_or_1d(y, dtype=np.float64, warn=True)  # NaN allowed: interval-censored
+            X = validate_X(self, X, dtype=np.float64)
+            y = validate_column(y, dtype=np.float64, warn=True)  # NaN allowed: interval-censored
             check_consistent_length(X, y)
             y, lo_arr, up_arr = check_censored_data(y, lo, up)
         if self.inference == "laplace" and (self.device != "cpu" or self.n_inducing is not None
@@ -239,7 +245,9 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         lo, up = self._limits(mean.shape[0], lower, upper)
         return censored_predictive(mean, std ** 2, self.noise_variance_, lo, up), mean, std, lo, up
 
-    def predict(self, X, return_std=False, lower=None, upper=None):
+    def predict(self, X: ArrayLike, return_std: bool = False,
+                lower: Optional[ArrayLike] = None, upper: Optional[ArrayLike] = None
+                ) -> ArrayOrStd:
         """Mean (and std) of the *censored* output y at X (limits: those of ``fit`` when
         scalar, or ``lower``/``upper`` given here; lazy dask arrays for a dask X)."""
         if is_dask_array(X):
@@ -248,14 +256,17 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         pred = self._predictive(X, lower, upper)[0]
         return (pred["mean"], np.sqrt(pred["var"])) if return_std else pred["mean"]
 
-    def predict_censored_proba(self, X, lower=None, upper=None):
+    def predict_censored_proba(self, X: ArrayLike, lower: Optional[ArrayLike] = None,
+                               upper: Optional[ArrayLike] = None) -> Tuple[Array, Array]:
         """(P(y = lower), P(y = upper)) at X, each of shape (n,)."""
         if is_dask_array(X):
-            return tuple(self._on_chunks(X, lower, upper, k) for k in ("p_lower", "p_upper"))
+            return (self._on_chunks(X, lower, upper, "p_lower"),
+                    self._on_chunks(X, lower, upper, "p_upper"))
         pred = self._predictive(X, lower, upper)[0]
         return pred["p_lower"], pred["p_upper"]
 
-    def predict_quantile(self, X, q, lower=None, upper=None):
+    def predict_quantile(self, X: ArrayLike, q: float, lower: Optional[ArrayLike] = None,
+                         upper: Optional[ArrayLike] = None) -> Array:
         """q-quantile of the censored output y at X."""
         if is_dask_array(X):
             return self._on_chunks(X, lower, upper, "quantile", q)
@@ -272,7 +283,9 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         return (self._latent.loo_log_density(mean, var),
                 self._latent.likelihood.predict_mean(mean, var))
 
-    def log_predictive_density(self, X, y, lower=None, upper=None):
+    def log_predictive_density(self, X: ArrayLike, y: ArrayLike,
+                               lower: Optional[ArrayLike] = None,
+                               upper: Optional[ArrayLike] = None) -> Array:
         """log p(y | data) of observed, possibly censored, values at X."""
         _, mean, std, lo, up = self._predictive(X, lower, upper)
         y, lo, up = check_censored_data(np.asarray(y, dtype=float), lo, up)

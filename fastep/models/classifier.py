@@ -1,14 +1,17 @@
 """EP Gaussian-process classifier with a scikit-learn interface."""
 from __future__ import annotations
 
+from typing import Optional, Union
 import copy
 
 import numpy as np
 from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from .._checks import class_labels
+from ..typing import (Array, ArrayLike, ArrayOrStd, HyperpriorLike, KernelLike,
+                       OptimizerLike, RandomStateLike)
+from .._checks import class_labels, validate_X_y
 from .._dask import is_dask_array
 from ..backend import resolve
 from ..likelihoods import Likelihood, Logistic, Probit
@@ -136,12 +139,15 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         "device", "hyperprior", "n_jobs",
         likelihood=[StrOptions(set(_LIKELIHOODS)), Likelihood])
 
-    def __init__(self, kernel=None, *, likelihood="probit", method="auto",
-                 optimizer="L-BFGS-B", n_restarts_optimizer=0, max_iter_optimizer=200,
-                 tol_optimizer=1e-6, damping=None, tol=1e-6,
-                 max_iter=100, n_inducing=None, inducing_points=None, power=1.0,
-                 optimize_inducing=False, random_state=None, device="cpu",
-                 hyperprior="auto", n_jobs=None):
+    def __init__(self, kernel: Optional[KernelLike] = None, *,
+                 likelihood: Union[str, Likelihood] = "probit", method: str = "auto",
+                 optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
+                 max_iter_optimizer: int = 200, tol_optimizer: float = 1e-6,
+                 damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 100,
+                 n_inducing: Optional[int] = None, inducing_points: Optional[ArrayLike] = None,
+                 power: float = 1.0, optimize_inducing: bool = False,
+                 random_state: RandomStateLike = None, device: str = "cpu",
+                 hyperprior: HyperpriorLike = "auto", n_jobs: Optional[int] = None) -> None:
         self.kernel = kernel
         self.likelihood = likelihood
         self.method = method
@@ -161,7 +167,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         self.hyperprior = hyperprior
         self.n_jobs = n_jobs
 
-    def _make_likelihood(self):
+    def _make_likelihood(self) -> Likelihood:
         if isinstance(self.likelihood, Likelihood):
             if not self.likelihood.binary:
                 raise ValueError(f"The 'likelihood' parameter of EPGaussianProcessClassifier "
@@ -171,7 +177,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         return _LIKELIHOODS[self.likelihood]()
 
     @fit_entry
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> EPGaussianProcessClassifier:
         """Fit the EP approximation (and, with an optimizer, the hyperparameters).
 
         Parameters
@@ -189,7 +195,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
             X, y = self._dask_fit_data(X, y)
             classes = self._dask_classes(y)
         else:
-            X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
+            X, y = validate_X_y(self, X, y, dtype=np.float64, ensure_min_samples=1)
             classes = class_labels(y)
         if classes.size < 2:
             raise ValueError(f"EPGaussianProcessClassifier requires at least 2 classes in y; "
@@ -255,7 +261,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
                                                                        self.results_)]
         return [m[0] for m in moments], [m[1] for m in moments]
 
-    def predict_latent(self, X, return_std=False):
+    def predict_latent(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
         """Posterior mean (and standard deviation) of the latent function(s) at X.
 
         Returns arrays of shape (n_samples,) for two classes, (n_samples, n_classes) (one
@@ -270,7 +276,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
                                  return_std)
         return latent_output(np.column_stack(means), np.column_stack(variances), return_std)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """Class probabilities, shape (n_samples, n_classes)."""
         return self._proba(*self._latent_moments(X))
 
@@ -292,7 +298,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         p = np.maximum(p, 1e-300)
         return p / p.sum(axis=1, keepdims=True)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Most probable class."""
         proba = self.predict_proba(X)
         if is_dask_array(proba):

@@ -1,6 +1,7 @@
 """Multiclass GP classification by generalized variational inference (GWI)."""
 from __future__ import annotations
 
+from typing import Optional
 import logging
 import warnings
 from numbers import Integral, Real
@@ -9,10 +10,11 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
+from ..typing import ArrayLike, ArrayOrStd, KernelLike, RandomStateLike
 from .._caller import user_stacklevel
-from .._checks import class_labels
+from .._checks import class_labels, validate_X, validate_X_y
 from .._linalg import single_threaded_blas
 from ..backend import resolve
 from ..exceptions import ConvergenceWarning
@@ -170,10 +172,13 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
         validation_fraction=[Interval(Real, 0, 1, closed="left")],
         prior_mean=[Real])
 
-    def __init__(self, kernel=None, *, n_inducing=None, epsilon=0.01, linear_mean=True,
-                 distance="squared", solver="L-BFGS-B", max_iter=200, tol=1e-6,
-                 batch_size=256, learning_rate=0.01, n_subsample=100, n_nodes=20,
-                 validation_fraction=0.0, prior_mean=0.0, random_state=None, device="cpu"):
+    def __init__(self, kernel: Optional[KernelLike] = None, *,
+                 n_inducing: Optional[int] = None, epsilon: float = 0.01,
+                 linear_mean: bool = True, distance: str = "squared", solver: str = "L-BFGS-B",
+                 max_iter: int = 200, tol: float = 1e-6, batch_size: int = 256,
+                 learning_rate: float = 0.01, n_subsample: int = 100, n_nodes: int = 20,
+                 validation_fraction: float = 0.0, prior_mean: float = 0.0,
+                 random_state: RandomStateLike = None, device: str = "cpu") -> None:
         self.kernel = kernel
         self.n_inducing = n_inducing
         self.epsilon = epsilon
@@ -192,9 +197,9 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
         self.device = device
 
     @fit_entry
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> GWIClassifier:
         """Fit the variational measures (and the temperature on the validation split)."""
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
+        X, y = validate_X_y(self, X, y, dtype=np.float64, ensure_min_samples=1)
         self.classes_, y_idx = class_labels(y, return_inverse=True)
         J = self.classes_.size
         if J < 2:
@@ -373,20 +378,22 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
                              "parameters (or X) are too large. Rescale X and refit.")
         return mean, var
 
-    def predict_latent(self, X, return_std=False):
+    def predict_latent(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
         """Means (and standard deviations) of the J latent functions under Q (tempered),
         each of shape (n, J)."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        return latent_output(*self._latent(X), return_std)
+        X = validate_X(self, X, reset=False, dtype=np.float64)
+        mean, var = self._latent(X)
+        return latent_output(mean, var, return_std)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """Class probabilities ``(1 - eps) S_j + eps/(J - 1) (1 - S_j)``, shape (n, J)."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        return gwi.predict_proba(self.likelihood_, *self._latent(X), device=self._backend)
+        X = validate_X(self, X, reset=False, dtype=np.float64)
+        mean, var = self._latent(X)
+        return gwi.predict_proba(self.likelihood_, mean, var, device=self._backend)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """Most probable class."""
         proba = self.predict_proba(X)
         return self.classes_[np.argmax(proba, axis=1)]

@@ -1,17 +1,19 @@
 """Ordinal regression: a GP classifier for ordered labels (ordinal probit likelihood)."""
 from __future__ import annotations
 
+from typing import Optional
 import numpy as np
 from scipy.special import ndtri
 from sklearn.base import ClassifierMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from .._checks import class_labels
+from ..typing import Array, ArrayLike, KernelLike, OptimizerLike, RandomStateLike
+from .._checks import class_labels, validate_X_y
 from .._dask import is_dask_array
 from ..backend import resolve
 from ..likelihoods import OrdinalProbit
 from ._base import SingleLatentEstimator, as_generator, fit_entry, fresh_kernel, shared
-from ._dask import da_map_rows
+from ._dask import da_map_rows, rows_like
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
 
@@ -76,10 +78,14 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
         "device", cut_points=["array-like", None])
 
-    def __init__(self, kernel=None, *, cut_points=None, method="auto", optimizer="L-BFGS-B",
-                 n_restarts_optimizer=0, max_iter_optimizer=200, tol_optimizer=1e-6,
-                 damping=None, tol=1e-6, max_iter=100, n_inducing=None, inducing_points=None,
-                 power=1.0, optimize_inducing=False, random_state=None, device="cpu"):
+    def __init__(self, kernel: Optional[KernelLike] = None, *,
+                 cut_points: Optional[ArrayLike] = None, method: str = "auto",
+                 optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
+                 max_iter_optimizer: int = 200, tol_optimizer: float = 1e-6,
+                 damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 100,
+                 n_inducing: Optional[int] = None, inducing_points: Optional[ArrayLike] = None,
+                 power: float = 1.0, optimize_inducing: bool = False,
+                 random_state: RandomStateLike = None, device: str = "cpu") -> None:
         self.kernel = kernel
         self.cut_points = cut_points
         self.method = method
@@ -98,7 +104,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         self.device = device
 
     @fit_entry
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> OrdinalGPClassifier:
         """Fit from inputs X (n, d) and ordered labels y (n,).
 
         Returns
@@ -110,11 +116,10 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
             import dask.array as da
             X, y = self._dask_fit_data(X, y)
             classes = self._dask_classes(y)
-            y = y if is_dask_array(y) else da.from_array(y, chunks=(X.chunks[0],))
-            levels = y.map_blocks(_levels_block, classes, dtype=float)
+            levels = rows_like(y, X).map_blocks(_levels_block, classes, dtype=float)
             counts = da.bincount(levels.astype(np.int64), minlength=classes.size).compute()
         else:
-            X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
+            X, y = validate_X_y(self, X, y, dtype=np.float64, ensure_min_samples=1)
             classes, levels = class_labels(y, return_inverse=True)
             levels = levels.astype(float)
             counts = np.bincount(levels.astype(np.int64), minlength=classes.size)
@@ -168,7 +173,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
 
 
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """P(y = level k) for every level, shape (n_samples, K) (a lazy dask array,
         computed chunk by chunk, for a dask X)."""
         mean, std = self.predict_latent(X, return_std=True)
@@ -177,7 +182,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                                width=self.classes_.size)
         return self.likelihood_.predict_proba(mean, std ** 2)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """The most probable level."""
         check_is_fitted(self)
         proba = self.predict_proba(X)

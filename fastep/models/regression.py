@@ -1,6 +1,7 @@
 """GP regression by EP for any likelihood with a real-valued or count target."""
 from __future__ import annotations
 
+from typing import Any, Dict, Optional, Union
 import copy
 import warnings
 
@@ -8,9 +9,10 @@ import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.metrics import r2_score
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.validation import (check_consistent_length, column_or_1d,
-                                      validate_data)
+from sklearn.utils.validation import check_consistent_length
 
+from .._checks import validate_X, validate_column
+from ..typing import Array, ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, RandomStateLike
 from .._caller import user_stacklevel
 from .._dask import is_dask_array, scalar_data
 from ..backend import resolve
@@ -100,11 +102,15 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         "device", likelihood=[StrOptions(set(REGRESSION_LIKELIHOODS)), Likelihood],
         normalize_y=["boolean", StrOptions({"auto"})])
 
-    def __init__(self, kernel=None, *, likelihood="student_t", normalize_y="auto", method="auto",
-                 optimizer="L-BFGS-B", n_restarts_optimizer=0, max_iter_optimizer=200,
-                 tol_optimizer=1e-6, damping=None, tol=1e-6, max_iter=200, n_inducing=None,
-                 inducing_points=None, power=1.0, optimize_inducing=False, random_state=None,
-                 device="cpu"):
+    def __init__(self, kernel: Optional[KernelLike] = None, *,
+                 likelihood: Union[str, Likelihood] = "student_t",
+                 normalize_y: Union[bool, str] = "auto", method: str = "auto",
+                 optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
+                 max_iter_optimizer: int = 200, tol_optimizer: float = 1e-6,
+                 damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 200,
+                 n_inducing: Optional[int] = None, inducing_points: Optional[ArrayLike] = None,
+                 power: float = 1.0, optimize_inducing: bool = False,
+                 random_state: RandomStateLike = None, device: str = "cpu") -> None:
         self.kernel = kernel
         self.likelihood = likelihood
         self.normalize_y = normalize_y
@@ -140,7 +146,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                              f"normalize_y=False.")
         return bool(self.normalize_y)
 
-    def _make_likelihood(self):
+    def _make_likelihood(self) -> Likelihood:
         lik = self.likelihood
         if isinstance(lik, str):
             return REGRESSION_LIKELIHOODS[lik]()
@@ -151,7 +157,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                              f"OrdinalGPClassifier (ordinal) or MultiAnnotatorGPClassifier.")
         return copy.deepcopy(lik)
 
-    def _data(self, lik, n, data):
+    def _data(self, lik: Likelihood, n: int, data: Dict[str, Any]) -> Likelihood:
         """The likelihood with the per-observation data of n points: those given, else
         the constructor likelihood's scalars (per-observation arrays do not carry over)."""
         base = None if isinstance(self.likelihood, str) else self.likelihood
@@ -162,7 +168,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         return lik.with_data(n, **own, **unknown)      # with_data names what it does not take
 
     @fit_entry
-    def fit(self, X, y, **data):
+    def fit(self, X: ArrayLike, y: ArrayLike, **data: ArrayLike) -> EPGaussianProcessRegressor:
         """Fit the kernel, the likelihood parameters and the posterior of f.
 
         Parameters
@@ -187,8 +193,8 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
             likelihood = self._data(self._make_likelihood(), 1, scalar_data(data))
             y = y.astype(np.float64)
         else:
-            X = validate_data(self, X, dtype=np.float64)
-            y = column_or_1d(y, dtype=np.float64, warn=True)  # NaN allowed: Tobit intervals
+            X = validate_X(self, X, dtype=np.float64)
+            y = validate_column(y, dtype=np.float64, warn=True)  # NaN allowed: Tobit intervals
             check_consistent_length(X, y)
             likelihood = self._data(self._make_likelihood(), X.shape[0], data)
             y = likelihood.encode_targets(y)
@@ -219,6 +225,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
             if best is None or (fit[1].log_marginal_likelihood
                                 > best[0][1].log_marginal_likelihood):
                 best = (fit, caught)
+        assert best is not None                       # one start at least
         for w in best[1]:                             # the warnings of the fit kept
             warnings.warn(w.message, stacklevel=user_stacklevel())
         self._set_latent(*best[0])
@@ -293,7 +300,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
             return self._data(self.likelihood_, 1, scalar_data(data))
         return self._data(self.likelihood_, mean.shape[0], data)
 
-    def predict(self, X, return_std=False, **data):
+    def predict(self, X: ArrayLike, return_std: bool = False, **data: ArrayLike) -> ArrayOrStd:
         """Mean (and standard deviation) of y itself at X (``exposure=``, ``lower=``,
         ``upper=`` as in ``fit``; defaults: exposure 1, the likelihood's own limits).
         A dask X gives lazy dask arrays, computed chunk by chunk on the workers."""
@@ -315,27 +322,28 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         under ``normalize_y``)."""
         return super().predict_latent(X, return_std=True)
 
-    def predict_latent(self, X, return_std=False):
+    def predict_latent(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
         """Mean (and standard deviation) of the latent f at X, in y's units (see
         ``normalize_y``); lazy dask arrays for a dask X."""
         mean, std = self._latent_standardised(X)
         mean, std = self._y_shift + self._y_scale * mean, self._y_scale * std
         return (mean, std) if return_std else mean
 
-    def score(self, X, y, sample_weight=None, **data):
+    def score(self, X: ArrayLike, y: ArrayLike, sample_weight: Optional[ArrayLike] = None,
+              **data: ArrayLike) -> float:
         """R^2 of :meth:`predict` (scikit-learn's ``RegressorMixin.score``), with the
         per-observation data of the points (``exposure=``, ``lower=``, ``upper=``) as in
         :meth:`predict`.  Count predictions can be finite but too large to square (far
         from the data, a log-normal rate); R^2 is then formed from scaled sums of squares,
         and a ``ValueError`` says when it lies below -1.8e308."""
-        pred = self.predict(X, **data)
+        pred = self.predict(X, return_std=False, **data)
         if not (is_dask_array(pred) or is_dask_array(y)):
             pred, target = np.asarray(pred, float), np.asarray(y, float).ravel()
             if np.max(np.abs(pred), initial=0.0) > 1e100 and np.isfinite(target).all():
                 return _r2_of_huge(target, pred, sample_weight)
         return r2_score(y, pred, sample_weight=sample_weight)
 
-    def log_predictive_density(self, X, y, **data):
+    def log_predictive_density(self, X: ArrayLike, y: ArrayLike, **data: ArrayLike) -> Array:
         """log p(y* | data) of observed targets y at X, one value per point (lazily, chunk
         by chunk, for a dask X)."""
         mean, std = self._latent_standardised(X)
@@ -350,12 +358,12 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
             if y.shape != mean.shape:
                 raise ValueError(f"y must have one entry per row of X, shape {mean.shape}; "
                                  f"got shape {y.shape}.")
-            y = y if is_dask_array(y) else da.from_array(y, chunks=mean.chunks)
-            return da_map_rows(_log_density_block, mean, std, y.rechunk(mean.chunks),
-                               lik) - jacobian
+            blocks = y.rechunk(mean.chunks) if is_dask_array(y) else \
+                da.from_array(y, chunks=mean.chunks)
+            return da_map_rows(_log_density_block, mean, std, blocks, lik) - jacobian
         return _log_density_block(mean, std, y, lik) - jacobian
 
-    def _standardise(self, y):
+    def _standardise(self, y: ArrayLike) -> Array:
         """Targets in the units the model was fitted in (``normalize_y``)."""
         if self._y_shift == 0.0 and self._y_scale == 1.0:
             return y

@@ -1,6 +1,7 @@
 """Sparse GP regression with inducing points: VFE (Titsias), FITC and Power EP (collapsed)."""
 from __future__ import annotations
 
+from typing import Optional
 import dataclasses
 from dataclasses import dataclass
 from numbers import Real
@@ -8,8 +9,10 @@ from numbers import Real
 import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
+from .._checks import validate_X, validate_X_y
+from ..typing import ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, RandomStateLike
 from .._linalg import blas_threads_for
 from ..inference import collapsed
 from ..inference.inducing import check_inducing
@@ -147,10 +150,12 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
         power=[Interval(Real, 0, 1, closed="both")],
         noise_variance=[Interval(Real, 0, None, closed="neither")])
 
-    def __init__(self, kernel=None, *, power=0.0, noise_variance=1.0, n_inducing=None,
-                 inducing_points=None, optimize_inducing=True, optimizer="L-BFGS-B",
-                 n_restarts_optimizer=0, max_iter_optimizer=200,
-                 tol_optimizer=1e-6, random_state=None):
+    def __init__(self, kernel: Optional[KernelLike] = None, *, power: float = 0.0,
+                 noise_variance: float = 1.0, n_inducing: Optional[int] = None,
+                 inducing_points: Optional[ArrayLike] = None, optimize_inducing: bool = True,
+                 optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
+                 max_iter_optimizer: int = 200, tol_optimizer: float = 1e-6,
+                 random_state: RandomStateLike = None) -> None:
         self.kernel = kernel
         self.power = power
         self.noise_variance = noise_variance
@@ -164,14 +169,14 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
         self.random_state = random_state
 
     @fit_entry
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> SparseGPRegressor:
         """Fit the kernel, noise variance and inducing inputs to (X, y).
 
         Returns
         -------
         self
         """
-        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+        X, y = validate_X_y(self, X, y, dtype=np.float64, y_numeric=True)
         X = np.ascontiguousarray(X)
         rng = as_generator(self.random_state)
         m = min(100, X.shape[0]) if self.n_inducing is None else self.n_inducing
@@ -221,15 +226,15 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
                                     Z, float(self.power), bool(self.optimize_inducing))
         self._set_fitted(problem, problem.state())
 
-    def predict_latent(self, X, return_std=False):
+    def predict_latent(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
         """Mean (and standard deviation) of the latent f at X."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = validate_X(self, X, reset=False, dtype=np.float64)
         k = self.kernel_
         mean, var = collapsed.predict(self.state_, k(self.inducing_points_, X), k.diag(X))
         return latent_output(mean, var, return_std)
 
-    def predict(self, X, return_std=False):
+    def predict(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
         """Predictive mean (and standard deviation of the latent f, noise excluded, as in
         scikit-learn's GaussianProcessRegressor) at X."""
         return self.predict_latent(X, return_std)

@@ -616,3 +616,15 @@ def test_feature_columns_round_trip_and_are_checked(tmp_path):
     header["feature_columns"] = ["height"]
     np.savez(tmp_path / "bad.npz", header=np.array(json.dumps(header)), **arrays)
     _expect(tmp_path / "bad.npz", "'feature_columns' must be 2 strings")
+
+
+def test_likelihood_bounds_beyond_float_range_are_refused():
+    """A description's bounds are numbers a float holds: an integer past float's range
+    (JSON reads any integer) is a ValueError naming the bounds, not NumPy's TypeError."""
+    from fastep.likelihoods import NegativeBinomial, likelihood_from_dict
+    d = NegativeBinomial(2.0).to_dict()
+    d["bounds"]["dispersion"] = [1, 10 ** 400]
+    with pytest.raises(ValueError, match="bounds of the NegativeBinomial parameter"):
+        likelihood_from_dict(d)
+    d["bounds"]["dispersion"] = [1e-3, 1e6]
+    assert likelihood_from_dict(d).dispersion == 2.0

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Tuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.linalg import blas, cholesky, solve_triangular
 
 from ..._dask import is_dask_array
@@ -14,6 +15,10 @@ from ..._linalg import trmm_lower_nogil
 from ..._numerics import predictive_variance
 from ...exceptions import NotPositiveDefiniteError
 from .._result import EPResultBase
+
+if TYPE_CHECKING:                                       # pragma: no cover
+    from ...typing import Array
+    from ...kernels import Kernel
 
 
 @dataclass
@@ -55,13 +60,17 @@ class SparseEPResult(EPResultBase):
     _backend: object = field(default=None, repr=False)
     _cluster: object = field(default=None, repr=False)
 
-    def predict_latent(self, kernel, X):
+    def predict_latent(self, kernel: Kernel, X: ArrayLike) -> Tuple[Array, Array]:
         """Latent predictive mean and variance at X (kernel: the one used in the fit); lazy
         dask arrays, computed chunk by chunk on the workers, when X is a dask array."""
+        if self._q is None:
+            raise ValueError("this SparseEPResult carries no posterior of the inducing "
+                             "values (it was copied without one); predict with the estimator "
+                             "that fitted it.")
         if is_dask_array(X):
-            X = X.astype(np.float64).rechunk({1: -1})
-            both = X.map_blocks(_predict_block, self._q, kernel, self.inducing_points,
-                                chunks=(X.chunks[0], (2,)), dtype=float)
+            rows = X.astype(np.float64).rechunk({1: -1})
+            both = rows.map_blocks(_predict_block, self._q, kernel, self.inducing_points,
+                                   chunks=(rows.chunks[0], (2,)), dtype=float)
             return both[:, 0], both[:, 1]
         return self._q.predict(kernel, self.inducing_points, X)
 
