@@ -4,6 +4,7 @@ import importlib
 import inspect
 import pathlib
 import re
+import textwrap
 import warnings
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
-BLOCKS = [(page, i, block) for page in PAGES
+BLOCKS = [(page, i, textwrap.dedent(block)) for page in PAGES      # (a list item's, indented)
           for i, block in enumerate(re.findall(r"```python\n(.*?)```", page.read_text(), re.S))]
 
 

@@ -22,6 +22,7 @@ import sys
 import numpy as np
 
 from .. import __version__
+from ..models.regression import REGRESSION_LIKELIHOODS
 from ._bench import cmd_bench
 from ._demos import cmd_demo
 from ._fit import AUTO_INDUCING, MODELS, cmd_fit
@@ -89,9 +90,9 @@ def main(argv=None):
                    "--upper; empty or inf: none)")
     p.add_argument("--exposure", help="regression with counts: the column of each row's "
                    "exposure (e.g. years at risk); predict then needs it too")
-    p.add_argument("--likelihood", default="student_t",
-                   choices=["student_t", "gaussian", "poisson", "negative_binomial", "tobit"],
-                   help="regression: the noise model (poisson, negative_binomial: counts; "
+    p.add_argument("--likelihood", default="student_t", choices=list(REGRESSION_LIKELIHOODS),
+                   help="regression: the noise model (poisson, negative_binomial and their "
+                   "zero_inflated_ forms: counts; "
                    "predict then also writes y_mean, E[y]; tobit: censored at --lower / "
                    "--upper or the limit columns)")
     p.add_argument("--kernel", choices=["rbf", "matern32", "matern52"], default="rbf")

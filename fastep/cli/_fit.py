@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from ..models.regression import REGRESSION_LIKELIHOODS
 from ._progress import _FitProgress
 from ._tables import (ROW_DATA, _check_features, _check_output, _connect, _named,
                       _row_data_specs, _row_values)
@@ -30,6 +31,10 @@ NEEDED_LABELS = {"classifier": "2-20", "multiclass": "2 or more",
 #: Inducing points ``fastep fit`` uses by itself when dense EP would not fit in memory.
 AUTO_INDUCING = 256
 
+#: The regression likelihoods of counts (they take a per-row exposure).
+COUNT_LIKELIHOODS = tuple(name for name, lik in REGRESSION_LIKELIHOODS.items()
+                          if "exposure" in lik.data_names)
+
 
 def _kernel(args, d):
     from fastep import kernels
@@ -43,7 +48,7 @@ def _row_data_columns(args, names):
     model they are given to."""
     from fastep.io import resolve_columns
     given = _row_data_specs(args)
-    counts = args.model == "regression" and args.likelihood in ("poisson", "negative_binomial")
+    counts = args.model == "regression" and args.likelihood in COUNT_LIKELIHOODS
     censored = args.model == "censored" or (args.model == "regression"
                                              and args.likelihood == "tobit")
     for key in ("lower", "upper"):
@@ -51,8 +56,8 @@ def _row_data_columns(args, names):
             raise ValueError(f"--{key} applies to --model censored and to --model regression "
                              f"with --likelihood tobit.")
     if "exposure" in given and not counts:
-        raise ValueError("--exposure applies to --model regression with --likelihood poisson "
-                         "or negative_binomial.")
+        raise ValueError(f"--exposure applies to --model regression with a count likelihood "
+                         f"(--likelihood {', '.join(COUNT_LIKELIHOODS)}).")
     for key in ("lower", "upper"):
         if key in given and not censored:
             raise ValueError(f"{ROW_DATA[key]} applies to --model censored and to --model "

@@ -12,8 +12,6 @@ from ._tables import ROW_DATA, _bad_cell, _check_output, _named, _row_data_specs
 def cmd_predict(args):
     from fastep import load_model
     from fastep.io import TableWriter, column_names, iter_rows, n_rows
-    from fastep.likelihoods import NegativeBinomial, Poisson
-
     _check_output(args.output)
     est = load_model(args.model)
     d = est.n_features_in_
@@ -41,7 +39,7 @@ def cmd_predict(args):
             quartiles = [est.predict_quantile(Xc, q, **limits) for q in (0.25, 0.5, 0.75)]
             return np.column_stack([mean, std, y_mean, y_std,
                                     *est.predict_censored_proba(Xc, **limits), *quartiles])
-    elif "exposure" in keys or _counts_without_exposure(est, Poisson, NegativeBinomial):
+    elif "exposure" in keys or _counts_without_exposure(est):
         header = ["mean", "std", "y_mean"]          # counts: the latent log rate and E[y]
 
         def predict(Xc, **exposure):
@@ -76,25 +74,28 @@ def _row_data_columns(args, est, names):
     """DATA's per-row data columns (--exposure, --lower-column, --upper-column) as
     ``{keyword of predict: column index}``, checked against the model."""
     from fastep.io import resolve_columns
-    from fastep.likelihoods import NegativeBinomial, Poisson
     out = {}
     for key, spec in _row_data_specs(args).items():
         option = ROW_DATA[key]
-        if key == "exposure" and not isinstance(getattr(est, "likelihood_", None),
-                                                (Poisson, NegativeBinomial)):
+        if key == "exposure" and not _is_counts(est):
             raise ValueError("--exposure applies to a count model (Poisson or negative "
-                             "binomial regression).")
+                             "binomial regression, or their zero-inflated forms).")
         if key != "exposure" and not hasattr(est, "predict_censored_proba"):
             raise ValueError(f"{option} applies to a censored model (--model censored).")
         out[key] = resolve_columns(spec, names, option)[0]
     return out
 
 
-def _counts_without_exposure(est, *counts):
+def _is_counts(est):
+    """Whether ``est`` is a count model (its likelihood takes a per-row exposure)."""
+    return "exposure" in getattr(getattr(est, "likelihood_", None), "data_names", ())
+
+
+def _counts_without_exposure(est):
     """Whether ``est`` is a count model that predicts E[y] without per-observation
     exposures (one fitted in Python with ``exposure=`` needs them, which the command line
     cannot give: it writes the latent mean and sd only)."""
-    if not isinstance(getattr(est, "likelihood_", None), counts):
+    if not _is_counts(est):
         return False
     try:
         est.predict(np.zeros((1, est.n_features_in_)))

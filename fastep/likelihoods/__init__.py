@@ -6,10 +6,12 @@ import numbers
 from typing import Any, Dict, Union
 
 
-from ._base import CustomLikelihood, Likelihood, check_likelihood  # noqa: F401 (for EP)
+from ._base import (CustomLikelihood, Likelihood, check_likelihood,  # noqa: F401 (for EP)
+                    check_power)
 from .annotators import MultiAnnotator
 from .binary import Logistic, Probit
-from .counts import NegativeBinomial, Poisson
+from .counts import (NegativeBinomial, Poisson, ZeroInflatedNegativeBinomial,
+                     ZeroInflatedPoisson)
 from .gaussian import Gaussian
 from .ordinal import OrdinalProbit
 from .robustmax import RobustMax
@@ -17,7 +19,8 @@ from .student_t import StudentT
 from .tobit import Tobit, censored_predictive, censored_quantile
 
 _TYPES = {c.__name__: c for c in (Gaussian, Probit, Logistic, Tobit, Poisson,
-                                   NegativeBinomial, StudentT)}
+                                   NegativeBinomial, ZeroInflatedPoisson,
+                                   ZeroInflatedNegativeBinomial, StudentT)}
 
 
 def _positive_number(v: Any) -> bool:
@@ -96,7 +99,8 @@ def likelihood_from_dict(d: Any) -> Union[Likelihood, RobustMax]:
         raise ValueError(f"invalid {kind} likelihood description: {exc}") from None
 
 
-__all__ = ["Poisson", "NegativeBinomial", "StudentT", "OrdinalProbit",
+__all__ = ["Poisson", "NegativeBinomial", "ZeroInflatedPoisson", "ZeroInflatedNegativeBinomial",
+           "StudentT", "OrdinalProbit",
            "MultiAnnotator", "RobustMax", "Tobit", "censored_predictive", "censored_quantile",
            "Likelihood", "CustomLikelihood", "Gaussian", "Probit", "Logistic",
            "likelihood_from_dict"]

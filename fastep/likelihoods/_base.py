@@ -65,6 +65,16 @@ def check_likelihood(likelihood):
                          "function compiled with fastep._jit.tilted_function.")
 
 
+def check_power(likelihood: Any, alpha: float, name: str = "alpha") -> None:
+    """Raise a ValueError if ``likelihood`` cannot run Power EP at ``alpha`` != 1 (its
+    :attr:`Likelihood.power_ep` is False), naming the parameter ``name``."""
+    if alpha != 1.0 and not getattr(likelihood, "power_ep", True):
+        raise ValueError(f"{type(likelihood).__name__} runs EP at power 1 only: at a power "
+                         f"below 1 (Power EP) its tilted moments would come from a quadrature "
+                         f"that can step over the likelihood's gentle fall at y = 0 (errors up "
+                         f"to 1e-2). Got {name}={alpha!r}; use {name}=1.0.")
+
+
 def _broadcast(value, n, name):
     """``value`` (a scalar or n values) as an array of n values."""
     try:
@@ -116,6 +126,9 @@ class Likelihood:
     extra_allows_inf = False
     #: Whether NaN in ``y`` means something (an interval-censored target).
     nan_targets = False
+    #: Whether the tilted moments at a power alpha < 1 (sparse Power EP) are computed to
+    #: the accuracy of alpha = 1 (:func:`check_power`).
+    power_ep = True
     #: Per-observation data an estimator's ``fit`` and ``predict`` pass on (Tobit: lower,
     #: upper limits; counts: exposure), see :meth:`with_data`.
     data_names: tuple = ()
@@ -311,6 +324,7 @@ class Likelihood:
         n = mu.shape[0]
         if not (isinstance(alpha, numbers.Real) and 0.0 < alpha <= 1.0):
             raise ValueError(f"alpha must be a number in (0, 1]; got {alpha!r}.")
+        check_power(self, alpha)
         extra = self.check_extra(extra, n)
         params = self.params if params is None else self.check_params(params)
         check_likelihood(self)

@@ -12,7 +12,8 @@ import math
 from .._jit import jit
 from .._numerics import LOG_SQRT_2PI, digamma, log_add_exp, log_diff_exp, log_phi
 
-PROBIT, LOGISTIC, ANNOTATORS, TOBIT, POISSON, NEG_BINOMIAL, STUDENT_T, ORDINAL = range(8)
+(PROBIT, LOGISTIC, ANNOTATORS, TOBIT, POISSON, NEG_BINOMIAL, STUDENT_T, ORDINAL, ZI_POISSON,
+ ZI_NEG_BINOMIAL) = range(10)
 #: Below this count, Gamma(y + r) / Gamma(r) is summed term by term (no cancellation).
 _SMALL_COUNT = 32
 
@@ -112,6 +113,49 @@ def neg_binomial_dlog_lik(y, log_exposure, f, r):
     return digamma_rising(r, y) + (log_r - log_rm) + (1.0 - t) - y * math.exp(-log_rm)
 
 
+@jit("f8(f8, f8, f8)")
+def zero_inflated_log_lik(y, log_count, pi):
+    """log of ``pi [y = 0] + (1 - pi) p(y)`` from ``log_count = log p(y)`` of the count
+    process and the zero probability ``pi`` (a structural zero)."""
+    if y == 0.0:
+        return log_add_exp(math.log(pi), math.log1p(-pi) + log_count)
+    return math.log1p(-pi) + log_count
+
+
+@jit("f8(f8, f8, f8)")
+def zero_inflated_dpi(y, log_count, pi):
+    """d/dpi of :func:`zero_inflated_log_lik`: ``(1 - p(0)) / (pi + (1 - pi) p(0))`` at
+    y = 0, ``-1 / (1 - pi)`` otherwise."""
+    if y == 0.0:
+        return -math.expm1(log_count) * math.exp(
+            -log_add_exp(math.log(pi), math.log1p(-pi) + log_count))
+    return -1.0 / (1.0 - pi)
+
+
+@jit("f8(f8, f8, f8)")
+def zero_inflated_count_share(y, log_count, pi):
+    """The posterior weight of the count process given y: ``(1 - pi) p(0) / (pi + (1 -
+    pi) p(0))`` at y = 0, 1 otherwise (d log p / d theta of a count parameter theta is
+    this times d log p(y) / d theta)."""
+    if y == 0.0:
+        return math.exp(math.log1p(-pi) + log_count
+                        - log_add_exp(math.log(pi), math.log1p(-pi) + log_count))
+    return 1.0
+
+
+@jit("f8(f8, f8, f8)")
+def zero_inflated_edge(log_exposure, pi, r):
+    """Where ``(1 - pi) p(0 | f) = pi`` (the edge of the plateau of the zero-inflated
+    likelihood of y = 0, whose tilted density may have a second mode there): a start of
+    the quadrature's mode search; NaN where pi >= 1/2 (no edge).  ``r``: the negative
+    binomial's dispersion, inf for the Poisson (p(0) = exp(-mu), else (r / (r + mu))^r)."""
+    odds = math.log1p(-pi) - math.log(pi)                  # log((1 - pi) / pi)
+    if not odds > 0.0:
+        return math.nan
+    rate = odds if r == math.inf else r * math.expm1(odds / r)
+    return math.log(rate) - log_exposure
+
+
 @jit("f8(f8, f8, f8, f8)")
 def student_t_log_lik(y, f, nu, sigma):
     """log St(y | f, nu, sigma) = log Gamma((nu+1)/2) - log Gamma(nu/2) - 1/2 log(nu pi)
@@ -193,6 +237,11 @@ def builtin_log_lik(kind, y, extra, f, params):
         return student_t_log_lik(y, f, params[0], params[1])
     if kind == ORDINAL:
         return ordinal_log_lik(y, f, params)
+    if kind == ZI_POISSON:
+        return zero_inflated_log_lik(y, poisson_log_lik(y, extra[0], f), params[0])
+    if kind == ZI_NEG_BINOMIAL:
+        return zero_inflated_log_lik(y, neg_binomial_log_lik(y, extra[0], f, params[0]),
+                                     params[1])
     return math.nan
 
 
@@ -206,6 +255,14 @@ def builtin_dlog_lik(kind, y, extra, f, params, k):
         return student_t_dlog_lik(y, f, params[0], params[1], k)
     if kind == ORDINAL:
         return ordinal_dlog_lik(y, f, params, k)
+    if kind == ZI_POISSON:
+        return zero_inflated_dpi(y, poisson_log_lik(y, extra[0], f), params[0])
+    if kind == ZI_NEG_BINOMIAL:
+        log_count = neg_binomial_log_lik(y, extra[0], f, params[0])
+        if k == 1:
+            return zero_inflated_dpi(y, log_count, params[1])
+        return zero_inflated_count_share(y, log_count, params[1]) * \
+            neg_binomial_dlog_lik(y, extra[0], f, params[0])
     return 0.0
 
 
@@ -215,4 +272,8 @@ def builtin_peak(kind, y, extra, params):
     log-concave (a second start for the quadrature's mode search); NaN otherwise."""
     if kind == STUDENT_T:
         return y
+    if kind == ZI_POISSON and y == 0.0:
+        return zero_inflated_edge(extra[0], params[0], math.inf)
+    if kind == ZI_NEG_BINOMIAL and y == 0.0:
+        return zero_inflated_edge(extra[0], params[1], params[0])
     return math.nan

@@ -1,11 +1,19 @@
-"""Count likelihoods with a log link: Poisson and negative binomial.
+"""Count likelihoods with a log link: Poisson and negative binomial, and their
+zero-inflated forms.
 
 ``mu_i = exposure_i * exp(f_i)``, targets are counts 0, 1, 2, ...::
 
     Poisson:            p(y | f) = mu^y e^-mu / y!
     negative binomial:  p(y | f) = Gamma(y + r) / (Gamma(r) y!) (r / (r + mu))^r (mu / (r + mu))^y
 
-(NB2: variance mu + mu^2 / r; r -> inf is the Poisson).  Both are log-concave in f.  The
+(NB2: variance mu + mu^2 / r; r -> inf is the Poisson).  Both are log-concave in f.  A
+zero-inflated form adds structural zeros with probability pi (Lambert 1992; GPstuff's
+``lik_zinegbin``)::
+
+    p(y | f) = pi [y = 0] + (1 - pi) p_count(y | f)
+
+which is not log-concave in f at y = 0 (it falls from 1 to pi as the rate grows), so EP
+runs with robust updates there, as for the Student-t.  The
 tilted moments have no closed form (the Poisson-lognormal integral): they come from the
 panel quadrature of :func:`fastep.likelihoods._quadrature.quad_tilted`, which follows the
 likelihood's own scale (counts up to 1e4 and beyond), and the dispersion gradient from
@@ -14,18 +22,19 @@ the same quadrature, by differentiation under the integral.  ``site_extra`` hold
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
-
+import math
 import numbers
+from typing import Any, List, Optional, Tuple, Union
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from .._checks import float_array, integer_values
-from .._jit import tilted_function
-from ._base import Likelihood
-from ._quadrature import QuadratureParams, quad_tilted
-from ._scalar import NEG_BINOMIAL, POISSON
+from .._jit import jit, tilted_function
+from .._numerics import log_add_exp
+from ._base import Likelihood, check_power, tilted_batch
+from ._quadrature import QuadratureParams, quad_dparam_batch, quad_tilted
+from ._scalar import NEG_BINOMIAL, POISSON, ZI_NEG_BINOMIAL, ZI_POISSON
 
 
 @tilted_function
@@ -40,6 +49,47 @@ def neg_binomial_tilted(y, extra, mu, var, alpha, params):
     """Panel quadrature of alpha * log NB(y | exp(f + log exposure), r)."""
     log_z, d1, d2 = quad_tilted(NEG_BINOMIAL, y, extra, mu, var, alpha, params)
     return log_z, d1, min(d2, 0.0)
+
+
+@jit("UniTuple(f8, 3)(i8, i8, f8, f8[::1], f8, f8, f8, f8[::1], f8)")
+def zero_inflated_moments(count_kind, kind, y, extra, mu, var, alpha, params, pi):
+    """Tilted moments of a zero-inflated count likelihood from its count process's.
+
+    y > 0: ``((1 - pi) p(y | f))^alpha``, so log Z = alpha log(1 - pi) + log Z_count and
+    the same (d1, d2).  y = 0 at alpha = 1: a two-component mixture, ``Z = pi + (1 - pi)
+    Z_count`` (the first component the cavity itself): with ``w = (1 - pi) Z_count / Z``,
+    ``d1 = w d1_count`` and ``d2 = w d2_count + w (1 - w) d1_count^2`` (the mixture's
+    variance).  Exact up to the count quadrature, which is log-concave and accurate; the
+    zero-inflated likelihood itself falls gently (by log(1 / pi)) over a few units of f,
+    a feature the panels of a wide cavity can step over.  y = 0 at alpha < 1 (Power EP)
+    has no such split: the panel quadrature of the likelihood ``kind`` itself."""
+    if y != 0.0:
+        log_z, d1, d2 = quad_tilted(count_kind, y, extra, mu, var, alpha, params)
+        return alpha * math.log1p(-pi) + log_z, d1, min(d2, 0.0)
+    if alpha != 1.0:
+        return quad_tilted(kind, y, extra, mu, var, alpha, params)
+    log_zc, d1c, d2c = quad_tilted(count_kind, y, extra, mu, var, 1.0, params)
+    d2c = min(d2c, 0.0)
+    a = math.log(pi)
+    b = math.log1p(-pi) + log_zc
+    log_z = log_add_exp(a, b)
+    w = math.exp(b - log_z)
+    return log_z, w * d1c, w * d2c + w * (1.0 - w) * d1c * d1c
+
+
+@tilted_function
+def zi_poisson_tilted(y, extra, mu, var, alpha, params):
+    """alpha * log ZIP(y | exp(f + log exposure), pi) (:func:`zero_inflated_moments`);
+    d2 may be positive (not log-concave at y = 0)."""
+    return zero_inflated_moments(POISSON, ZI_POISSON, y, extra, mu, var, alpha, params,
+                                 params[0])
+
+
+@tilted_function
+def zi_neg_binomial_tilted(y, extra, mu, var, alpha, params):
+    """alpha * log ZINB(y | exp(f + log exposure), r, pi) (:func:`zero_inflated_moments`)."""
+    return zero_inflated_moments(NEG_BINOMIAL, ZI_NEG_BINOMIAL, y, extra, mu, var, alpha,
+                                 params, params[1])
 
 
 def check_counts(y, name="y"):
@@ -103,11 +153,16 @@ class _CountLikelihood(Likelihood):
         """Logs of the terms of Var[y] (per point); a subclass adds its own."""
         raise NotImplementedError
 
+    def _log_kept(self) -> float:
+        """log of the probability that y comes from the count process (0: always;
+        the zero-inflated forms' log(1 - pi))."""
+        return 0.0
+
     def predict_mean(self, mean, var, exposure=None):
         """E[y] = E[mu] given f ~ N(mean, var), per point; a ``ValueError`` where it
         overflows float64."""
         log_m1, _, m, v = self._log_rate_moments(mean, var, exposure)
-        return _exp_finite(log_m1, "mean", m, v)
+        return _exp_finite(log_m1 + self._log_kept(), "mean", m, v)
 
     def log_predictive_density(self, y, mean, var):
         """log p(y_i) per point (:meth:`Likelihood.log_predictive_density`); where it is
@@ -124,7 +179,8 @@ class _CountLikelihood(Likelihood):
         where either overflows float64."""
         log_m1, log_rel, m, v = self._log_rate_moments(mean, var, exposure)
         log_var = np.logaddexp.reduce(self._log_var_terms(log_m1, log_rel, v), axis=0)
-        return (_exp_finite(log_m1, "mean", m, v), _exp_finite(log_var, "variance", m, v))
+        return (_exp_finite(log_m1 + self._log_kept(), "mean", m, v),
+                _exp_finite(log_var, "variance", m, v))
 
 
 #: log of the largest float64
@@ -211,3 +267,168 @@ class NegativeBinomial(QuadratureParams, _CountLikelihood):
         """Var[y] = E[mu + mu^2 / r] + Var[mu], E[mu^2] = E[mu]^2 exp(var)."""
         return [log_m1, 2.0 * log_m1 + var - np.log(self.dispersion), 2.0 * log_m1 + log_rel]
 
+
+def _check_zero_prob(zero_prob, bounds):
+    """``zero_prob`` and its ML-II bounds checked: a probability strictly between 0 and 1,
+    and ``"fixed"`` or (low, high) with 0 < low < high < 1."""
+    try:
+        ok = 0.0 < float(zero_prob) < 1.0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"zero_prob must be a probability strictly between 0 and 1 (the share "
+                         f"of structural zeros); got zero_prob={zero_prob!r}.")
+    if isinstance(bounds, str) and bounds == "fixed":
+        return
+    try:
+        lo, hi = (float(b) for b in bounds)
+        ok = 0.0 < lo < hi < 1.0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"zero_prob_bounds must be 'fixed' or (low, high) with 0 < low < high "
+                         f"< 1 (probabilities); got zero_prob_bounds={bounds!r}.")
+
+
+class _ZeroInflated(QuadratureParams, _CountLikelihood):
+    """What the zero-inflated count likelihoods share: the zero probability pi (the last
+    parameter), the count process's kind (:attr:`count_kind`), the (1 - pi) share of the
+    mean, and the parameter gradients."""
+
+    log_concave = False
+    power_ep = False
+    #: the count process: its kind in :mod:`fastep.likelihoods._scalar` and its tilted
+    #: function (which reads the count's parameters first in ``params``)
+    count_kind = -1
+    count_tilted: Any = None
+
+    def _log_kept(self) -> float:
+        return math.log1p(-self.zero_prob)
+
+    def tilted_dparams(self, y: ArrayLike, mu_cav: ArrayLike, var_cav: ArrayLike,
+                       extra: Optional[ArrayLike] = None, alpha: float = 1.0) -> np.ndarray:
+        """d log Z_i / d log(param) for every free parameter, shape (n, n_dims).
+
+        From the count process's tilted log Z_count and its derivatives, as
+        :func:`zero_inflated_moments` splits log Z (at alpha = 1, :func:`check_power`):
+        y > 0, ``d/dpi = -1 / (1 - pi)`` and a count parameter's as the count process's;
+        y = 0, ``d/dpi = (1 - Z_count) / Z`` and a count parameter's times ``w = (1 - pi)
+        Z_count / Z``."""
+        check_power(self, alpha)
+        y, mu, var = self._site_arrays(y, mu_cav, var_cav)
+        n = mu.shape[0]
+        extra = self.check_extra(extra, n)
+        alpha = float(alpha)
+        params = self.params
+        pi = float(params[-1])
+        log_z = self.tilted(y, mu, var, alpha, extra=extra)[0]
+        count = np.empty((3, n))                   # the count process's tilted moments
+        tilted_batch(self.count_tilted, y, extra, mu, var, alpha, params, count[0], count[1],
+                     count[2])
+        log_zc = count[0]
+        zero = y == 0.0                  # log Z there lies in [log pi, 0]: no overflow
+        raw = np.empty((n, params.size))
+        raw[:, -1] = -alpha / (1.0 - pi)                              # pi
+        raw[zero, -1] = -np.expm1(log_zc[zero]) * np.exp(-log_z[zero])
+        share = np.exp(np.log1p(-pi) + log_zc[zero] - log_z[zero])
+        col = np.empty(n)
+        for k in range(params.size - 1):                              # the count's own
+            quad_dparam_batch(self.count_kind, y, extra, mu, var, alpha, params, k, col)
+            col[zero] *= share
+            raw[:, k] = col
+        free = [self.param_names.index(name) for name in self._free()]
+        return raw[:, free] * params[free]
+
+
+class ZeroInflatedPoisson(_ZeroInflated):
+    """Zero-inflated Poisson counts: ``y = 0`` with probability ``zero_prob`` (a structural
+    zero), else ``y ~ Poisson(exposure * exp(f))`` (Lambert 1992).
+
+    ``p(y | f) = pi [y = 0] + (1 - pi) Poisson(y | mu)``; ``E[y | f] = (1 - pi) mu``,
+    ``Var[y | f] = (1 - pi) mu (1 + pi mu)``.  Not log-concave at y = 0: EP runs robust
+    updates, as for :class:`StudentT`.
+
+    Parameters
+    ----------
+    zero_prob : float in (0, 1), default=0.1
+        pi, learnt by ML-II unless ``zero_prob_bounds="fixed"``.
+    exposure : float or array (n,), optional
+        As for :class:`Poisson`.
+    zero_prob_bounds : (low, high) in (0, 1), or "fixed"
+
+    Examples
+    --------
+    >>> lik = ZeroInflatedPoisson(zero_prob=0.25)
+    >>> mean_y, var_y = lik.predict_y([0.0], [0.0])        # mu = 1
+    >>> float(mean_y[0]), float(var_y[0])
+    (0.75, 0.9375)
+    """
+
+    param_names = ("zero_prob",)
+    scalar_tilted = staticmethod(zi_poisson_tilted)
+    quad_kind = ZI_POISSON
+    count_kind = POISSON
+    count_tilted = staticmethod(poisson_tilted)
+
+    def __init__(self, zero_prob: float = 0.1, exposure: Optional[ArrayLike] = None,
+                 zero_prob_bounds: Union[Tuple[float, float], str] = (1e-4, 0.99)) -> None:
+        _check_zero_prob(zero_prob, zero_prob_bounds)
+        super().__init__(zero_prob=zero_prob, zero_prob_bounds=zero_prob_bounds)
+        self._init_exposure(exposure)
+
+    def _log_var_terms(self, log_m1, log_rel, var) -> List[np.ndarray]:
+        """Var[y] = (1 - pi) E[mu] + (1 - pi) E[mu]^2 (expm1(var) + pi)."""
+        keep = self._log_kept()
+        return [keep + log_m1,
+                keep + 2.0 * log_m1 + np.logaddexp(log_rel, math.log(self.zero_prob))]
+
+
+class ZeroInflatedNegativeBinomial(_ZeroInflated):
+    """Zero-inflated negative-binomial counts (NB2): ``y = 0`` with probability
+    ``zero_prob``, else ``y ~ NB(mean exposure * exp(f), dispersion r)`` (GPstuff's
+    ``lik_zinegbin``).
+
+    ``E[y | f] = (1 - pi) mu``, ``Var[y | f] = (1 - pi) mu (1 + mu / r + pi mu)``.  Not
+    log-concave at y = 0: EP runs robust updates.
+
+    Parameters
+    ----------
+    dispersion : float, default=1.0
+        r > 0, as for :class:`NegativeBinomial`.
+    zero_prob : float in (0, 1), default=0.1
+        pi, learnt by ML-II unless ``zero_prob_bounds="fixed"``.
+    exposure : float or array (n,), optional
+        As for :class:`Poisson`.
+    dispersion_bounds, zero_prob_bounds : (low, high) or "fixed"
+        ML-II bounds (zero_prob's inside (0, 1)).
+
+    Examples
+    --------
+    >>> lik = ZeroInflatedNegativeBinomial(dispersion=2.0, zero_prob=0.25)
+    >>> mean_y, var_y = lik.predict_y([0.0], [0.0])        # mu = 1
+    >>> float(mean_y[0]), float(var_y[0])
+    (0.75, 1.3125)
+    """
+
+    param_names = ("dispersion", "zero_prob")
+    scalar_tilted = staticmethod(zi_neg_binomial_tilted)
+    quad_kind = ZI_NEG_BINOMIAL
+    count_kind = NEG_BINOMIAL
+    count_tilted = staticmethod(neg_binomial_tilted)
+
+    def __init__(self, dispersion: float = 1.0, zero_prob: float = 0.1,
+                 exposure: Optional[ArrayLike] = None,
+                 dispersion_bounds: Union[Tuple[float, float], str] = (1e-3, 1e6),
+                 zero_prob_bounds: Union[Tuple[float, float], str] = (1e-4, 0.99)) -> None:
+        _check_zero_prob(zero_prob, zero_prob_bounds)
+        super().__init__(dispersion=dispersion, zero_prob=zero_prob,
+                         dispersion_bounds=dispersion_bounds, zero_prob_bounds=zero_prob_bounds)
+        self._init_exposure(exposure)
+
+    def _log_var_terms(self, log_m1, log_rel, var) -> List[np.ndarray]:
+        """Var[y] = (1 - pi) E[mu] + (1 - pi) E[mu]^2 (expm1(var) + exp(var) / r + pi)."""
+        keep = self._log_kept()
+        excess = np.logaddexp.reduce([log_rel, var - math.log(self.dispersion),
+                                      np.full(np.shape(var), math.log(self.zero_prob))],
+                                     axis=0)
+        return [keep + log_m1, keep + 2.0 * log_m1 + excess]

@@ -34,6 +34,7 @@ from ..typing import Array, ArrayLike, ArrayOrStd
 from .._dask import is_dask_array
 from ..kernels import RBF, Kernel, as_kernel
 from ..inference.inducing import check_inducing
+from ..likelihoods import check_power
 from ..priors import hyperprior_terms
 from ._dask import DaskInputs, dask_sample
 from ._jobs import JOBS_MIN_ROWS, _fit_one, _with_posterior, run_jobs
@@ -191,6 +192,8 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
                              f"and needs inducing points; dense EP has power 1. Got "
                              f"power={self.power!r} without n_inducing or inducing_points: set "
                              f"one of them, or power=1.0.")
+        if likelihood is not None:
+            check_power(likelihood, self.power, "power")
         method = self.method
         if method == "auto":
             robust = likelihood is not None and not likelihood.log_concave

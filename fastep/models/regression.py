@@ -1,7 +1,7 @@
 """GP regression by EP for any likelihood with a real-valued or count target."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Type, Union
 import copy
 import warnings
 
@@ -18,33 +18,36 @@ from .._dask import is_dask_array, scalar_data
 from ..backend import resolve
 from ..likelihoods.counts import LOG_MAX
 from ..likelihoods import (Gaussian, Likelihood, NegativeBinomial, OrdinalProbit, Poisson,
-                           StudentT, Tobit)
+                           StudentT, Tobit, ZeroInflatedNegativeBinomial, ZeroInflatedPoisson)
 from ._base import SingleLatentEstimator, as_generator, fit_entry, fresh_kernel, shared
 from ._dask import da_map_rows
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
 
 #: The likelihoods ``likelihood=`` names.
-REGRESSION_LIKELIHOODS = {"student_t": StudentT, "gaussian": Gaussian, "poisson": Poisson,
-                          "negative_binomial": NegativeBinomial, "tobit": Tobit}
+REGRESSION_LIKELIHOODS: Dict[str, Type[Likelihood]] = {
+    "student_t": StudentT, "gaussian": Gaussian, "poisson": Poisson,
+    "negative_binomial": NegativeBinomial, "tobit": Tobit,
+    "zero_inflated_poisson": ZeroInflatedPoisson,
+    "zero_inflated_negative_binomial": ZeroInflatedNegativeBinomial}
 
 
 class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
     """Gaussian-process regression by Expectation Propagation, for any EP likelihood of a
-    real-valued or count target: robust (Student-t), counts (Poisson, negative binomial),
-    censored (Tobit) or Gaussian noise.
+    real-valued or count target: robust (Student-t), counts (Poisson, negative binomial,
+    and their zero-inflated forms for excess zeros), censored (Tobit) or Gaussian noise.
 
     ``f ~ GP(0, kernel)``, ``y_i ~ p(y_i | f(x_i))``; EP approximates the posterior of f,
     ML-II fits the kernel and likelihood parameters.  Likelihoods that are not log-concave
-    (Student-t) run robust EP (see :func:`fastep.ep`): dense EP then takes the sequential
+    (Student-t, the zero-inflated counts) run robust EP (see :func:`fastep.ep`): dense EP then takes the sequential
     schedule, site by site, as Jylanki, Vanhatalo & Vehtari (2011) recommend for the
     Student-t.
 
     Parameters
     ----------
     kernel : kernel, default=None (``RBF()``)
-    likelihood : {"student_t", "gaussian", "poisson", "negative_binomial", "tobit"} or \
-Likelihood, default="student_t"
+    likelihood : {"student_t", "gaussian", "poisson", "negative_binomial", "tobit", \
+"zero_inflated_poisson", "zero_inflated_negative_binomial"} or Likelihood, default="student_t"
         A name (the likelihood with its default parameters) or an instance, whose
         parameters are the starting point of ML-II (or kept, with ``optimizer=None``).
         ``"student_t"`` starts ML-II twice, from a broad scale (the standard deviation

@@ -44,15 +44,23 @@ KINDS = {
     "robust": ["--model", "regression", "--target", "yreg", "--likelihood", "student_t"],
     "negative_binomial": ["--model", "regression", "--target", "count", "--likelihood",
                           "negative_binomial"],
+    "zero_inflated_poisson": ["--model", "regression", "--target", "count", "--likelihood",
+                              "zero_inflated_poisson"],
+    "zero_inflated_negative_binomial": ["--model", "regression", "--target", "count",
+                                        "--likelihood", "zero_inflated_negative_binomial"],
     "annotators": ["--annotator-columns", "a0,a1,a2"],
 }
+
+
+COUNTS = ("counts", "negative_binomial", "zero_inflated_poisson",
+          "zero_inflated_negative_binomial")
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_fit_save_predict_round_trip(tmp_path, kind, capsys):
     train, cols, Xt = _table(tmp_path)
     model, out = tmp_path / "m.npz", tmp_path / "p.npy"
-    model_kind = [] if kind in ("counts", "robust", "negative_binomial") else ["--model", kind]
+    model_kind = [] if kind in COUNTS + ("robust",) else ["--model", kind]
     assert main(["fit", str(train), "-o", str(model), *model_kind, "--features",
                  "x1,x2", "--no-optimize", *KINDS[kind]]) == 0
     assert main(["predict", str(model), str(tmp_path / "test.npy"), "-o", str(out),
@@ -78,7 +86,7 @@ def test_fit_save_predict_round_trip(tmp_path, kind, capsys):
     else:
         mean, std = est.predict_latent(Xt, return_std=True)
         np.testing.assert_allclose(got[:, :2], np.column_stack([mean, std]), rtol=1e-10)
-        if kind in ("counts", "negative_binomial"):  # and E[y]
+        if kind in COUNTS:                           # and E[y]
             np.testing.assert_allclose(got[:, 2], est.predict(Xt), rtol=1e-10)
             assert got.shape[1] == 3
         if kind == "censored":                       # the censored y as well

@@ -25,9 +25,10 @@ import numpy as np
 N_SITES = 40
 N_QUAD = 16           # sites for likelihoods integrated by panel quadrature (slow in Python)
 #: Likelihoods whose tilted moments are the panel quadrature at every alpha.
-QUAD_LIKS = ("logistic", "custom", "poisson", "neg_binomial", "student_t")
+QUAD_LIKS = ("logistic", "custom", "poisson", "neg_binomial", "zi_poisson", "zi_neg_binomial",
+             "student_t")
 #: Likelihoods whose log-density calls math.lgamma.
-LGAMMA_LIKS = ("poisson", "neg_binomial", "student_t")
+LGAMMA_LIKS = ("poisson", "neg_binomial", "zi_poisson", "zi_neg_binomial", "student_t")
 KINDS = (0, 1, 2, 3)  # RBF, Matern12, Matern32, Matern52
 
 
@@ -41,7 +42,8 @@ def likelihoods(n, rng):
     """(name, likelihood, y, extra) for every likelihood, with extreme-cavity data."""
     from fastep.likelihoods import (CustomLikelihood, Gaussian, Logistic, MultiAnnotator,
                                     NegativeBinomial, OrdinalProbit, Poisson, Probit,
-                                    StudentT, Tobit)
+                                    StudentT, Tobit, ZeroInflatedNegativeBinomial,
+                                    ZeroInflatedPoisson)
     from fastep.likelihoods.tobit import check_censored_data
     pm = rng.choice([-1.0, 1.0], n)
     out = [("probit", Probit(), pm), ("logistic", Logistic(), pm),
@@ -65,6 +67,9 @@ def likelihoods(n, rng):
     counts = np.floor(10.0 ** rng.uniform(0.0, 4.0, n)) * (rng.random(n) < 0.8)
     out.append(("poisson", Poisson(exposure=rng.uniform(0.5, 2.0, n)), counts))
     out.append(("neg_binomial", NegativeBinomial(2.5), counts))
+    out.append(("zi_poisson", ZeroInflatedPoisson(0.2, exposure=rng.uniform(0.5, 2.0, n)),
+                counts))
+    out.append(("zi_neg_binomial", ZeroInflatedNegativeBinomial(2.5, 0.4), counts))
     out.append(("student_t", StudentT(3.0, 0.4), rng.normal(0.0, 10.0, n)))
     out.append(("ordinal", OrdinalProbit([-1.0, 0.3, 2.0]), rng.integers(0, 4, n) * 1.0))
     return [(name, lik, yy, lik.site_extra(n)) for name, lik, yy in out]
@@ -245,7 +250,8 @@ def run_gram_api(res, backend, rng):
 def driver_problems():
     """(name, K, y, likelihood, kwargs) for the dense driver; seeded."""
     from fastep.kernels import RBF
-    from fastep.likelihoods import Gaussian, MultiAnnotator, Poisson, Probit, StudentT, Tobit
+    from fastep.likelihoods import (Gaussian, MultiAnnotator, Poisson, Probit, StudentT, Tobit,
+                                    ZeroInflatedPoisson)
     rng = np.random.default_rng(7)
     n = 20
     X = rng.normal(size=(n, 2))
@@ -261,6 +267,8 @@ def driver_problems():
     y_out[::6] += 4.0                                     # outliers: negative sites
     return X, [("probit", K, pm, Probit(), {}),
                ("poisson", K, counts, Poisson(), {}),
+               ("zero_inflated_poisson", K, counts * (rng.random(n) > 0.3),
+                ZeroInflatedPoisson(0.3), {}),
                ("student_t", K, y_out, StudentT(4.0, 0.1), {}),
                ("gaussian", K, f, Gaussian(0.05), {}),
                ("tobit", K, ycens, Tobit(0.01, lower=-0.3), {"damping": 0.8}),

@@ -289,11 +289,24 @@ def exposures(data, n):
     return np.asarray(data.draw(st.lists(log_uniform(1e-6, 1e6), min_size=n, max_size=n)))
 
 
+#: The count likelihoods (their targets are counts, their data an exposure).
+COUNT_KINDS = ("poisson", "negative_binomial", "zero_inflated_poisson",
+               "zero_inflated_negative_binomial")
+
+
+def zero_probability(data):
+    """A zero-inflated likelihood's pi, from 1e-6 to 1 - 1e-6."""
+    return data.draw(st.sampled_from([1e-6, 0.5, 1 - 1e-6]) | st.floats(1e-6, 1 - 1e-6),
+                     label="zero_prob")
+
+
 def likelihood_and_targets(data, n):
     """(likelihood, y, extra) for n sites, y and extra valid for that likelihood."""
     kind = data.draw(st.sampled_from(["probit", "logistic", "gaussian", "tobit", "annotators",
                                       "custom", "custom-mixture", "poisson",
-                                      "negative_binomial", "student_t"]), label="likelihood")
+                                      "negative_binomial", "zero_inflated_poisson",
+                                      "zero_inflated_negative_binomial", "student_t"]),
+                     label="likelihood")
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
     sign = np.where(rng.random(n) < 0.5, 1.0, -1.0)
     if kind in ("probit", "logistic"):
@@ -307,14 +320,20 @@ def likelihood_and_targets(data, n):
     if kind == "student_t":
         df = data.draw(log_uniform(1.0, 1e3), label="df")
         return fl.StudentT(df, math.sqrt(noise)), rng.standard_t(2, size=n) * scale, None
-    if kind in ("poisson", "negative_binomial"):
+    if kind in COUNT_KINDS:
         exposure = exposures(data, n)
         rate = np.minimum(scale * (1.0 if exposure is None else exposure), 1e9)
         y = rng.poisson(np.broadcast_to(rate, (n,))).astype(float)
         if kind == "poisson":
             return fl.Poisson(exposure=exposure), y, None
-        return fl.NegativeBinomial(data.draw(log_uniform(1e-2, 1e4)), exposure=exposure), \
-            y, None
+        if kind == "zero_inflated_poisson":
+            return fl.ZeroInflatedPoisson(zero_probability(data), exposure=exposure), \
+                y * (rng.random(n) > 0.3), None
+        r = data.draw(log_uniform(1e-2, 1e4))
+        if kind == "zero_inflated_negative_binomial":
+            return fl.ZeroInflatedNegativeBinomial(r, zero_probability(data),
+                                                   exposure=exposure), y, None
+        return fl.NegativeBinomial(r, exposure=exposure), y, None
     if kind == "tobit":
         lower, upper = -scale, scale
         y = np.clip(rng.normal(size=n) * 2 * scale, lower, upper)
@@ -567,10 +586,10 @@ def prop_regressor(data):
     d = data.draw(st.integers(1, 2))
     X = inputs(data, n, d)
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
-    name = data.draw(st.sampled_from(["student_t", "gaussian", "poisson",
-                                      "negative_binomial", "tobit"]), label="likelihood")
+    name = data.draw(st.sampled_from(["student_t", "gaussian", "tobit", *COUNT_KINDS]),
+                     label="likelihood")
     scale = data.draw(log_uniform(1e-3, 1e6), label="target scale")
-    fit_kw, counts = {}, name in ("poisson", "negative_binomial")
+    fit_kw, counts = {}, name in COUNT_KINDS
     if counts:
         exposure = exposures(data, n)
         rate = np.minimum(scale * (1.0 if exposure is None else exposure), 1e12)

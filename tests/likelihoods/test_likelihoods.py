@@ -52,9 +52,11 @@ def test_cases_cover_every_builtin_likelihood():
     # Tobit needs per-site limits: its quadrature walk is test_censored.py's
     # test_tilted_matches_quadrature (left, right, exact and interval sites, both alphas).
     covered.add(fl.Tobit)
-    # the count and Student-t likelihoods (and OrdinalProbit) have their own walk against an
-    # independent adaptive quadrature in test_counts_student_t_ordinal.py
-    covered |= {fl.Poisson, fl.NegativeBinomial, fl.StudentT}
+    # the count (zero-inflated included) and Student-t likelihoods (and OrdinalProbit) have
+    # their own walk against an independent adaptive quadrature in
+    # test_counts_student_t_ordinal.py
+    covered |= {fl.Poisson, fl.NegativeBinomial, fl.ZeroInflatedPoisson,
+                fl.ZeroInflatedNegativeBinomial, fl.StudentT}
     assert set(fl._TYPES.values()) <= covered
 
 

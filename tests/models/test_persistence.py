@@ -74,6 +74,11 @@ def _cases():
         ("regression/negbin/sparse", EPGaussianProcessRegressor(
             likelihood="negative_binomial", n_inducing=10, random_state=0), (X, counts), {},
          reg),
+        ("regression/zip/exposure", EPGaussianProcessRegressor(
+            likelihood="zero_inflated_poisson"), (X, counts), {"exposure": exposure}, reg),
+        ("regression/zinb/sparse", EPGaussianProcessRegressor(
+            likelihood="zero_inflated_negative_binomial", n_inducing=10, random_state=0),
+         (X, counts), {}, reg),
         ("regression/tobit", EPGaussianProcessRegressor(likelihood=Tobit(0.05, lower=-0.3)),
          (X, t), {}, reg),
         ("ordinal/dense", OrdinalGPClassifier(), (X, y3), {}, proba),

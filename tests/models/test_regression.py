@@ -153,3 +153,45 @@ def test_count_model_fitted_with_exposure_needs_it_to_predict():
     own = fastep.EPGaussianProcessRegressor(likelihood=fastep.likelihoods.Poisson(exposure=2.0),
                                             optimizer=None).fit(X, y)
     assert np.isfinite(own.predict(X)).all()
+
+
+def _zero_inflated_counts(n, seed, pi=0.35):
+    """Counts of rate exp(1 + sin(1.5 x)) with a share pi of structural zeros."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3.0, 3.0, (n, 1))
+    y = rng.poisson(np.exp(1.0 + np.sin(1.5 * X[:, 0]))) * (rng.random(n) >= pi)
+    return X, y.astype(float)
+
+
+def test_zero_inflated_poisson_learns_the_zeros_and_predicts_better_than_poisson():
+    """On zero-inflated counts, ML-II finds the share of structural zeros, and the held-out
+    log predictive density beats the Poisson GP's (the issue's acceptance; measured: ZIP
+    -1.71, Poisson -2.19 per point)."""
+    X, y = _zero_inflated_counts(300, 0)
+    Xt, yt = _zero_inflated_counts(2000, 1)
+    zip_ = fastep.EPGaussianProcessRegressor(likelihood="zero_inflated_poisson").fit(X, y)
+    poisson = fastep.EPGaussianProcessRegressor(likelihood="poisson").fit(X, y)
+    assert abs(zip_.likelihood_.zero_prob - 0.35) < 0.08
+    lpd_zip = zip_.log_predictive_density(Xt, yt).mean()
+    lpd_poisson = poisson.log_predictive_density(Xt, yt).mean()
+    assert lpd_zip > lpd_poisson + 0.2, (lpd_zip, lpd_poisson)
+    # E[y] = (1 - pi) E[rate]: the held-out counts' mean within its sampling error
+    assert abs(zip_.predict(Xt).mean() - yt.mean()) < 4 * yt.std() / np.sqrt(yt.size)
+
+
+@pytest.mark.parametrize("name", ["zero_inflated_poisson", "zero_inflated_negative_binomial"])
+def test_zero_inflated_evidence_gradient_matches_differences(name):
+    """d log Z_EP / d theta (kernel and likelihood parameters, the zero probability
+    included) against central differences of the converged EP evidence."""
+    X, y = _zero_inflated_counts(60, 2)
+    reg = fastep.EPGaussianProcessRegressor(likelihood=name, optimizer=None, tol=1e-10,
+                                            max_iter=500).fit(X, y)
+    theta = np.concatenate([reg.kernel_.theta, reg.likelihood_.theta])
+    value, grad = reg.log_marginal_likelihood(theta, eval_gradient=True)
+    h = 1e-5
+    for j in range(theta.size):
+        e = np.zeros(theta.size)
+        e[j] = h
+        fd = (reg.log_marginal_likelihood(theta + e)
+              - reg.log_marginal_likelihood(theta - e)) / (2 * h)
+        assert grad[j] == pytest.approx(fd, rel=1e-5, abs=1e-6), (j, grad[j], fd)

@@ -12,7 +12,7 @@ from numpy.typing import ArrayLike
 from ..._checks import all_finite, float_array
 from ..._dask import is_dask_array
 from ...backend import CHUNK_ROWS, resolve
-from ...likelihoods import check_likelihood
+from ...likelihoods import check_likelihood, check_power
 from .._sweep import SweepControl, check_sweep_controls, damping_rule, initial_sites
 from ..inducing import cholesky_uu
 from ._gradient import (_add_all, gradient_constants, gradient_finish, gradient_first,
@@ -155,6 +155,7 @@ def sparse_ep(kernel: Any, Z: ArrayLike, X: Any, y: Any, likelihood: Any, alpha:
     """
     be = resolve(device, "sparse_ep")
     check_controls(alpha, damping_rule(damping)[0], tol, max_iter, schedule)
+    check_power(likelihood, alpha)
     return run_sparse_ep(be, kernel, Z, X, y, likelihood, alpha, damping, tol, max_iter,
                          site_tau, site_nu, extra, chunk_size, callback, gram_cache, schedule,
                          robust)
@@ -169,6 +170,7 @@ def run_sparse_ep(backend, kernel, Z, X, y, likelihood, power, damping, tol, max
     Power EP, ``method`` the ``schedule``.  The data (Z, X, y, sites, chunk size) are
     checked here."""
     be, alpha, schedule = backend, power, method
+    check_power(likelihood, alpha, "power")
     damping, adaptive = damping_rule(damping)
     robust = (not likelihood.log_concave) if robust is None else robust
     if is_dask_array(X):
