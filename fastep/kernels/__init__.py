@@ -5,13 +5,14 @@ from typing import Any
 
 from ._base import (ConstantKernel, Hyperparameter, Kernel, Linear, Product, SklearnKernel, Sum,
                     WhiteKernel, as_kernel)
+from .separable import Periodic, RationalQuadratic
 from .stationary import RBF, Matern12, Matern32, Matern52
 
 Constant = ConstantKernel
 White = WhiteKernel
 
-_TYPES = {c.__name__: c for c in (RBF, Matern12, Matern32, Matern52, Linear, ConstantKernel,
-                                  WhiteKernel)}
+_TYPES = {c.__name__: c for c in (RBF, Matern12, Matern32, Matern52, RationalQuadratic,
+                                  Periodic, Linear, ConstantKernel, WhiteKernel)}
 _MAX_DEPTH = 32
 
 
@@ -54,6 +55,7 @@ def kernel_from_dict(d: Any, _depth: int = 0) -> Kernel:
         raise ValueError(f"invalid {kind} kernel description: {exc}") from None
 
 
-__all__ = ["Kernel", "RBF", "Matern12", "Matern32", "Matern52", "Linear", "ConstantKernel",
+__all__ = ["Kernel", "RBF", "Matern12", "Matern32", "Matern52", "RationalQuadratic", "Periodic",
+           "Linear", "ConstantKernel",
            "Constant", "WhiteKernel", "White", "Sum", "Product", "SklearnKernel", "as_kernel",
            "Hyperparameter", "kernel_from_dict"]

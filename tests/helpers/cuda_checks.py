@@ -225,8 +225,10 @@ def run_gwi(res):
 
 def composite_kernels():
     from fastep.kernels import (RBF, ConstantKernel, Linear, Matern12, Matern32, Matern52,
-                                WhiteKernel)
+                                Periodic, RationalQuadratic, WhiteKernel)
     return {"rbf_ard": RBF(1.3, [0.7, 1.4]),
+            "rq_ard": RationalQuadratic(1.2, [0.8, 1.5], 0.7),
+            "periodic_x_rbf": Periodic(0.9, [1.1, 0.7], 1.6) * RBF(1.0, 2.0),
             "sum": Matern32(0.8, 0.9) + WhiteKernel(0.1) + ConstantKernel(0.5),
             "product": Matern52(1.1, [1.0, 0.6]) * Linear(0.4),
             "m12_fixed": Matern12(1.0, 0.8, variance_bounds="fixed")}

@@ -228,7 +228,8 @@ def kernel(data, d):
     product)."""
     def one():
         cls = data.draw(st.sampled_from([fk.RBF, fk.Matern12, fk.Matern32, fk.Matern52,
-                                         "linear", "white", "constant"]), label="kernel")
+                                         fk.RationalQuadratic, fk.Periodic, "linear", "white",
+                                         "constant"]), label="kernel")
         var = data.draw(log_uniform(1e-6, 1e6), label="variance")
         if cls == "linear":
             return fk.Linear(var, variance_bounds=(1e-7, 1e7))
@@ -239,8 +240,13 @@ def kernel(data, d):
         ard = data.draw(st.booleans(), label="ARD") and d > 1
         ls = [data.draw(log_uniform(1e-4, 1e4), label="lengthscale")
               for _ in range(d if ard else 1)]
+        shape = {}                     # the rational quadratic's alpha, the period
+        if cls is fk.RationalQuadratic:
+            shape = {"alpha": data.draw(log_uniform(1e-2, 1e3), label="alpha")}
+        elif cls is fk.Periodic:
+            shape = {"period": data.draw(log_uniform(1e-3, 1e3), label="period")}
         return cls(var, ls if ard else ls[0], variance_bounds=(1e-7, 1e7),
-                   lengthscale_bounds=(1e-5, 1e5))
+                   lengthscale_bounds=(1e-5, 1e5), **shape)
     shape = data.draw(st.sampled_from(["ok"] * 8 + ["vector variance", "ARD width"]),
                       label="kernel parameter shapes")
     if shape == "vector variance":               # must be refused by the constructor

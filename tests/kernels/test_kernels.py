@@ -1,15 +1,19 @@
 """Kernels against scikit-learn's equivalents and finite differences.
 
 Truth: scikit-learn's kernels (an independent implementation of the same formulas) for the
-Gram matrices, and central finite differences of sum(G * K(theta)) in log-theta space for
+Gram matrices (the periodic kernel, a product over input dimensions, as the product of
+scikit-learn's one-dimensional ``ExpSineSquared`` on each column; the ARD rational
+quadratic, which scikit-learn lacks, as scikit-learn's on inputs divided by the
+lengthscales), and central finite differences of sum(G * K(theta)) in log-theta space for
 ``gradient_contract``.
 """
 import numpy as np
 import pytest
 from sklearn.gaussian_process import kernels as sk
 
-from fastep.kernels import (RBF, ConstantKernel, Linear, Matern12, Matern32, Matern52, Product,
-                            SklearnKernel, Sum, WhiteKernel, as_kernel)
+from fastep.kernels import (RBF, ConstantKernel, Linear, Matern12, Matern32, Matern52, Periodic,
+                            Product, RationalQuadratic, SklearnKernel, Sum, WhiteKernel,
+                            as_kernel)
 
 D = 3
 RNG = np.random.default_rng(1234)
@@ -20,6 +24,29 @@ ARD = [0.7, 1.3, 2.1]
 
 def _sk_const(c):
     return sk.ConstantKernel(c, constant_value_bounds="fixed")
+
+
+class _Columns:
+    """A kernel made of scikit-learn kernels applied to scaled or single input columns:
+    ``variance * prod_d k_d(X[:, d] / s_d, Y[:, d] / s_d)`` (``per_column``) or
+    ``variance * k(X / s, Y / s)``."""
+
+    def __init__(self, variance, kernels, scale=1.0, per_column=True):
+        self.variance, self.kernels, self.per_column = variance, kernels, per_column
+        self.scale = np.asarray(scale, dtype=float)
+
+    def __call__(self, A, B=None):
+        A = A / self.scale
+        B = A if B is None else B / self.scale
+        if not self.per_column:
+            return self.variance * self.kernels[0](A, B)
+        out = self.variance * np.ones((A.shape[0], B.shape[0]))
+        for d, k in enumerate(self.kernels):
+            out *= k(A[:, [d]], B[:, [d]])
+        return out
+
+    def diag(self, A):
+        return np.diag(self(A))
 
 
 # (fastep kernel factory, equivalent scikit-learn kernel or None)
@@ -49,6 +76,15 @@ CASES = {
     "product": (lambda: Matern32(1.5, 0.9) * Linear(0.4),
                 lambda: (_sk_const(1.5) * sk.Matern(0.9, nu=1.5))
                 * (_sk_const(0.4) * sk.DotProduct(sigma_0=0.0, sigma_0_bounds="fixed"))),
+    "rq_iso": (lambda: RationalQuadratic(variance=1.4, lengthscale=0.9, alpha=0.6),
+               lambda: _sk_const(1.4) * sk.RationalQuadratic(0.9, 0.6)),
+    "rq_ard": (lambda: RationalQuadratic(variance=0.8, lengthscale=ARD, alpha=2.5),
+               lambda: _Columns(0.8, [sk.RationalQuadratic(1.0, 2.5)], ARD, per_column=False)),
+    "periodic_one_lengthscale": (lambda: Periodic(variance=1.3, lengthscale=0.8, period=1.7),
+                     lambda: _Columns(1.3, [sk.ExpSineSquared(0.8, 1.7)] * D)),
+    "periodic_ard": (lambda: Periodic(variance=0.7, lengthscale=ARD, period=2.2),
+                     lambda: _Columns(0.7, [sk.ExpSineSquared(ls, 2.2) for ls in ARD])),
+    "periodic_x_rbf": (lambda: Periodic(1.0, 1.1, 1.5) * RBF(1.0, 2.0), None),
     "nested": (lambda: (ConstantKernel(0.8) * Matern52(1.0, ARD) + Linear(0.2)) * RBF(1.3, 2.0)
                + WhiteKernel(0.05), None),
     "sum_scalar": (lambda: 2.0 * Matern12(1.0, 0.6) + RBF(0.5, 1.5),
@@ -125,7 +161,8 @@ def test_gram_and_gradient_from_reused_distances(name):
     with reuse_distances(X, HOST):
         K, got = k(X), k.gradient_contract(X, G)
         from fastep.kernels import distances
-        iso = name.endswith("_iso") or name in ("product", "nested", "sum_scalar")
+        iso = name.endswith("_iso") or name in ("product", "nested", "sum_scalar",
+                                                "periodic_x_rbf")
         assert (distances._ACTIVE.get().D is not None) == iso     # one lengthscale inside
         fd = _fd_contract(k, X, G)
         np.testing.assert_allclose(reused_distances(X), cdist(X, X, "sqeuclidean"),
@@ -283,16 +320,63 @@ def test_sklearn_kernel_adapter():
     (Linear, {"variance": -1.0}, "variance"),
     (ConstantKernel, {"constant": 0.0}, "constant"),
     (WhiteKernel, {"noise_level": -0.1}, "noise_level"),
+    (Periodic, {"period": 0.0}, "period"),
+    (Periodic, {"period": -2.0}, "period"),
+    (Periodic, {"lengthscale": [1.0, -1.0]}, "lengthscale"),
+    (RationalQuadratic, {"alpha": 0.0}, "alpha"),
+    (RationalQuadratic, {"alpha": [1.0, 2.0]}, "alpha"),
 ])
 def test_invalid_parameters_raise(cls, kw, pname):
     with pytest.raises(ValueError, match=pname):
         cls(**kw)
 
 
-@pytest.mark.parametrize("cls", [RBF, Matern12, Matern32, Matern52])
+@pytest.mark.parametrize("cls", [RBF, Matern12, Matern32, Matern52, RationalQuadratic, Periodic])
 def test_ard_lengthscale_count_mismatch(cls):
     k = cls(lengthscale=[1.0, 2.0])
     with pytest.raises(ValueError, match="lengthscale"):
         k(X)
     with pytest.raises(ValueError, match="lengthscale"):
         k.gradient_contract(X, np.eye(9))
+
+
+@pytest.mark.parametrize("make", [lambda: RationalQuadratic(1.2, ARD, 0.7, alpha_bounds="fixed"),
+                                  lambda: Periodic(0.9, [1.1, 0.7, 2.0], 1.6) * RBF(1.0, 2.0)])
+def test_new_kernels_round_trip_through_their_description(make):
+    from fastep.kernels import kernel_from_dict
+    k = make()
+    again = kernel_from_dict(k.to_dict())
+    assert again == k
+    np.testing.assert_array_equal(again(X, Y), k(X, Y))
+
+
+def test_periodic_kernel_learns_the_period():
+    """ML-II on noisy samples of a function of period 2 finds the period (started at 1.8)."""
+    import fastep
+    rng = np.random.default_rng(0)
+    x = np.sort(rng.uniform(0.0, 10.0, 80))[:, None]
+    y = np.sin(np.pi * x[:, 0]) + 0.5 * np.cos(2 * np.pi * x[:, 0]) + 0.1 * rng.normal(size=80)
+    reg = fastep.EPGaussianProcessRegressor(Periodic(1.0, 1.0, 1.8),
+                                            likelihood="gaussian").fit(x, y)
+    assert abs(reg.kernel_.period - 2.0) < 0.02, reg.kernel_
+
+
+@pytest.mark.parametrize("kernel", [RationalQuadratic(1.0, [0.8, 1.3], 1.5),
+                                    Periodic(1.0, [0.9, 1.2], 2.5)], ids=["rq", "periodic"])
+def test_sparse_evidence_gradient_with_moving_inducing_inputs(kernel):
+    """Sparse EP's evidence gradient in the kernel parameters and the inducing inputs (the
+    kernels' input contraction) against central differences."""
+    import fastep
+    rng = np.random.default_rng(3)
+    X2 = rng.normal(size=(40, 2))
+    y = (np.sin(2 * X2[:, 0]) + X2[:, 1] > 0).astype(int)
+    clf = fastep.EPGaussianProcessClassifier(kernel, n_inducing=6, optimize_inducing=True,
+                                             optimizer=None, random_state=0, tol=1e-10,
+                                             max_iter=500).fit(X2, y)
+    theta = np.concatenate([clf.kernel_.theta, clf.inducing_points_.ravel()])
+    value, grad = clf.log_marginal_likelihood(theta, eval_gradient=True)
+    h = 1e-5
+    fd = np.array([(clf.log_marginal_likelihood(theta + h * e)
+                    - clf.log_marginal_likelihood(theta - h * e)) / (2 * h)
+                   for e in np.eye(theta.size)])
+    np.testing.assert_allclose(grad, fd, rtol=1e-4, atol=1e-6)
