@@ -74,6 +74,17 @@ class _Separable(Kernel):
         return True
 
 
+def _symmetric_nonnegative(xp, q, symmetric):
+    """A matrix of pairwise sums of squares formed by matrix products: clipped at 0 (it
+    cancels to -1e-16 for near-equal inputs), and for K(X, X) exactly symmetric with a zero
+    diagonal (the products round differently on either side of it)."""
+    q = xp.maximum(q, 0.0)
+    if symmetric:
+        q = 0.5 * (q + q.T)
+        xp.fill_diagonal(q, 0.0)
+    return q
+
+
 def _pair_sum(be, W, FX, GY):
     """``sum_jk W_jk FX_jd GY_kd`` for every column d (a host vector)."""
     return np.asarray(be.to_host(be.xp.sum(FX * (W @ GY), axis=0)), dtype=float)
@@ -128,10 +139,7 @@ class RationalQuadratic(_Separable):
         xs, ys = self._scaled(be, X, Y)
         r2 = (xp.sum(xs * xs, axis=1)[:, None] + xp.sum(ys * ys, axis=1)[None, :]
               - 2.0 * (xs @ ys.T))
-        r2 = xp.maximum(r2, 0.0)
-        if Y is None:
-            xp.fill_diagonal(r2, 0.0)
-        return r2
+        return _symmetric_nonnegative(xp, r2, Y is None)
 
     def _gram(self, be, X, Y):
         r2 = self._r2(be, X, Y)
@@ -216,10 +224,7 @@ class Periodic(_Separable):
         sx, cx, sy, cy, inv2 = self._features(be, X, Y)
         q = ((sx * sx * inv2) @ (cy * cy).T + (cx * cx * inv2) @ (sy * sy).T
              - 2.0 * (sx * cx * inv2) @ (sy * cy).T)
-        q = xp.maximum(q, 0.0)
-        if Y is None:
-            xp.fill_diagonal(q, 0.0)
-        return q
+        return _symmetric_nonnegative(xp, q, Y is None)
 
     def _gram(self, be, X, Y):
         return be.xp.ascontiguousarray(self.variance * be.xp.exp(-2.0 * self._q(be, X, Y)))
