@@ -90,9 +90,14 @@ def main(argv=None):
                    "--upper; empty or inf: none)")
     p.add_argument("--exposure", help="regression with counts: the column of each row's "
                    "exposure (e.g. years at risk); predict then needs it too")
+    p.add_argument("--event", help="regression with survival times (--likelihood weibull, "
+                   "log_logistic, log_normal): the column of each row's event indicator, 1 "
+                   "for an event at the time, 0 for a right-censored time (default: all "
+                   "events); predict writes the median time")
     p.add_argument("--likelihood", default="student_t", choices=list(REGRESSION_LIKELIHOODS),
                    help="regression: the noise model (poisson, negative_binomial and their "
-                   "zero_inflated_ forms: counts; "
+                   "zero_inflated_ forms: counts; weibull, log_logistic, log_normal: survival "
+                   "times, with --event; "
                    "predict then also writes y_mean, E[y]; tobit: censored at --lower / "
                    "--upper or the limit columns)")
     p.add_argument("--kernel", choices=["rbf", "matern32", "matern52"], default="rbf")

@@ -34,6 +34,9 @@ AUTO_INDUCING = 256
 #: The regression likelihoods of counts (they take a per-row exposure).
 COUNT_LIKELIHOODS = tuple(name for name, lik in REGRESSION_LIKELIHOODS.items()
                           if "exposure" in lik.data_names)
+#: The regression likelihoods of survival times (they take a per-row event indicator).
+SURVIVAL_LIKELIHOODS = tuple(name for name, lik in REGRESSION_LIKELIHOODS.items()
+                             if "event" in lik.data_names)
 
 
 def _kernel(args, d):
@@ -55,6 +58,10 @@ def _row_data_columns(args, names):
         if getattr(args, key) is not None and not censored:
             raise ValueError(f"--{key} applies to --model censored and to --model regression "
                              f"with --likelihood tobit.")
+    survival = args.model == "regression" and args.likelihood in SURVIVAL_LIKELIHOODS
+    if "event" in given and not survival:
+        raise ValueError(f"--event applies to --model regression with a survival likelihood "
+                         f"(--likelihood {', '.join(SURVIVAL_LIKELIHOODS)}).")
     if "exposure" in given and not counts:
         raise ValueError(f"--exposure applies to --model regression with a count likelihood "
                          f"(--likelihood {', '.join(COUNT_LIKELIHOODS)}).")

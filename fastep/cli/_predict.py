@@ -39,6 +39,12 @@ def cmd_predict(args):
             quartiles = [est.predict_quantile(Xc, q, **limits) for q in (0.25, 0.5, 0.75)]
             return np.column_stack([mean, std, y_mean, y_std,
                                     *est.predict_censored_proba(Xc, **limits), *quartiles])
+    elif hasattr(getattr(est, "likelihood_", None), "survival_function"):
+        header = ["mean", "std", "t_median"]        # survival: the log time scale, median
+
+        def predict(Xc):
+            mean, std = est.predict_latent(Xc, return_std=True)
+            return np.column_stack([mean, std, est.predict_median(Xc)])
     elif "exposure" in keys or _counts_without_exposure(est):
         header = ["mean", "std", "y_mean"]          # counts: the latent log rate and E[y]
 

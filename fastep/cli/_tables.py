@@ -59,12 +59,13 @@ def _connect(address):
 
 #: Per-row data a table's columns can give (``fastep fit`` and ``fastep predict``): the
 #: keyword of the estimator's fit / predict, and its command-line option.
-ROW_DATA = {"exposure": "--exposure", "lower": "--lower-column", "upper": "--upper-column"}
+ROW_DATA = {"exposure": "--exposure", "lower": "--lower-column", "upper": "--upper-column",
+            "event": "--event"}
 
 
 def _row_data_specs(args):
     """``{keyword: column spec}`` of the per-row data options given on the command line."""
-    specs = {key: getattr(args, option[2:].replace("-", "_"))
+    specs = {key: getattr(args, option[2:].replace("-", "_"), None)   # (predict: no --event)
              for key, option in ROW_DATA.items()}
     return {key: spec for key, spec in specs.items() if spec}
 
@@ -72,6 +73,6 @@ def _row_data_specs(args):
 def _row_values(key, values):
     """A column of per-row data as the estimator takes it: an empty limit cell (NaN) is no
     limit on that row (-inf below, +inf above)."""
-    if key == "exposure":
+    if key in ("exposure", "event"):
         return values
     return np.where(np.isnan(values), -np.inf if key == "lower" else np.inf, values)

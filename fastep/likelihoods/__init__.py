@@ -16,11 +16,13 @@ from .gaussian import Gaussian
 from .ordinal import OrdinalProbit
 from .robustmax import RobustMax
 from .student_t import StudentT
+from .survival import LogLogistic, LogNormal, Weibull
 from .tobit import Tobit, censored_predictive, censored_quantile
 
 _TYPES = {c.__name__: c for c in (Gaussian, Probit, Logistic, Tobit, Poisson,
                                    NegativeBinomial, ZeroInflatedPoisson,
-                                   ZeroInflatedNegativeBinomial, StudentT)}
+                                   ZeroInflatedNegativeBinomial, StudentT, Weibull, LogLogistic,
+                                   LogNormal)}
 
 
 def _positive_number(v: Any) -> bool:
@@ -100,7 +102,7 @@ def likelihood_from_dict(d: Any) -> Union[Likelihood, RobustMax]:
 
 
 __all__ = ["Poisson", "NegativeBinomial", "ZeroInflatedPoisson", "ZeroInflatedNegativeBinomial",
-           "StudentT", "OrdinalProbit",
+           "StudentT", "Weibull", "LogLogistic", "LogNormal", "OrdinalProbit",
            "MultiAnnotator", "RobustMax", "Tobit", "censored_predictive", "censored_quantile",
            "Likelihood", "CustomLikelihood", "Gaussian", "Probit", "Logistic",
            "likelihood_from_dict"]

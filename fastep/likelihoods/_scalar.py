@@ -13,7 +13,7 @@ from .._jit import jit
 from .._numerics import LOG_SQRT_2PI, digamma, log_add_exp, log_diff_exp, log_phi
 
 (PROBIT, LOGISTIC, ANNOTATORS, TOBIT, POISSON, NEG_BINOMIAL, STUDENT_T, ORDINAL, ZI_POISSON,
- ZI_NEG_BINOMIAL) = range(10)
+ ZI_NEG_BINOMIAL, WEIBULL, LOG_LOGISTIC, LOG_NORMAL) = range(13)
 #: Below this count, Gamma(y + r) / Gamma(r) is summed term by term (no cancellation).
 _SMALL_COUNT = 32
 
@@ -156,6 +156,65 @@ def zero_inflated_edge(log_exposure, pi, r):
     return math.log(rate) - log_exposure
 
 
+@jit("f8(f8)")
+def softplus(z):
+    """log(1 + exp(z)), overflow-free."""
+    if z > 0.0:
+        return z + math.log1p(math.exp(-z))
+    return math.log1p(math.exp(z))
+
+
+@jit("f8(i8, f8, f8, f8, f8)")
+def survival_log_lik(kind, t, event, f, s):
+    """log p(t | f) of an accelerated-failure-time model, log T = f + noise: the density
+    at t for an event (``event`` 1), the survival function S(t | f) for a right-censored
+    time (``event`` 0).  With u = log t - f and z = r u (``s`` the shape r; for the
+    log-normal the noise sd sigma)::
+
+        Weibull        event: log r - log t + z - e^z            censored: -e^z
+        log-logistic   event: log r - log t + z - 2 log(1 + e^z) censored: -log(1 + e^z)
+        log-normal     event: log N(u | 0, sigma^2) - log t      censored: log Phi(-u / sigma)
+    """
+    u = math.log(t) - f
+    if kind == LOG_NORMAL:
+        if event != 0.0:
+            r = u / s
+            return -0.5 * r * r - math.log(s) - LOG_SQRT_2PI - math.log(t)
+        return log_phi(-u / s)
+    z = s * u
+    if kind == WEIBULL:
+        if z > 700.0:
+            return -math.inf
+        if event != 0.0:
+            return math.log(s) - math.log(t) + z - math.exp(z)
+        return -math.exp(z)
+    if event != 0.0:
+        return math.log(s) - math.log(t) + z - 2.0 * softplus(z)
+    return -softplus(z)
+
+
+@jit("f8(i8, f8, f8, f8, f8)")
+def survival_dlog_lik(kind, t, event, f, s):
+    """d/ds of :func:`survival_log_lik` (the shape r; the log-normal's sigma)."""
+    u = math.log(t) - f
+    if kind == LOG_NORMAL:
+        if event != 0.0:
+            return u * u / (s * s * s) - 1.0 / s
+        a = -u / s                                      # d log Phi(a) / d sigma
+        return math.exp(-0.5 * a * a - LOG_SQRT_2PI - log_phi(a)) * (u / (s * s))
+    z = s * u
+    if kind == WEIBULL:
+        if z > 700.0:
+            return 0.0
+        if event != 0.0:
+            return 1.0 / s + u - u * math.exp(z)
+        return -u * math.exp(z)
+    sig = 1.0 / (1.0 + math.exp(-z)) if z > -700.0 else 0.0     # logistic(z)
+    if event != 0.0:
+        return 1.0 / s + u - 2.0 * u * sig
+    return -u * sig
+
+
 @jit("f8(f8, f8, f8, f8)")
 def student_t_log_lik(y, f, nu, sigma):
     """log St(y | f, nu, sigma) = log Gamma((nu+1)/2) - log Gamma(nu/2) - 1/2 log(nu pi)
@@ -237,6 +296,8 @@ def builtin_log_lik(kind, y, extra, f, params):
         return student_t_log_lik(y, f, params[0], params[1])
     if kind == ORDINAL:
         return ordinal_log_lik(y, f, params)
+    if kind == WEIBULL or kind == LOG_LOGISTIC or kind == LOG_NORMAL:
+        return survival_log_lik(kind, y, extra[0], f, params[0])
     if kind == ZI_POISSON:
         return zero_inflated_log_lik(y, poisson_log_lik(y, extra[0], f), params[0])
     if kind == ZI_NEG_BINOMIAL:
@@ -255,6 +316,8 @@ def builtin_dlog_lik(kind, y, extra, f, params, k):
         return student_t_dlog_lik(y, f, params[0], params[1], k)
     if kind == ORDINAL:
         return ordinal_dlog_lik(y, f, params, k)
+    if kind == WEIBULL or kind == LOG_LOGISTIC or kind == LOG_NORMAL:
+        return survival_dlog_lik(kind, y, extra[0], f, params[0])
     if kind == ZI_POISSON:
         return zero_inflated_dpi(y, poisson_log_lik(y, extra[0], f), params[0])
     if kind == ZI_NEG_BINOMIAL:

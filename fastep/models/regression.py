@@ -9,7 +9,7 @@ import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.metrics import r2_score
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.validation import check_consistent_length
+from sklearn.utils.validation import check_consistent_length, check_is_fitted
 
 from .._checks import validate_X, validate_column
 from ..typing import Array, ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, RandomStateLike
@@ -17,8 +17,9 @@ from .._caller import user_stacklevel
 from .._dask import is_dask_array, scalar_data
 from ..backend import resolve
 from ..likelihoods.counts import LOG_MAX
-from ..likelihoods import (Gaussian, Likelihood, NegativeBinomial, OrdinalProbit, Poisson,
-                           StudentT, Tobit, ZeroInflatedNegativeBinomial, ZeroInflatedPoisson)
+from ..likelihoods import (Gaussian, Likelihood, LogLogistic, LogNormal, NegativeBinomial,
+                           OrdinalProbit, Poisson, StudentT, Tobit, Weibull,
+                           ZeroInflatedNegativeBinomial, ZeroInflatedPoisson)
 from ._base import SingleLatentEstimator, as_generator, fit_entry, fresh_kernel, shared
 from ._dask import da_map_rows
 from ._latent import LatentGP
@@ -29,13 +30,17 @@ REGRESSION_LIKELIHOODS: Dict[str, Type[Likelihood]] = {
     "student_t": StudentT, "gaussian": Gaussian, "poisson": Poisson,
     "negative_binomial": NegativeBinomial, "tobit": Tobit,
     "zero_inflated_poisson": ZeroInflatedPoisson,
-    "zero_inflated_negative_binomial": ZeroInflatedNegativeBinomial}
+    "zero_inflated_negative_binomial": ZeroInflatedNegativeBinomial,
+    "weibull": Weibull, "log_logistic": LogLogistic, "log_normal": LogNormal}
 
 
 class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
     """Gaussian-process regression by Expectation Propagation, for any EP likelihood of a
-    real-valued or count target: robust (Student-t), counts (Poisson, negative binomial,
-    and their zero-inflated forms for excess zeros), censored (Tobit) or Gaussian noise.
+    real-valued, count or survival target: robust (Student-t), counts (Poisson, negative
+    binomial, and their zero-inflated forms for excess zeros), censored (Tobit), survival
+    times with right censoring (Weibull, log-logistic, log-normal accelerated failure time:
+    ``fit(X, t, event=e)``, then :meth:`predict_survival`, :meth:`predict_hazard`,
+    :meth:`predict_median`) or Gaussian noise.
 
     ``f ~ GP(0, kernel)``, ``y_i ~ p(y_i | f(x_i))``; EP approximates the posterior of f,
     ML-II fits the kernel and likelihood parameters.  Likelihoods that are not log-concave
@@ -47,7 +52,8 @@ class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
     ----------
     kernel : kernel, default=None (``RBF()``)
     likelihood : {"student_t", "gaussian", "poisson", "negative_binomial", "tobit", \
-"zero_inflated_poisson", "zero_inflated_negative_binomial"} or Likelihood, default="student_t"
+"zero_inflated_poisson", "zero_inflated_negative_binomial", "weibull", "log_logistic", \
+"log_normal"} or Likelihood, default="student_t"
         A name (the likelihood with its default parameters) or an instance, whose
         parameters are the starting point of ML-II (or kept, with ``optimizer=None``).
         ``"student_t"`` starts ML-II twice, from a broad scale (the standard deviation
@@ -324,6 +330,36 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         """Latent mean and sd at X in the units the model was fitted in (standardised y
         under ``normalize_y``)."""
         return super().predict_latent(X, return_std=True)
+
+    def predict_survival(self, X: ArrayLike, times: ArrayLike) -> np.ndarray:
+        """Survival curves ``S(t | x) = E[S(t | f)]`` (f over its posterior) of a survival
+        likelihood at ``times``: shape (n_samples, n_times)."""
+        lik, mean, var = self._survival_moments(X, "predict_survival")
+        return lik.survival_function(times, mean, var)
+
+    def predict_hazard(self, X: ArrayLike, times: ArrayLike) -> np.ndarray:
+        """Hazards ``h(t | x) = p(t | x) / S(t | x)`` of a survival likelihood at ``times``:
+        shape (n_samples, n_times)."""
+        lik, mean, var = self._survival_moments(X, "predict_hazard")
+        return lik.hazard(times, mean, var)
+
+    def predict_median(self, X: ArrayLike) -> np.ndarray:
+        """Median survival times, where ``S(t | x) = 1/2``, of a survival likelihood."""
+        lik, mean, var = self._survival_moments(X, "predict_median")
+        return lik.median(mean, var)
+
+    def _survival_moments(self, X, what):
+        """The fitted survival likelihood and the latent mean and variance at a NumPy X."""
+        check_is_fitted(self)
+        if not hasattr(self.likelihood_, "survival_function"):
+            raise ValueError(f"{what} needs a survival likelihood (likelihood='weibull', "
+                             f"'log_logistic' or 'log_normal'); this model's is "
+                             f"{type(self.likelihood_).__name__}.")
+        if is_dask_array(X):
+            raise ValueError(f"{what} takes a NumPy X; compute the dask array first "
+                             f"(X.compute()), or use predict_latent, which stays lazy.")
+        mean, std = self._latent_standardised(X)
+        return self.likelihood_, mean, std * std
 
     def predict_latent(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
         """Mean (and standard deviation) of the latent f at X, in y's units (see

@@ -18,7 +18,9 @@ def _table(tmp_path, seed=0):
             "cls3": np.digitize(f, [-0.7, 0.7]).astype(float),
             "ycens": np.clip(f + 0.2 * rng.normal(size=N), -0.5, None),
             "yreg": f + 0.1 * rng.normal(size=N),
-            "count": rng.poisson(np.exp(0.5 * f)).astype(float)}
+            "count": rng.poisson(np.exp(0.5 * f)).astype(float),
+            "time": np.exp(0.5 * f) * rng.weibull(1.5, N),
+            "event": (rng.random(N) < 0.7).astype(float)}
     A = np.where(rng.random((N, 3)) < 0.8, cols["label"][:, None], 1 - cols["label"][:, None])
     A[rng.random((N, 3)) < 0.2] = np.nan
     for r in range(3):
@@ -49,6 +51,8 @@ KINDS = {
     "zero_inflated_negative_binomial": ["--model", "regression", "--target", "count",
                                         "--likelihood", "zero_inflated_negative_binomial"],
     "annotators": ["--annotator-columns", "a0,a1,a2"],
+    "weibull": ["--model", "regression", "--target", "time", "--likelihood", "weibull",
+                "--event", "event"],
 }
 
 
@@ -60,7 +64,7 @@ COUNTS = ("counts", "negative_binomial", "zero_inflated_poisson",
 def test_fit_save_predict_round_trip(tmp_path, kind, capsys):
     train, cols, Xt = _table(tmp_path)
     model, out = tmp_path / "m.npz", tmp_path / "p.npy"
-    model_kind = [] if kind in COUNTS + ("robust",) else ["--model", kind]
+    model_kind = [] if kind in COUNTS + ("robust", "weibull") else ["--model", kind]
     assert main(["fit", str(train), "-o", str(model), *model_kind, "--features",
                  "x1,x2", "--no-optimize", *KINDS[kind]]) == 0
     assert main(["predict", str(model), str(tmp_path / "test.npy"), "-o", str(out),
@@ -88,6 +92,10 @@ def test_fit_save_predict_round_trip(tmp_path, kind, capsys):
         np.testing.assert_allclose(got[:, :2], np.column_stack([mean, std]), rtol=1e-10)
         if kind in COUNTS:                           # and E[y]
             np.testing.assert_allclose(got[:, 2], est.predict(Xt), rtol=1e-10)
+            assert got.shape[1] == 3
+        if kind == "weibull":                        # and the median time
+            np.testing.assert_allclose(got[:, 2], est.predict_median(Xt), rtol=1e-10)
+            np.testing.assert_allclose(est.likelihood_.event, cols["event"])
             assert got.shape[1] == 3
         if kind == "censored":                       # the censored y as well
             y_mean, y_std = est.predict(Xt, return_std=True)
@@ -527,3 +535,13 @@ def test_info_lists_each_one_vs_rest_kernel_and_flags_unrecorded_versions(tmp_pa
         out = capsys.readouterr().out
         assert "saved by:        not recorded (saved before fastep 0.3)" in out
         assert "\x1b" not in out and "evil" not in out
+
+
+def test_event_column_applies_to_survival_likelihoods_only(tmp_path, capsys):
+    train, _, _ = _table(tmp_path)
+    code = main(["fit", str(train), "-o", str(tmp_path / "m.npz"), "--model", "regression",
+                 "--target", "count", "--likelihood", "poisson", "--event", "event",
+                 "--features", "x1,x2", "--no-optimize"])
+    assert code != 0
+    assert "--event applies to --model regression with a survival likelihood" in \
+        capsys.readouterr().err

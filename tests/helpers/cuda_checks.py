@@ -26,7 +26,7 @@ N_SITES = 40
 N_QUAD = 16           # sites for likelihoods integrated by panel quadrature (slow in Python)
 #: Likelihoods whose tilted moments are the panel quadrature at every alpha.
 QUAD_LIKS = ("logistic", "custom", "poisson", "neg_binomial", "zi_poisson", "zi_neg_binomial",
-             "student_t")
+             "student_t", "weibull", "log_logistic", "log_normal")
 #: Likelihoods whose log-density calls math.lgamma.
 LGAMMA_LIKS = ("poisson", "neg_binomial", "zi_poisson", "zi_neg_binomial", "student_t")
 KINDS = (0, 1, 2, 3)  # RBF, Matern12, Matern32, Matern52
@@ -42,8 +42,8 @@ def likelihoods(n, rng):
     """(name, likelihood, y, extra) for every likelihood, with extreme-cavity data."""
     from fastep.likelihoods import (CustomLikelihood, Gaussian, Logistic, MultiAnnotator,
                                     NegativeBinomial, OrdinalProbit, Poisson, Probit,
-                                    StudentT, Tobit, ZeroInflatedNegativeBinomial,
-                                    ZeroInflatedPoisson)
+                                    StudentT, Tobit, Weibull, LogLogistic, LogNormal,
+                                    ZeroInflatedNegativeBinomial, ZeroInflatedPoisson)
     from fastep.likelihoods.tobit import check_censored_data
     pm = rng.choice([-1.0, 1.0], n)
     out = [("probit", Probit(), pm), ("logistic", Logistic(), pm),
@@ -70,6 +70,11 @@ def likelihoods(n, rng):
     out.append(("zi_poisson", ZeroInflatedPoisson(0.2, exposure=rng.uniform(0.5, 2.0, n)),
                 counts))
     out.append(("zi_neg_binomial", ZeroInflatedNegativeBinomial(2.5, 0.4), counts))
+    times = 10.0 ** rng.uniform(-2.0, 2.0, n)
+    event = (rng.random(n) < 0.7) * 1.0
+    out.append(("weibull", Weibull(1.7, event=event), times))
+    out.append(("log_logistic", LogLogistic(2.5, event=event), times))
+    out.append(("log_normal", LogNormal(0.8, event=event), times))
     out.append(("student_t", StudentT(3.0, 0.4), rng.normal(0.0, 10.0, n)))
     out.append(("ordinal", OrdinalProbit([-1.0, 0.3, 2.0]), rng.integers(0, 4, n) * 1.0))
     return [(name, lik, yy, lik.site_extra(n)) for name, lik, yy in out]

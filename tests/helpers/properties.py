@@ -311,7 +311,8 @@ def likelihood_and_targets(data, n):
     kind = data.draw(st.sampled_from(["probit", "logistic", "gaussian", "tobit", "annotators",
                                       "custom", "custom-mixture", "poisson",
                                       "negative_binomial", "zero_inflated_poisson",
-                                      "zero_inflated_negative_binomial", "student_t"]),
+                                      "zero_inflated_negative_binomial", "student_t",
+                                      "weibull", "log_logistic", "log_normal"]),
                      label="likelihood")
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
     sign = np.where(rng.random(n) < 0.5, 1.0, -1.0)
@@ -326,6 +327,15 @@ def likelihood_and_targets(data, n):
     if kind == "student_t":
         df = data.draw(log_uniform(1.0, 1e3), label="df")
         return fl.StudentT(df, math.sqrt(noise)), rng.standard_t(2, size=n) * scale, None
+    if kind in ("weibull", "log_logistic", "log_normal"):
+        times = np.abs(rng.standard_t(2, size=n)) * scale + 1e-300
+        event = data.draw(st.sampled_from([None, "array"]), label="event")
+        if event is not None:
+            event = (rng.random(n) < 0.7) * 1.0
+        shape = data.draw(log_uniform(1e-2, 1e2), label="shape")
+        cls = {"weibull": fl.Weibull, "log_logistic": fl.LogLogistic,
+               "log_normal": fl.LogNormal}[kind]
+        return cls(shape, event=event), times, None
     if kind in COUNT_KINDS:
         exposure = exposures(data, n)
         rate = np.minimum(scale * (1.0 if exposure is None else exposure), 1e9)

@@ -57,6 +57,8 @@ def test_cases_cover_every_builtin_likelihood():
     # test_counts_student_t_ordinal.py
     covered |= {fl.Poisson, fl.NegativeBinomial, fl.ZeroInflatedPoisson,
                 fl.ZeroInflatedNegativeBinomial, fl.StudentT}
+    # the survival likelihoods: test_survival.py's walk, against the same quadrature
+    covered |= {fl.Weibull, fl.LogLogistic, fl.LogNormal}
     assert set(fl._TYPES.values()) <= covered
 
 

@@ -79,6 +79,8 @@ def _cases():
         ("regression/zinb/sparse", EPGaussianProcessRegressor(
             likelihood="zero_inflated_negative_binomial", n_inducing=10, random_state=0),
          (X, counts), {}, reg),
+        ("regression/weibull/event", EPGaussianProcessRegressor(likelihood="weibull"),
+         (X, exposure * 3.0), {"event": (counts > 1) * 1.0}, reg),
         ("regression/tobit", EPGaussianProcessRegressor(likelihood=Tobit(0.05, lower=-0.3)),
          (X, t), {}, reg),
         ("ordinal/dense", OrdinalGPClassifier(), (X, y3), {}, proba),
