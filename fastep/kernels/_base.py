@@ -361,6 +361,31 @@ class Product(_Composite):
                 + self.k2._input_contract(be, X, Y, G * self.k1._gram(be, X, Y)))
 
 
+class _VarianceLengthscale(Kernel):
+    """A kernel whose first two parameters are a scalar ``variance`` and one lengthscale or
+    one per input feature (ARD)."""
+
+    @property
+    def variance(self):
+        return float(self._params[0].value[0])
+
+    @property
+    def lengthscale(self):
+        ls = self._params[1].value
+        return float(ls[0]) if ls.size == 1 else ls.copy()
+
+    def _lengthscales(self, d):
+        """One lengthscale per feature of a d-feature X (the scalar repeated), or a
+        ``ValueError`` where the ARD count differs from d."""
+        ls = self._params[1].value
+        if ls.size == 1:
+            return np.full(d, float(ls[0]))
+        if ls.size != d:
+            raise ValueError(f"{type(self).__name__} has {ls.size} ARD lengthscales but X has "
+                             f"{d} features; pass one lengthscale per feature or a scalar.")
+        return ls.copy()
+
+
 class _OneParameter(Kernel):
     """A kernel with one scalar parameter (its value is ``self._value``)."""
 

@@ -29,34 +29,16 @@ from typing import Union
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._base import Hyperparameter, Kernel
+from ._base import Hyperparameter, _VarianceLengthscale
 from .distances import reused_distances
 from .gram import HostGram
 
 Bounds = Union[tuple, str]
 
 
-class _Separable(Kernel):
+class _Separable(_VarianceLengthscale):
     """Shared plumbing: variance first, then ARD (or one) lengthscales, then the kernel's
     own shape parameter."""
-
-    def _ls(self, d):
-        ls = self._params[1].value
-        if ls.size == 1:
-            return np.full(d, float(ls[0]))
-        if ls.size != d:
-            raise ValueError(f"{type(self).__name__} has {ls.size} ARD lengthscales but X has "
-                             f"{d} features; pass one lengthscale per feature or a scalar.")
-        return ls.copy()
-
-    @property
-    def variance(self):
-        return float(self._params[0].value[0])
-
-    @property
-    def lengthscale(self):
-        ls = self._params[1].value
-        return float(ls[0]) if ls.size == 1 else ls.copy()
 
     def _fold_lengthscales(self, per_dim):
         """The per-dimension lengthscale gradient, summed to one entry for one lengthscale."""
@@ -123,7 +105,7 @@ class RationalQuadratic(_Separable):
         return float(self._params[2].value[0])
 
     def _scaled(self, be, X, Y):
-        inv = be.asarray(1.0 / self._ls(X.shape[1]))
+        inv = be.asarray(1.0 / self._lengthscales(X.shape[1]))
         xs = X * inv
         return xs, (xs if Y is None else Y * inv)
 
@@ -169,7 +151,7 @@ class RationalQuadratic(_Separable):
         xp = be.xp
         u = 1.0 + self._r2(be, X, Y) / (2.0 * self.alpha)
         W = G * (self.variance * u ** (-self.alpha - 1.0))
-        inv2 = be.asarray(self._ls(X.shape[1]) ** -2.0)
+        inv2 = be.asarray(self._lengthscales(X.shape[1]) ** -2.0)
         out = -(xp.sum(W, axis=1)[:, None] * X - W @ Y) * inv2
         return np.asarray(be.to_host(out), dtype=float)
 
@@ -215,7 +197,7 @@ class Periodic(_Separable):
         w = math.pi / self.period
         sx, cx = xp.sin(w * X), xp.cos(w * X)
         sy, cy = (sx, cx) if Y is None else (xp.sin(w * Y), xp.cos(w * Y))
-        return sx, cx, sy, cy, be.asarray(self._ls(X.shape[1]) ** -2.0)
+        return sx, cx, sy, cy, be.asarray(self._lengthscales(X.shape[1]) ** -2.0)
 
     def _q(self, be, X, Y):
         """q_jk = sum_d sin^2(pi (x_jd - y_kd) / p) / l_d^2 (>= 0; 0 on K(X, X)'s

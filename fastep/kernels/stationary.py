@@ -7,11 +7,11 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import gram
-from ._base import Hyperparameter, Kernel
+from ._base import Hyperparameter, _VarianceLengthscale
 from .distances import reused_distances
 
 
-class _Stationary(Kernel):
+class _Stationary(_VarianceLengthscale):
     """``variance * g(r)``, ``r^2 = sum_d ((x_d - x'_d) / l_d)^2``; ``g`` is selected by the
     class's ``_kind`` in the compiled loops of :mod:`fastep.kernels.gram` (and their GPU
     twins), which the backend's ``stationary_*`` operations run."""
@@ -24,23 +24,8 @@ class _Stationary(Kernel):
         self._params = [Hyperparameter("variance", variance, variance_bounds, scalar=True),
                         Hyperparameter("lengthscale", lengthscale, lengthscale_bounds)]
 
-    @property
-    def variance(self):
-        return float(self._params[0].value[0])
-
-    @property
-    def lengthscale(self):
-        ls = self._params[1].value
-        return float(ls[0]) if ls.size == 1 else ls.copy()
-
     def _inv_ls(self, d):
-        ls = self._params[1].value
-        if ls.size == 1:
-            return np.full(d, 1.0 / ls[0])
-        if ls.size != d:
-            raise ValueError(f"{type(self).__name__} has {ls.size} ARD lengthscales but X has "
-                             f"{d} features; pass one lengthscale per feature or a scalar.")
-        return 1.0 / ls
+        return 1.0 / self._lengthscales(d)
 
     def _args(self, be, X):
         return be.asarray(self._inv_ls(X.shape[1])), self.variance, self._kind
