@@ -199,25 +199,26 @@ class Periodic(_Separable):
         sy, cy = (sx, cx) if Y is None else (xp.sin(w * Y), xp.cos(w * Y))
         return sx, cx, sy, cy, be.asarray(self._lengthscales(X.shape[1]) ** -2.0)
 
-    def _q(self, be, X, Y):
-        """q_jk = sum_d sin^2(pi (x_jd - y_kd) / p) / l_d^2 (>= 0; 0 on K(X, X)'s
-        diagonal)."""
+    def _gram_of(self, be, features, symmetric):
+        """K from :meth:`_features`: variance exp(-2 q), q_jk = sum_d sin^2(pi (x_jd -
+        y_kd) / p) / l_d^2 (>= 0; 0 on K(X, X)'s diagonal)."""
         xp = be.xp
-        sx, cx, sy, cy, inv2 = self._features(be, X, Y)
+        sx, cx, sy, cy, inv2 = features
         q = ((sx * sx * inv2) @ (cy * cy).T + (cx * cx * inv2) @ (sy * sy).T
              - 2.0 * (sx * cx * inv2) @ (sy * cy).T)
-        return _symmetric_nonnegative(xp, q, Y is None)
+        return self.variance * xp.exp(-2.0 * _symmetric_nonnegative(xp, q, symmetric))
 
     def _gram(self, be, X, Y):
-        return be.xp.ascontiguousarray(self.variance * be.xp.exp(-2.0 * self._q(be, X, Y)))
+        return be.xp.ascontiguousarray(self._gram_of(be, self._features(be, X, Y), Y is None))
 
     def _contract_all(self, be, X, Y, G):
         """d/d log variance: K; d/d log l_d: 4 K sin^2(a_d - b_d) / l_d^2; d/d log p:
         2 K sum_d (a_d - b_d) sin(2 (a_d - b_d)) / l_d^2, with a = pi x / p, b = pi y / p."""
         xp = be.xp
-        K = self.variance * xp.exp(-2.0 * self._q(be, X, Y))
+        features = self._features(be, X, Y)
+        K = self._gram_of(be, features, Y is None)
         W = G * K
-        sx, cx, sy, cy, inv2 = self._features(be, X, Y)
+        sx, cx, sy, cy, inv2 = features
         Yv = X if Y is None else Y
         sin2 = (_pair_sum(be, W, sx * sx, cy * cy) + _pair_sum(be, W, cx * cx, sy * sy)
                 - 2.0 * _pair_sum(be, W, sx * cx, sy * cy))       # sum W sin^2(a - b), per d
@@ -235,8 +236,9 @@ class Periodic(_Separable):
 
     def _input_contract(self, be, X, Y, G):
         """dk/dx_c = -2 K (pi / p) sin(2 (a_c - b_c)) / l_c^2."""
-        W = G * (self.variance * be.xp.exp(-2.0 * self._q(be, X, Y)))
-        sx, cx, sy, cy, inv2 = self._features(be, X, Y)
+        features = self._features(be, X, Y)
+        W = G * self._gram_of(be, features, Y is None)
+        sx, cx, sy, cy, inv2 = features
         s2x, c2x = 2.0 * sx * cx, cx * cx - sx * sx
         s2y, c2y = 2.0 * sy * cy, cy * cy - sy * sy
         out = -2.0 * (math.pi / self.period) * inv2 * (s2x * (W @ c2y) - c2x * (W @ s2y))

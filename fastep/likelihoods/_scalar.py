@@ -123,27 +123,6 @@ def zero_inflated_log_lik(y, log_count, pi):
 
 
 @jit("f8(f8, f8, f8)")
-def zero_inflated_dpi(y, log_count, pi):
-    """d/dpi of :func:`zero_inflated_log_lik`: ``(1 - p(0)) / (pi + (1 - pi) p(0))`` at
-    y = 0, ``-1 / (1 - pi)`` otherwise."""
-    if y == 0.0:
-        return -math.expm1(log_count) * math.exp(
-            -log_add_exp(math.log(pi), math.log1p(-pi) + log_count))
-    return -1.0 / (1.0 - pi)
-
-
-@jit("f8(f8, f8, f8)")
-def zero_inflated_count_share(y, log_count, pi):
-    """The posterior weight of the count process given y: ``(1 - pi) p(0) / (pi + (1 -
-    pi) p(0))`` at y = 0, 1 otherwise (d log p / d theta of a count parameter theta is
-    this times d log p(y) / d theta)."""
-    if y == 0.0:
-        return math.exp(math.log1p(-pi) + log_count
-                        - log_add_exp(math.log(pi), math.log1p(-pi) + log_count))
-    return 1.0
-
-
-@jit("f8(f8, f8, f8)")
 def zero_inflated_edge(log_exposure, pi, r):
     """Where ``(1 - pi) p(0 | f) = pi`` (the edge of the plateau of the zero-inflated
     likelihood of y = 0, whose tilted density may have a second mode there): a start of
@@ -309,7 +288,8 @@ def builtin_log_lik(kind, y, extra, f, params):
 @jit("f8(i8, f8, f8[::1], f8, f8[::1], i8)")
 def builtin_dlog_lik(kind, y, extra, f, params, k):
     """d log p(y | f) / d params[k] of the built-in likelihood ``kind`` (0 where it has no
-    closed form here: its class differentiates log Z otherwise)."""
+    closed form here: its class differentiates log Z otherwise; the zero-inflated counts
+    from their count process's, see :class:`fastep.likelihoods.counts._ZeroInflated`)."""
     if kind == NEG_BINOMIAL:
         return neg_binomial_dlog_lik(y, extra[0], f, params[0])
     if kind == STUDENT_T:
@@ -318,14 +298,6 @@ def builtin_dlog_lik(kind, y, extra, f, params, k):
         return ordinal_dlog_lik(y, f, params, k)
     if kind == WEIBULL or kind == LOG_LOGISTIC or kind == LOG_NORMAL:
         return survival_dlog_lik(kind, y, extra[0], f, params[0])
-    if kind == ZI_POISSON:
-        return zero_inflated_dpi(y, poisson_log_lik(y, extra[0], f), params[0])
-    if kind == ZI_NEG_BINOMIAL:
-        log_count = neg_binomial_log_lik(y, extra[0], f, params[0])
-        if k == 1:
-            return zero_inflated_dpi(y, log_count, params[1])
-        return zero_inflated_count_share(y, log_count, params[1]) * \
-            neg_binomial_dlog_lik(y, extra[0], f, params[0])
     return 0.0
 
 

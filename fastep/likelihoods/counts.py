@@ -32,7 +32,7 @@ from numpy.typing import ArrayLike
 from .._checks import float_array, integer_values
 from .._jit import jit, tilted_function
 from .._numerics import log_add_exp
-from ._base import Likelihood, check_power, tilted_batch
+from ._base import Likelihood, tilted_batch
 from ._quadrature import QuadratureParams, quad_dparam_batch, quad_tilted
 from ._scalar import NEG_BINOMIAL, POISSON, ZI_NEG_BINOMIAL, ZI_POISSON
 
@@ -314,14 +314,13 @@ class _ZeroInflated(QuadratureParams, _CountLikelihood):
         y > 0, ``d/dpi = -1 / (1 - pi)`` and a count parameter's as the count process's;
         y = 0, ``d/dpi = (1 - Z_count) / Z`` and a count parameter's times ``w = (1 - pi)
         Z_count / Z``."""
-        check_power(self, alpha)
         y, mu, var = self._site_arrays(y, mu_cav, var_cav)
         n = mu.shape[0]
         extra = self.check_extra(extra, n)
         alpha = float(alpha)
         params = self.params
         pi = float(params[-1])
-        log_z = self.tilted(y, mu, var, alpha, extra=extra)[0]
+        log_z = self.tilted(y, mu, var, alpha, extra=extra)[0]      # (refuses alpha < 1)
         count = np.empty((3, n))                   # the count process's tilted moments
         tilted_batch(self.count_tilted, y, extra, mu, var, alpha, params, count[0], count[1],
                      count[2])

@@ -117,24 +117,30 @@ class _Survival(QuadratureParams, Likelihood):
                       - self._moments_at(times, mean, var, 0.0))
 
     def median(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
-        """The t where ``S(t | x) = 1/2``, per point (bisection in log t to 1e-10)."""
+        """The t where ``S(t | x) = 1/2``, per point (bisection in log t to 1e-10, from a
+        bracket about the latent mean widened until it holds the median)."""
         mean = np.asarray(mean, dtype=float).ravel()
         var = np.asarray(var, dtype=float).ravel()
-        lo = mean - 20.0 * np.sqrt(var + 1.0) - 20.0 * self._noise_scale()
-        hi = mean + 20.0 * np.sqrt(var + 1.0) + 20.0 * self._noise_scale()
         censored = np.zeros((mean.size, 1))            # S(t | x) is a censored time's Z
+
+        def above(log_t):                              # still more than half event-free
+            return self.tilted(np.exp(log_t), mean, var, extra=censored)[0] > math.log(0.5)
+        width = 4.0 * np.sqrt(var + 1.0)
+        lo, hi = mean - width, mean + width
+        for _ in range(60):
+            low_ok, high_ok = above(lo), ~above(hi)
+            if np.all(low_ok & high_ok):
+                break
+            lo, hi = np.where(low_ok, lo, lo - width), np.where(high_ok, hi, hi + width)
+            width = 2.0 * width
         for _ in range(80):
             mid = 0.5 * (lo + hi)
-            log_s = self.tilted(np.exp(mid), mean, var, extra=censored)[0]
-            above = log_s > math.log(0.5)          # still more than half event-free
-            lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+            up = above(mid)
+            lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
             if np.all(hi - lo < 1e-10 * (1.0 + np.abs(mid))):
                 break
         return np.exp(0.5 * (lo + hi))
 
-    def _noise_scale(self) -> float:
-        """The scale of log T - f (for the median's bracket)."""
-        raise NotImplementedError
 
 
 class Weibull(_Survival):
@@ -169,9 +175,6 @@ class Weibull(_Survival):
                  shape_bounds: Union[Tuple[float, float], str] = (1e-2, 1e2)) -> None:
         super().__init__(shape=shape, shape_bounds=shape_bounds)
         self._init_event(event)
-
-    def _noise_scale(self) -> float:
-        return 1.0 / self.shape
 
     def predict_y(self, mean: ArrayLike, var: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
         """Mean and variance of T: ``E[T^k] = Gamma(1 + k/r) exp(k mean + k^2 var / 2)``."""
@@ -211,9 +214,6 @@ class LogLogistic(_Survival):
                  shape_bounds: Union[Tuple[float, float], str] = (1e-2, 1e2)) -> None:
         super().__init__(shape=shape, shape_bounds=shape_bounds)
         self._init_event(event)
-
-    def _noise_scale(self) -> float:
-        return math.pi / self.shape
 
     def _moment(self, k, m, v):
         """E[T^k] = E[e^(k f)] (k pi / r) / sin(k pi / r), finite for k < r only."""
@@ -266,9 +266,6 @@ class LogNormal(_Survival):
                  sigma_bounds: Union[Tuple[float, float], str] = (1e-3, 1e2)) -> None:
         super().__init__(sigma=sigma, sigma_bounds=sigma_bounds)
         self._init_event(event)
-
-    def _noise_scale(self) -> float:
-        return self.sigma
 
     def predict_y(self, mean: ArrayLike, var: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
         """Mean and variance of T: log T ~ N(mean, var + sigma^2)."""

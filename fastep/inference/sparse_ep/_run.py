@@ -170,7 +170,6 @@ def run_sparse_ep(backend, kernel, Z, X, y, likelihood, power, damping, tol, max
     Power EP, ``method`` the ``schedule``.  The data (Z, X, y, sites, chunk size) are
     checked here."""
     be, alpha, schedule = backend, power, method
-    check_power(likelihood, alpha, "power")
     damping, adaptive = damping_rule(damping)
     robust = (not likelihood.log_concave) if robust is None else robust
     if is_dask_array(X):
