@@ -14,12 +14,50 @@ the tilted variance by subtraction.  With cavity variance ``v``, ``d1 = dlogZ/dm
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 from numba import types
 
 from ._jit import jit
 
 b1 = types.boolean
+
+
+class SiteData(NamedTuple):
+    """What the site loops read of the data, in a backend's arrays (``Backend.site_inputs``
+    makes it): targets ``y`` (n), per-site extras ``extra`` (n, k: censoring limits,
+    exposures, event indicators ...) and the likelihood's parameters ``params``."""
+
+    y: Any
+    extra: Any
+    params: Any
+
+    def rows(self, sl: slice) -> "SiteData":
+        """The sites ``sl`` (a slice: views, no copy); the parameters are shared."""
+        return SiteData(self.y[sl], self.extra[sl], self.params)
+
+
+class SiteBuffers(NamedTuple):
+    """The per-site arrays of one parallel (Power-)EP update (``Backend.parallel_sites``,
+    ``Backend.power_sites``): the marginals ``mean``/``var`` and the sites ``tau``/``nu``
+    read, the damped proposals ``new_tau``/``new_nu``, the evidence terms ``log_z`` and
+    the cavities ``mu_cav``/``var_cav`` written.  For the dense loop ``log_z`` receives
+    the tilted log Z_i; for the Power-EP loop each site's share of log Z
+    (:func:`power_site_evidence`).  Every array has one entry per site."""
+
+    mean: Any
+    var: Any
+    tau: Any
+    nu: Any
+    new_tau: Any
+    new_nu: Any
+    log_z: Any
+    mu_cav: Any
+    var_cav: Any
+
+    def rows(self, sl: slice) -> "SiteBuffers":
+        """The sites ``sl`` of every array (a slice: views, no copy)."""
+        return SiteBuffers(*(a[sl] for a in self))
 
 
 @jit("UniTuple(f8, 2)(f8, f8, f8, f8)")

@@ -17,6 +17,7 @@ from typing import (TYPE_CHECKING, Any, Callable, ContextManager, List, Optional
 import numpy as np
 
 from .._memory import check_dense_memory, host_memory_available
+from .._sites import SiteBuffers, SiteData
 
 if TYPE_CHECKING:                                       # pragma: no cover
     from ..likelihoods import Likelihood
@@ -196,29 +197,23 @@ class Backend(abc.ABC):
 
     # --- EP site loops --------------------------------------------------------------
     @abc.abstractmethod
-    def site_inputs(self, likelihood: Likelihood, y: XArray,
-                    extra: XArray) -> Tuple[XArray, XArray, XArray]:
+    def site_inputs(self, likelihood: Likelihood, y: XArray, extra: XArray) -> SiteData:
         """Targets, per-site extras (n, k) and likelihood parameters as this backend's
         arrays, in the form the site loops read."""
         raise NotImplementedError
 
     @abc.abstractmethod
-    def parallel_sites(self, tilted: Any, y: XArray, extra: XArray, params: XArray,
-                       mean: XArray, var: XArray, tau: XArray, nu: XArray, damping: float,
-                       clip: bool, new_tau: XArray, new_nu: XArray, log_z: XArray,
-                       mu_cav: XArray, var_cav: XArray) -> int:
-        """Parallel EP proposals for every site from the same marginals (see
+    def parallel_sites(self, tilted: Any, data: SiteData, bufs: SiteBuffers, damping: float,
+                       clip: bool) -> int:
+        """Parallel EP proposals for every site from the same marginals, into ``bufs`` (see
         :func:`fastep.backend.cpu.parallel_sites`); returns the number of skipped sites."""
         raise NotImplementedError
 
     @abc.abstractmethod
-    def power_sites(self, tilted: Any, y: XArray, extra: XArray, params: XArray, mean: XArray,
-                    var: XArray, resid: XArray, tau: XArray, nu: XArray, alpha: float,
-                    damping: float, clip: bool, new_tau: XArray, new_nu: XArray,
-                    site_ev: XArray, mu_cav: XArray, var_cav: XArray,
-                    serial: bool = False) -> int:
-        """Power-EP proposals on projections (see :func:`fastep.backend.cpu.power_sites`);
-        returns the number of skipped sites."""
+    def power_sites(self, tilted: Any, data: SiteData, bufs: SiteBuffers, resid: XArray,
+                    alpha: float, damping: float, clip: bool, serial: bool = False) -> int:
+        """Power-EP proposals on projections, into ``bufs`` (see
+        :func:`fastep.backend.cpu.power_sites`); returns the number of skipped sites."""
         raise NotImplementedError
 
     def evidence_site_terms(self, log_z: XArray, mu_cav: XArray, var_cav: XArray, mean: XArray,

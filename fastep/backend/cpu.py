@@ -31,8 +31,8 @@ from scipy.linalg import cho_solve, lapack
 from .._jit import TiltedFn, f8, f8_1d, jit, pjit
 from .._linalg import (BLOCK_THRESHOLD, SMALL_N, blas_threads_for, cholesky_inplace,
                        solve_lower_inplace, syrk_lower_nogil, trmm_lower_nogil)
-from .._sites import (cavity, damped_site, power_cavity, power_site_evidence,
-                      site_from_derivatives, store_site)
+from .._sites import (SiteBuffers, SiteData, cavity, damped_site, power_cavity,
+                      power_site_evidence, site_from_derivatives, store_site)
 from ..exceptions import NotPositiveDefiniteError
 from ..kernels.gram import HostGram
 from ..likelihoods import robustmax
@@ -44,16 +44,23 @@ b1 = types.boolean
 # ---------------------------------------------------------------------------------------
 # compiled per-site loops
 # ---------------------------------------------------------------------------------------
-_PARALLEL_SITES_SIG = i8(TiltedFn, f8_1d, f8[:, ::1], f8_1d, f8_1d, f8_1d, f8_1d, f8_1d, f8, b1,
-                        f8_1d, f8_1d, f8_1d, f8_1d, f8_1d)
+#: The records of :mod:`fastep._sites` as the compiled loops type them.
+SITE_DATA = types.NamedTuple((f8_1d, f8[:, ::1], f8_1d), SiteData)
+SITE_BUFFERS = types.NamedUniTuple(f8_1d, len(SiteBuffers._fields), SiteBuffers)
 
 
-def parallel_sites(tilted, y, extra, params, mean, var, tau, nu, damping, clip,
-                   new_tau, new_nu, log_z, mu_cav, var_cav):
+def parallel_sites(tilted, data, bufs, damping, clip):
     """All sites from the same marginals: cavities, tilted log Z at the cavities
-    (for the evidence of the *current* sites) and damped proposals.
-    A site whose cavity variance would be non-positive keeps its parameters;
-    the number of such sites is returned.  Each iteration owns index i."""
+    (for the evidence of the *current* sites) and damped proposals, in ``bufs``
+    (:class:`fastep._sites.SiteBuffers`).  A site whose cavity variance would be
+    non-positive keeps its parameters; the number of such sites is returned.  Each
+    iteration owns index i."""
+    # field by field: Numba 0.68's parallel loops lose the writes to arrays unpacked from a
+    # tuple (``a, b = bufs``) or indexed through it inside the loop (``bufs.a[i] = ...``)
+    y, extra, params = data.y, data.extra, data.params
+    mean, var, tau, nu = bufs.mean, bufs.var, bufs.tau, bufs.nu
+    new_tau, new_nu, log_z = bufs.new_tau, bufs.new_nu, bufs.log_z
+    mu_cav, var_cav = bufs.mu_cav, bufs.var_cav
     skipped = 0
     for i in prange(y.shape[0]):
         ok, mc, vc = cavity(mean[i], var[i], tau[i], nu[i])
@@ -70,11 +77,9 @@ def parallel_sites(tilted, y, extra, params, mean, var, tau, nu, damping, clip,
     return skipped
 
 
-@jit(i8(TiltedFn, f8_1d, f8[:, ::1], f8_1d, f8[:, ::1], f8_1d, f8_1d, f8_1d, f8, b1,
-        f8_1d, f8_1d))
-def sequential_block(tilted, y, extra, params, cov, mean, tau, nu, damping, clip,
-                     dtau, dnu):
-    """Sequential EP over one block of sites, in order.
+@jit(i8(TiltedFn, SITE_DATA, f8[:, ::1], f8_1d, f8_1d, f8_1d, f8, b1, f8_1d, f8_1d))
+def sequential_block(tilted, data, cov, mean, tau, nu, damping, clip, dtau, dnu):
+    """Sequential EP over one block of sites (``data``), in order.
 
     ``cov`` (b x b) and ``mean`` (b) are the block's posterior, updated in place
     by a rank-one update after every site::
@@ -86,6 +91,7 @@ def sequential_block(tilted, y, extra, params, cov, mean, tau, nu, damping, clip
     change of each site, which the caller applies to the rest of the posterior
     as one rank-b (BLAS-3) update.  Returns the number of skipped sites.
     """
+    y, extra, params = data.y, data.extra, data.params
     b = y.shape[0]
     skipped = 0
     col = cov[:, 0].copy()
@@ -130,21 +136,20 @@ def sequential_block(tilted, y, extra, params, cov, mean, tau, nu, damping, clip
     return skipped
 
 
-_POWER_SITES_SIG = i8(TiltedFn, f8_1d, f8[:, ::1], f8_1d, f8_1d, f8_1d, f8_1d, f8_1d, f8_1d, f8,
-                     f8, b1, f8_1d, f8_1d, f8_1d, f8_1d, f8_1d)
-
-
-def power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha, damping, clip,
-                new_tau, new_nu, site_ev, mu_cav, var_cav):
+def power_sites(tilted, data, bufs, resid, alpha, damping, clip):
     """Power-EP sites on projections ``h_i`` of an inducing-point posterior (sparse EP).
 
-    ``mean``/``var`` are the marginals of ``h_i``; ``f_i = h_i + N(0, resid_i)``.
+    ``bufs.mean``/``bufs.var`` are the marginals of ``h_i``; ``f_i = h_i + N(0, resid_i)``.
     The cavity removes ``alpha`` of the site, the tilted is
     ``N(h | cavity) int N(f | h, resid) p(y | f)^alpha df``, and the undamped update is
-    ``site <- site^(1 - alpha) * (projected tilted / cavity)``.  ``site_ev`` receives
+    ``site <- site^(1 - alpha) * (projected tilted / cavity)``.  ``bufs.log_z`` receives
     each site's share of log Z (:func:`fastep._sites.power_site_evidence`; ``nan`` for a
     skipped site).  Returns the number of skipped sites.  Each iteration owns index i.
     """
+    y, extra, params = data.y, data.extra, data.params      # see parallel_sites
+    mean, var, tau, nu = bufs.mean, bufs.var, bufs.tau, bufs.nu
+    new_tau, new_nu, site_ev = bufs.new_tau, bufs.new_nu, bufs.log_z
+    mu_cav, var_cav = bufs.mu_cav, bufs.var_cav
     skipped = 0
     for i in prange(y.shape[0]):
         ok, mc, vc, sc = power_cavity(mean[i], var[i], tau[i], nu[i], alpha)
@@ -255,8 +260,10 @@ class KernelSet:
     def __init__(self, parallel):
         wrap = pjit if parallel else jit
         suffix = "_parallel" if parallel else "_serial"
-        self.parallel_sites = wrap(_PARALLEL_SITES_SIG)(_twin(parallel_sites, suffix))
-        self.power_sites = wrap(_POWER_SITES_SIG)(_twin(power_sites, suffix))
+        self.parallel_sites = wrap(i8(TiltedFn, SITE_DATA, SITE_BUFFERS, f8, b1))(
+            _twin(parallel_sites, suffix))
+        self.power_sites = wrap(i8(TiltedFn, SITE_DATA, SITE_BUFFERS, f8_1d, f8, f8, b1))(
+            _twin(power_sites, suffix))
         self.build_b = wrap(_twin(build_b, suffix))
         self.scale_columns = wrap(_twin(scale_columns, suffix))
         self.row_sumsq = wrap(_twin(row_sumsq, suffix))
@@ -424,26 +431,19 @@ class CPUBackend(HostGram, Backend):
     def site_inputs(self, likelihood, y, extra):
         # the compiled loops take writeable C-ordered float64 arrays: a read-only input (a
         # memmap, a pandas column) is copied here, once
-        return tuple(np.require(a, dtype=np.float64, requirements=("C", "W"))
-                     for a in (y, extra, likelihood.params))
+        return SiteData(*(np.require(a, dtype=np.float64, requirements=("C", "W"))
+                          for a in (y, extra, likelihood.params)))
 
-    def parallel_sites(self, tilted, y, extra, params, mean, var, tau, nu, damping, clip,
-                       new_tau, new_nu, log_z, mu_cav, var_cav):
-        return select(y.shape[0]).parallel_sites(tilted, y, extra, params, mean, var, tau, nu,
-                                                 damping, clip, new_tau, new_nu, log_z, mu_cav,
-                                                 var_cav)
+    def parallel_sites(self, tilted, data, bufs, damping, clip):
+        return select(data.y.shape[0]).parallel_sites(tilted, data, bufs, damping, clip)
 
-    def power_sites(self, tilted, y, extra, params, mean, var, resid, tau, nu, alpha,
-                    damping, clip, new_tau, new_nu, site_ev, mu_cav, var_cav, serial=False):
-        loops = SERIAL if serial else select(y.shape[0])
-        return loops.power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha,
-                                 damping, clip, new_tau, new_nu, site_ev, mu_cav, var_cav)
+    def power_sites(self, tilted, data, bufs, resid, alpha, damping, clip, serial=False):
+        loops = SERIAL if serial else select(data.y.shape[0])
+        return loops.power_sites(tilted, data, bufs, resid, alpha, damping, clip)
 
-    def sequential_block(self, tilted, y, extra, params, cov, mean, tau, nu, damping, clip,
-                         dtau, dnu):
+    def sequential_block(self, tilted, data, cov, mean, tau, nu, damping, clip, dtau, dnu):
         """Sequential EP over one block of sites (:func:`sequential_block`)."""
-        return sequential_block(tilted, y, extra, params, cov, mean, tau, nu, damping, clip,
-                                dtau, dnu)
+        return sequential_block(tilted, data, cov, mean, tau, nu, damping, clip, dtau, dnu)
 
     def evidence_site_terms(self, log_z, mu_cav, var_cav, mean, var):
         return evidence_site_terms(log_z, mu_cav, var_cav, mean, var)

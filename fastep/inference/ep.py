@@ -29,6 +29,7 @@ from numpy.typing import ArrayLike
 
 from .._memory import DENSE_EP_MATRICES
 from .._numerics import predictive_variance
+from .._sites import SiteBuffers
 from ..backend import resolve
 from ..exceptions import ConvergenceWarning, EPNumericalWarning, NotPositiveDefiniteError
 from ..likelihoods import Likelihood, check_likelihood
@@ -306,7 +307,7 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
     n = K.shape[0]
     if check_psd:
         check_covariance(K, device=be)
-    y, extra, params = inputs
+    data = inputs
     tilted = likelihood.scalar_tilted
     clip = bool(likelihood.log_concave)
     kdiag = xp.ascontiguousarray(xp.diagonal(K))
@@ -337,9 +338,8 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
              and outer is None else None)
     proposal, settled, adopted = None, True, False
     while True:
-        skipped, ok, log_ev = _evaluate(be, tilted, y, extra, params, post, tau, nu,
-                                        ctl.damping, clip, new_tau, new_nu, log_z, mu_cav,
-                                        var_cav)
+        skipped, ok, log_ev = _evaluate(be, tilted, data, post, tau, nu, ctl.damping, clip,
+                                        (new_tau, new_nu, log_z, mu_cav, var_cav))
         if outer is not None:
             proposal, settled = outer.propose(
                 ctl.sweeps, *(be.to_host(a) for a in fill_cavities(ok, mu_cav, var_cav,
@@ -350,7 +350,7 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
             break
         adopted = proposal is not None
         if adopted:
-            extra = be.site_inputs(likelihood, y, likelihood.check_extra(proposal, n))[1]
+            data = be.site_inputs(likelihood, data.y, likelihood.check_extra(proposal, n))
             outer.accept()
         damped = None
         if method == "parallel":
@@ -375,8 +375,7 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
             nu, new_nu = new_nu, nu
         else:
             old_tau, old_nu = tau.copy(), nu.copy()
-            skipped = _sequential_sweep(be, tilted, y, extra, params, post, tau, nu,
-                                        ctl.damping, clip)
+            skipped = _sequential_sweep(be, tilted, data, post, tau, nu, ctl.damping, clip)
             # a damped sequential sweep moves each site by about damping x its EP update
             change, cosine = turn(xp, old_tau, old_nu, tau, nu)
             ctl.advance(change / ctl.damping, damped=False, turn=cosine if switch else None)
@@ -413,9 +412,8 @@ def _ep(be, K, inputs, likelihood, method, damping, adaptive, tol, max_iter, sit
         # loaded model) rebuilds: the sequential refresh's marginals differ in rounding
         post = None
         post = _Posterior(be, K, kdiag, tau, nu, False, work)
-        skipped, ok, log_ev = _evaluate(be, tilted, y, extra, params, post, tau, nu,
-                                        ctl.damping, clip, new_tau, new_nu, log_z, mu_cav,
-                                        var_cav)
+        skipped, ok, log_ev = _evaluate(be, tilted, data, post, tau, nu, ctl.damping, clip,
+                                        (new_tau, new_nu, log_z, mu_cav, var_cav))
         ctl.history[-1] = log_ev
     mu_cav, var_cav = ctl.finish(ok, mu_cav, var_cav, post.mean, post.var, xp)
     return _result(be, post, tau, nu, log_ev, ctl.sweeps, ctl.converged, skipped, mu_cav,
@@ -457,14 +455,15 @@ def _result(be, post, tau, nu, log_ev, sweeps, converged, skipped, mu_cav, var_c
                     cavity_var=host(var_cav), method=method, history=history, _posterior=post)
 
 
-def _evaluate(be, tilted, y, extra, params, post, tau, nu, damping, clip, new_tau, new_nu,
-              log_z, mu_cav, var_cav):
+def _evaluate(be, tilted, data, post, tau, nu, damping, clip, out):
     """Cavities and tilted log Z at the current posterior, log Z_EP of the current
-    sites, and (as a by-product) damped parallel proposals for every site."""
-    skipped = be.parallel_sites(tilted, y, extra, params, post.mean, post.var, tau, nu, damping,
-                                clip, new_tau, new_nu, log_z, mu_cav, var_cav)
-    ok = be.xp.isfinite(log_z)
-    log_ev = (be.evidence_site_terms(log_z, mu_cav, var_cav, post.mean, post.var)
+    sites, and (as a by-product) damped parallel proposals for every site; ``out`` holds
+    the arrays written, the last five fields of :class:`fastep._sites.SiteBuffers`
+    (proposals, log Z_i, cavities)."""
+    bufs = SiteBuffers(post.mean, post.var, tau, nu, *out)
+    skipped = be.parallel_sites(tilted, data, bufs, damping, clip)
+    ok = be.xp.isfinite(bufs.log_z)
+    log_ev = (be.evidence_site_terms(bufs.log_z, bufs.mu_cav, bufs.var_cav, post.mean, post.var)
               + 0.5 * float(nu @ post.mean) - post.half_logdet)
     return skipped, ok, log_ev
 
@@ -486,15 +485,15 @@ def posterior_from_sites(K, y, likelihood, site_tau, site_nu, extra=None, device
     True
     """
     be = resolve(device, "posterior_from_sites")
-    K, (y, extra, params) = _prepare(be, K, y, likelihood, extra)
+    K, data = _prepare(be, K, y, likelihood, extra)
     xp = be.xp
     n = K.shape[0]
     tau, nu = (be.asarray(a) for a in initial_sites(site_tau, site_nu, n))
     with be.threads_for(n, one_pool=bool(xp.all(tau >= 0.0))):      # see ep()
         post = _Posterior(be, K, xp.ascontiguousarray(xp.diagonal(K)), tau, nu)
         buf = [xp.empty(n) for _ in range(5)]
-        skipped, ok, log_ev = _evaluate(be, likelihood.scalar_tilted, y, extra, params, post,
-                                        tau, nu, 1.0, bool(likelihood.log_concave), *buf)
+        skipped, ok, log_ev = _evaluate(be, likelihood.scalar_tilted, data, post, tau, nu, 1.0,
+                                        bool(likelihood.log_concave), buf)
     mu_cav, var_cav, _ = fill_cavities(ok, buf[3], buf[4], post.mean, post.var, xp)
     return _result(be, post, tau, nu, log_ev, 0, True, skipped, mu_cav, var_cav, "parallel",
                    [log_ev])
@@ -529,8 +528,7 @@ def ep_gradient(result, kernel, X, y, likelihood, extra=None, with_likelihood=Tr
                                               extra).sum(0)
 
 
-def _sequential_sweep(be, tilted, y, extra, params, post, tau, nu, damping, clip,
-                      block=SEQUENTIAL_BLOCK):
+def _sequential_sweep(be, tilted, data, post, tau, nu, damping, clip, block=SEQUENTIAL_BLOCK):
     """One sequential sweep in natural order with delayed rank-b updates.
 
     Within a block the b x b posterior is updated site by site; the block's net
@@ -541,7 +539,7 @@ def _sequential_sweep(be, tilted, y, extra, params, post, tau, nu, damping, clip
     """
     xp = be.xp
     cov, mean = post.cov, post.mean.copy()
-    n = y.shape[0]
+    n = data.y.shape[0]
     skipped = 0
     dtau, dnu = xp.empty(block), xp.empty(block)
     for b0 in range(0, n, block):
@@ -550,9 +548,8 @@ def _sequential_sweep(be, tilted, y, extra, params, post, tau, nu, damping, clip
         s0 = cov[b0:b1, b0:b1].copy()
         m0 = mean[b0:b1].copy()
         sb, mb = s0.copy(), m0.copy()
-        skipped += be.sequential_block(tilted, y[b0:b1], extra[b0:b1], params, sb, mb,
-                                       tau[b0:b1], nu[b0:b1], damping, clip, dtau[:nb],
-                                       dnu[:nb])
+        skipped += be.sequential_block(tilted, data.rows(slice(b0, b1)), sb, mb, tau[b0:b1],
+                                       nu[b0:b1], damping, clip, dtau[:nb], dnu[:nb])
         if b1 == n or not (bool(xp.any(dtau[:nb])) or bool(xp.any(dnu[:nb]))):
             continue
         d = dtau[:nb]

@@ -85,46 +85,58 @@ def stationary_gram(x1, x2, inv_ls, variance, kind, symmetric, out):
                 out[i, j] = out[j, i]
 
 
+@jit(inline="always")
+def contract_one(xa, a, xb, g, inv_ls, variance, kind, out):
+    """One row of the contraction with ``G`` (``g[a, b]``): ``out[a, 0] = sum_b G_ab K_ab``
+    (d/d log variance) and ``out[a, 1 + c] = sum_b G_ab dK_ab / d log l_c``, for
+    ``K_ab = k(xa_a, xb_b)``.  Shared by the CPU loop (a row of x1 per iteration) and its
+    GPU twin (a column of G per thread: ``xa = x2``, ``g = G^T``)."""
+    acc0 = 0.0
+    for c in range(xa.shape[1]):
+        out[a, 1 + c] = 0.0
+    for b in range(xb.shape[0]):
+        gab = g[a, b]
+        if gab == 0.0:
+            continue
+        r2 = scaled_sqdist(xa, a, xb, b, inv_ls)
+        acc0 += gab * variance * shape(kind, r2)
+        hg = gab * variance * shape_grad(kind, r2)
+        for c in range(xa.shape[1]):
+            t = (xa[a, c] - xb[b, c]) * inv_ls[c]
+            out[a, 1 + c] += hg * t * t
+    out[a, 0] = acc0
+
+
+@jit(inline="always")
+def input_contract_one(x1, i, x2, g, inv_ls, variance, kind, out):
+    """``out[i, c] = sum_j G_ij dK(x1_i, x2_j)/dx1_ic`` for one row i (shared by the CPU
+    loop and its GPU twin), using dk/dx1_c = -variance h(r) t_c / l_c with
+    t_c = (x1_c - x2_c) / l_c (dk/dr^2 = -variance h / 2)."""
+    for c in range(x1.shape[1]):
+        out[i, c] = 0.0
+    for j in range(x2.shape[0]):
+        gij = g[i, j]
+        if gij == 0.0:
+            continue
+        r2 = scaled_sqdist(x1, i, x2, j, inv_ls)
+        hg = gij * variance * shape_grad(kind, r2)
+        for c in range(x1.shape[1]):
+            out[i, c] -= hg * (x1[i, c] - x2[j, c]) * inv_ls[c] * inv_ls[c]
+
+
 @pjit
 def stationary_contract(x1, x2, inv_ls, variance, kind, g, out_rows):
-    """Row-wise contraction: out_rows[i, 0] = sum_j G_ij K_ij (d/d log variance),
+    """Row-wise contraction (:func:`contract_one`): out_rows[i, 0] = sum_j G_ij K_ij,
     out_rows[i, 1 + c] = sum_j G_ij dK_ij/d log l_c.  Each row owns its output."""
-    n1, d = x1.shape
-    n2 = x2.shape[0]
-    for i in prange(n1):
-        acc0 = 0.0
-        for c in range(d):
-            out_rows[i, 1 + c] = 0.0
-        for j in range(n2):
-            gij = g[i, j]
-            if gij == 0.0:
-                continue
-            r2 = scaled_sqdist(x1, i, x2, j, inv_ls)
-            acc0 += gij * variance * shape(kind, r2)
-            hg = gij * variance * shape_grad(kind, r2)
-            for c in range(d):
-                t = (x1[i, c] - x2[j, c]) * inv_ls[c]
-                out_rows[i, 1 + c] += hg * t * t
-        out_rows[i, 0] = acc0
+    for i in prange(x1.shape[0]):
+        contract_one(x1, i, x2, g, inv_ls, variance, kind, out_rows)
 
 
 @pjit
 def stationary_input_contract(x1, x2, inv_ls, variance, kind, g, out):
-    """out[i, c] = sum_j G_ij dK(x1_i, x2_j)/dx1_ic, using dk/dx1_c = -variance h(r) t_c / l_c
-    with t_c = (x1_c - x2_c) / l_c (dk/dr^2 = -variance h / 2)."""
-    n1, d = x1.shape
-    n2 = x2.shape[0]
-    for i in prange(n1):
-        for c in range(d):
-            out[i, c] = 0.0
-        for j in range(n2):
-            gij = g[i, j]
-            if gij == 0.0:
-                continue
-            r2 = scaled_sqdist(x1, i, x2, j, inv_ls)
-            hg = gij * variance * shape_grad(kind, r2)
-            for c in range(d):
-                out[i, c] -= hg * (x1[i, c] - x2[j, c]) * inv_ls[c] * inv_ls[c]
+    """out[i, c] = sum_j G_ij dK(x1_i, x2_j)/dx1_ic (:func:`input_contract_one`)."""
+    for i in prange(x1.shape[0]):
+        input_contract_one(x1, i, x2, g, inv_ls, variance, kind, out)
 
 
 @pjit

@@ -72,3 +72,43 @@ def test_rank_updates_and_products_equal_the_dense_formulas():
 def test_a_matrix_that_is_not_positive_definite_is_named():
     with pytest.raises(fastep.NotPositiveDefiniteError, match="the test matrix"):
         CPU.cholesky(np.array([[1.0, 2.0], [2.0, 1.0]], order="F"), "the test matrix")
+
+
+@pytest.mark.parametrize("loop", ["parallel_sites", "power_sites"])
+def test_serial_and_parallel_site_loops_write_every_site_alike(loop):
+    """The site loops compiled serial and parallel (above ``PARALLEL_MIN_N`` sites) write the
+    same values to every site of the records, and the cavities and log Z_i they write are
+    the probit's closed forms (Numba 0.68's parallel loops silently dropped the writes to
+    arrays unpacked from a tuple: the parallel loop left every output untouched)."""
+    from scipy.special import log_ndtr
+
+    from fastep._sites import SiteBuffers
+    from fastep.backend.cpu import PARALLEL, PARALLEL_MIN_N, SERIAL
+    from fastep.likelihoods import Probit
+    lik, rng, n = Probit(), np.random.default_rng(3), PARALLEL_MIN_N + 501
+    y = np.sign(rng.normal(size=n))
+    mean, var = rng.normal(size=n), rng.uniform(0.5, 2.0, n)
+    tau, nu = rng.uniform(0.0, 0.3, n), 0.1 * rng.normal(size=n)
+    tau[:7] = 1.0 / var[:7] + 1.0                      # improper cavities: skipped
+    resid = rng.uniform(0.0, 0.1, n)
+    data = CPU.site_inputs(lik, y, np.zeros((n, 0)))
+    written = []
+    for loops in (SERIAL, PARALLEL):
+        bufs = SiteBuffers(mean, var, tau, nu, *(np.full(n, -7.0) for _ in range(5)))
+        if loop == "parallel_sites":
+            skipped = loops.parallel_sites(lik.scalar_tilted, data, bufs, 0.7, True)
+        else:
+            skipped = loops.power_sites(lik.scalar_tilted, data, bufs, resid, 1.0, 0.7, True)
+        assert skipped == 7
+        written.append(np.array(bufs[4:]))
+    np.testing.assert_array_equal(written[0], written[1])
+    new_tau, new_nu, log_z, mu_cav, var_cav = written[1]
+    ok = slice(7, None)
+    assert np.all(np.isnan(log_z[:7])) and np.all(new_tau[:7] == tau[:7])
+    v_cav = 1.0 / (1.0 / var - tau)
+    m_cav = v_cav * (mean / var - nu)
+    np.testing.assert_allclose(var_cav[ok], v_cav[ok], rtol=1e-12)
+    np.testing.assert_allclose(mu_cav[ok], m_cav[ok], rtol=1e-10, atol=1e-12)
+    if loop == "parallel_sites":
+        np.testing.assert_allclose(log_z[ok], log_ndtr(y * m_cav / np.sqrt(1.0 + v_cav))[ok],
+                                   rtol=1e-12)

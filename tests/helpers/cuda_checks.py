@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -86,6 +87,7 @@ def _extreme_cavities(rng, n):
 
 def run_kernels(res, rng):
     from fastep.backend.cuda import kernels as ck
+    from fastep._sites import SiteBuffers, SiteData
 
     def n_for(name):
         return N_QUAD if name in QUAD_LIKS else N_SITES
@@ -119,8 +121,8 @@ def run_kernels(res, rng):
         for clip in (True, False):
             outs = [np.full(n, np.nan) for _ in range(5)]
             counter = np.zeros(1, dtype=np.int64)
-            ck.parallel_sites(lik.scalar_tilted, y, extra, lik.params, mean, var, tau, nu, 0.7,
-                              clip, *outs, counter)
+            ck.parallel_sites(lik.scalar_tilted, SiteData(y, extra, lik.params),
+                              SiteBuffers(mean, var, tau, nu, *outs), 0.7, clip, counter)
             key = f"sites/{name}/{clip}"
             res.update({f"{key}/mean": mean, f"{key}/var": var, f"{key}/tau": tau,
                         f"{key}/nu": nu, f"{key}/out": np.array(outs),
@@ -136,9 +138,10 @@ def run_kernels(res, rng):
             outs = [np.full(n2, np.nan) for _ in range(5)]
             counter = np.zeros(1, dtype=np.int64)
             sl = slice(0, n2)
-            ck.power_sites(lik.scalar_tilted, y[sl], np.ascontiguousarray(extra[sl]), lik.params,
-                           pmean[sl], pvar[sl], resid[sl], tau[sl], nu[sl], alpha, 0.6,
-                           lik.log_concave, *outs, counter)
+            ck.power_sites(lik.scalar_tilted,
+                           SiteData(y[sl], np.ascontiguousarray(extra[sl]), lik.params),
+                           SiteBuffers(pmean[sl], pvar[sl], tau[sl], nu[sl], *outs), resid[sl],
+                           alpha, 0.6, lik.log_concave, counter)
             key = f"power/{name}/{alpha}"
             res.update({f"{key}/mean": pmean[sl], f"{key}/var": pvar[sl],
                         f"{key}/resid": resid[sl], f"{key}/tau": tau[sl], f"{key}/nu": nu[sl],
@@ -429,13 +432,15 @@ def main(path):
     backend = resolve("cuda")
     res["meta/algebra"] = np.array([backend._la.name])
     rng = np.random.default_rng(0)
-    run_kernels(res, rng)
-    run_robustmax(res, rng)
-    run_gram_api(res, backend, rng)
-    run_drivers(res)
-    run_estimators(res)
-    run_gwi(res)
-    np.savez(path, **res)
+    # saved after every stage: a run stopped by a time limit keeps what it finished
+    stages = {"kernels": lambda: run_kernels(res, rng), "robustmax": lambda: run_robustmax(res, rng),
+              "gram": lambda: run_gram_api(res, backend, rng), "drivers": lambda: run_drivers(res),
+              "estimators": lambda: run_estimators(res), "gwi": lambda: run_gwi(res)}
+    for name, stage in stages.items():
+        t0 = time.perf_counter()
+        stage()
+        np.savez(path, **res)
+        print(f"cuda_checks: {name} done in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
 def compile_ptx(cc=(9, 0)):
@@ -447,13 +452,15 @@ def compile_ptx(cc=(9, 0)):
     from numba import cuda
     from numba import types as nt
     dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=cc)
+    from fastep._sites import SiteBuffers
     from fastep.backend.cuda import kernels as ck
     f8, b1 = nt.float64, nt.boolean
     a1, a2, a2a, i8 = nt.float64[::1], nt.float64[:, ::1], nt.float64[:, :], nt.int64[::1]
     i8s = nt.int64
+    records = (a1, a2, a1) + (a1,) * len(SiteBuffers._fields)      # SiteData, SiteBuffers
     sigs = {"tilted": (a1, a2, a1, a1, f8, a1, a1, a1, a1),
-            "sites": (a1, a2, a1, a1, a1, a1, a1, f8, b1, a1, a1, a1, a1, a1, i8),
-            "power": (a1, a2, a1, a1, a1, a1, a1, a1, f8, f8, b1, a1, a1, a1, a1, a1, i8)}
+            "sites": records + (f8, b1, i8),
+            "power": records + (a1, f8, f8, b1, i8)}
     done = []
     for name, lik, _, _ in likelihoods(8, np.random.default_rng(0)):
         for kname, kern in zip(("tilted", "sites", "power"),
@@ -463,8 +470,8 @@ def compile_ptx(cc=(9, 0)):
     fixed = {"_build_b_kernel": (a2, a1, a2), "_scale_columns_kernel": (a2, a1, a2),
              "_col_sumsq_kernel": (a2a, a1), "_projection_marginals_kernel": (a2a, a1, a1, a1),
              "_stationary_gram_kernel": (a2, a2, a1, f8, i8s, a2),
-             "_stationary_contract_kernel": (a2, a2, a1, f8, i8s, a2, a2),
-             "_stationary_input_contract_kernel": (a2, a2, a1, f8, i8s, a2, a2),
+             "_stationary_contract_kernel": (a2, a2, a1, f8, i8s, a2a, a2),
+             "_stationary_input_contract_kernel": (a2, a2, a1, f8, i8s, a2a, a2),
              "_prob_largest_all_kernel": (a2, a2, a1, a1, a2),
              "_prob_largest_grad_kernel": (a2, a2, i8, a1, a1, a1, a2, a2)}
     for kname, sig in fixed.items():

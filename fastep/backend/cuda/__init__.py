@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._sites import SiteData
 from ...exceptions import CUDAUnavailableError, NotPositiveDefiniteError
 from .._base import Backend
 from ._available import is_available, require, simulator_enabled
@@ -142,24 +143,21 @@ class CUDABackend(Backend):
             extra = np.zeros((extra.shape[0], 1))
         params = np.asarray(likelihood.params, dtype=float).ravel()
         xp = self.xp
-        return (xp.ascontiguousarray(self.asarray(y)), xp.ascontiguousarray(self.asarray(extra)),
-                self.asarray(params if params.size else np.zeros(1)))
+        return SiteData(xp.ascontiguousarray(self.asarray(y)),
+                        xp.ascontiguousarray(self.asarray(extra)),
+                        self.asarray(params if params.size else np.zeros(1)))
 
     def _counter(self):
         return self.xp.zeros(1, dtype=np.int64)
 
-    def parallel_sites(self, tilted, y, extra, params, mean, var, tau, nu, damping, clip,
-                       new_tau, new_nu, log_z, mu_cav, var_cav):
+    def parallel_sites(self, tilted, data, bufs, damping, clip):
         skipped = self._counter()
-        self._ck.parallel_sites(tilted, y, extra, params, mean, var, tau, nu, damping, clip,
-                                new_tau, new_nu, log_z, mu_cav, var_cav, skipped)
+        self._ck.parallel_sites(tilted, data, bufs, damping, clip, skipped)
         return int(skipped[0])
 
-    def power_sites(self, tilted, y, extra, params, mean, var, resid, tau, nu, alpha,
-                    damping, clip, new_tau, new_nu, site_ev, mu_cav, var_cav, serial=False):
+    def power_sites(self, tilted, data, bufs, resid, alpha, damping, clip, serial=False):
         skipped = self._counter()
-        self._ck.power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha,
-                             damping, clip, new_tau, new_nu, site_ev, mu_cav, var_cav, skipped)
+        self._ck.power_sites(tilted, data, bufs, resid, alpha, damping, clip, skipped)
         return int(skipped[0])
 
     def build_b(self, K, s, out=None):

@@ -37,7 +37,7 @@ from numba import cuda, float64
 from numba.core.registry import CPUDispatcher
 
 from ..._sites import cavity, damped_site, power_cavity, power_site_evidence, store_site
-from ...kernels.gram import scaled_sqdist, shape, shape_grad
+from ...kernels.gram import contract_one, input_contract_one, scaled_sqdist, shape
 from ...likelihoods import robustmax as _rm
 
 #: Threads per block of 1-D kernels, and the side of a 2-D block.
@@ -117,9 +117,11 @@ def _per_likelihood(tilted_cpu):
             d1[i] = b
             d2[i] = c
 
+    # the arguments are the fields of fastep._sites.SiteData and SiteBuffers in order (the
+    # launchers below pass the records expanded), then the scalars and the counter
     @cuda.jit
-    def parallel_sites_kernel(y, extra, params, mean, var, tau, nu, damping, clip,
-                              new_tau, new_nu, log_z, mu_cav, var_cav, skipped):
+    def parallel_sites_kernel(y, extra, params, mean, var, tau, nu, new_tau, new_nu, log_z,
+                              mu_cav, var_cav, damping, clip, skipped):
         start, stride = cuda.grid(1), cuda.gridsize(1)
         for i in range(start, y.shape[0], stride):
             ok, mc, vc = d_cavity(mean[i], var[i], tau[i], nu[i])
@@ -135,8 +137,8 @@ def _per_likelihood(tilted_cpu):
             d_store(i, t, n, lz, mc, vc, new_tau, new_nu, log_z, mu_cav, var_cav)
 
     @cuda.jit
-    def power_sites_kernel(y, extra, params, mean, var, resid, tau, nu, alpha, damping, clip,
-                           new_tau, new_nu, site_ev, mu_cav, var_cav, skipped):
+    def power_sites_kernel(y, extra, params, mean, var, tau, nu, new_tau, new_nu, site_ev,
+                           mu_cav, var_cav, resid, alpha, damping, clip, skipped):
         start, stride = cuda.grid(1), cuda.gridsize(1)
         for i in range(start, y.shape[0], stride):
             ok, mc, vc, sc = d_power_cavity(mean[i], var[i], tau[i], nu[i], alpha)
@@ -163,23 +165,21 @@ def tilted_batch(tilted, y, extra, mu, var, alpha, params, log_z, d1, d2):
     k[_launch_1d(y.shape[0])](y, extra, mu, var, float(alpha), params, log_z, d1, d2)
 
 
-def parallel_sites(tilted, y, extra, params, mean, var, tau, nu, damping, clip,
-                   new_tau, new_nu, log_z, mu_cav, var_cav, skipped):
-    """GPU twin of :func:`fastep.backend.cpu.parallel_sites`; the number of
-    skipped sites is *added* to ``skipped[0]`` (a 1-element int64 device array)."""
+def parallel_sites(tilted, data, bufs, damping, clip, skipped):
+    """GPU twin of :func:`fastep.backend.cpu.parallel_sites` (``data``, ``bufs``: the
+    records :class:`fastep._sites.SiteData` and :class:`~fastep._sites.SiteBuffers` of
+    device arrays); the number of skipped sites is *added* to ``skipped[0]`` (a 1-element
+    int64 device array)."""
     k = _per_likelihood(tilted)[1]
-    k[_launch_1d(y.shape[0])](y, extra, params, mean, var, tau, nu, float(damping), bool(clip),
-                              new_tau, new_nu, log_z, mu_cav, var_cav, skipped)
+    k[_launch_1d(data.y.shape[0])](*data, *bufs, float(damping), bool(clip), skipped)
 
 
-def power_sites(tilted, y, extra, params, mean, var, resid, tau, nu, alpha, damping, clip,
-                new_tau, new_nu, site_ev, mu_cav, var_cav, skipped):
-    """GPU twin of :func:`fastep.backend.cpu.power_sites` (``skipped`` as in
-    :func:`parallel_sites`)."""
+def power_sites(tilted, data, bufs, resid, alpha, damping, clip, skipped):
+    """GPU twin of :func:`fastep.backend.cpu.power_sites` (the records and ``skipped`` as
+    in :func:`parallel_sites`)."""
     k = _per_likelihood(tilted)[2]
-    k[_launch_1d(y.shape[0])](y, extra, params, mean, var, resid, tau, nu, float(alpha),
-                              float(damping), bool(clip), new_tau, new_nu, site_ev, mu_cav,
-                              var_cav, skipped)
+    k[_launch_1d(data.y.shape[0])](*data, *bufs, resid, float(alpha), float(damping),
+                                   bool(clip), skipped)
 
 
 # ---------------------------------------------------------------------------------------
@@ -269,7 +269,8 @@ def projection_marginals(g, beta, mean, var):
 # ---------------------------------------------------------------------------------------
 _d_shape = device_function(shape)
 _d_sqdist = device_function(scaled_sqdist)
-_d_shape_grad = device_function(shape_grad)
+_d_contract_one = device_function(contract_one)
+_d_input_contract_one = device_function(input_contract_one)
 
 
 @cuda.jit
@@ -290,58 +291,33 @@ def stationary_gram(x1, x2, inv_ls, variance, kind, out):
 
 
 @cuda.jit
-def _stationary_contract_kernel(x1, x2, inv_ls, variance, kind, g, out_cols):
+def _stationary_contract_kernel(x1, x2, inv_ls, variance, kind, gt, out_cols):
     start, stride = cuda.grid(1), cuda.gridsize(1)
-    n1, d = x1.shape
     for j in range(start, x2.shape[0], stride):
-        acc0 = 0.0
-        for c in range(d):
-            out_cols[j, 1 + c] = 0.0
-        for i in range(n1):
-            gij = g[i, j]
-            if gij == 0.0:
-                continue
-            r2 = _d_sqdist(x1, i, x2, j, inv_ls)
-            acc0 += gij * variance * _d_shape(kind, r2)
-            hg = gij * variance * _d_shape_grad(kind, r2)
-            for c in range(d):
-                t = (x2[j, c] - x1[i, c]) * inv_ls[c]
-                out_cols[j, 1 + c] += hg * t * t
-        out_cols[j, 0] = acc0
+        _d_contract_one(x2, j, x1, gt, inv_ls, variance, kind, out_cols)
 
 
 def stationary_contract(x1, x2, inv_ls, variance, kind, g, out_cols):
     """Column-wise contraction: ``out_cols[j, 0] = sum_i G_ij K_ij`` (d/d log variance),
-    ``out_cols[j, 1 + c] = sum_i G_ij dK_ij / d log l_c``.  It equals the CPU kernel
-    ``gram.stationary_contract(x2, x1, ..., G^T)`` row for row (a thread owns a column
-    of G, so a warp reads contiguous memory)."""
+    ``out_cols[j, 1 + c] = sum_i G_ij dK_ij / d log l_c`` (``gram.contract_one`` of
+    ``x2``'s row j against x1 with ``G^T``: the CPU loop's rows, for ``x2, x1, G^T``).  A
+    thread owns a column of G, so a warp reads contiguous memory."""
     _stationary_contract_kernel[_launch_1d(x2.shape[0])](
-        x1, x2, inv_ls, float(variance), int(kind), g, out_cols)
+        x1, x2, inv_ls, float(variance), int(kind), g.T, out_cols)
 
 
 @cuda.jit
-def _stationary_input_contract_kernel(x1, x2, inv_ls, variance, kind, gt, out):
+def _stationary_input_contract_kernel(x1, x2, inv_ls, variance, kind, g, out):
     start, stride = cuda.grid(1), cuda.gridsize(1)
-    n1, d = x1.shape
-    for i in range(start, n1, stride):
-        for c in range(d):
-            out[i, c] = 0.0
-        for j in range(x2.shape[0]):
-            gij = gt[j, i]
-            if gij == 0.0:
-                continue
-            r2 = _d_sqdist(x1, i, x2, j, inv_ls)
-            hg = gij * variance * _d_shape_grad(kind, r2)
-            for c in range(d):
-                out[i, c] -= hg * (x1[i, c] - x2[j, c]) * inv_ls[c] * inv_ls[c]
+    for i in range(start, x1.shape[0], stride):
+        _d_input_contract_one(x1, i, x2, g, inv_ls, variance, kind, out)
 
 
 def stationary_input_contract(x1, x2, inv_ls, variance, kind, gt, out):
-    """out[i, c] = sum_j G_ij dK(x1_i, x2_j)/dx1_ic (twin of
-    ``gram.stationary_input_contract``); takes ``gt = G^T`` (C order) so that a warp
-    reads contiguous memory."""
+    """out[i, c] = sum_j G_ij dK(x1_i, x2_j)/dx1_ic (``gram.input_contract_one`` per row,
+    as the CPU loop); takes ``gt = G^T`` (C order) so that a warp reads contiguous memory."""
     _stationary_input_contract_kernel[_launch_1d(x1.shape[0])](
-        x1, x2, inv_ls, float(variance), int(kind), gt, out)
+        x1, x2, inv_ls, float(variance), int(kind), gt.T, out)
 
 
 # ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..._sites import SiteBuffers
 from .._sweep import site_change
 from ._posterior import _InducingPosterior
 
@@ -55,10 +56,9 @@ def sweep_context(be, kernel, likelihood, Z, L_uu, X, y, extra, alpha, cold,
     vectors (marginals, cavities, site terms of log Z and d_i).  Built for all n rows in
     this process, or for one block of rows on a Dask worker."""
     xp, n = be.xp, X.shape[0]
-    y_d, extra_d, params = be.site_inputs(likelihood, y, extra)
     return SimpleNamespace(
-        be=be, kernel=kernel, Z=xp.ascontiguousarray(be.asarray(Z)), rows=be.rows(X), y=y_d,
-        extra=extra_d, cache=cache, cold=cold, params=params,
+        be=be, kernel=kernel, Z=xp.ascontiguousarray(be.asarray(Z)), rows=be.rows(X),
+        data=be.site_inputs(likelihood, y, extra), cache=cache, cold=cold,
         tilted=likelihood.scalar_tilted, clip=bool(likelihood.log_concave), alpha=float(alpha),
         resid=xp.empty(n), mean=xp.empty(n), var=xp.empty(n),
         site_ev=xp.empty(n), mu_cav=xp.empty(n), var_cav=xp.empty(n),
@@ -132,11 +132,10 @@ class _SweepPart:
             ctx.mean[sl], ctx.var[sl] = be.projection_marginals(G, q.beta)
             if first and ctx.cold and q.prior:
                 ctx.resid[sl] = xp.maximum(kdiag - ctx.var[sl], 0.0)
-            skipped += be.power_sites(
-                ctx.tilted, ctx.y[sl], ctx.extra[sl], ctx.params, ctx.mean[sl], ctx.var[sl],
-                ctx.resid[sl], tau[sl], nu[sl], ctx.alpha, damping, ctx.clip, new_tau[sl],
-                new_nu[sl], ctx.site_ev[sl], ctx.mu_cav[sl], ctx.var_cav[sl],
-                serial=self.serial)
+            bufs = SiteBuffers(ctx.mean, ctx.var, tau, nu, new_tau, new_nu, ctx.site_ev,
+                               ctx.mu_cav, ctx.var_cav).rows(sl)
+            skipped += be.power_sites(ctx.tilted, ctx.data.rows(sl), bufs, ctx.resid[sl],
+                                      ctx.alpha, damping, ctx.clip, serial=self.serial)
             if chunks is None:
                 if sums:
                     be.accumulate(self.P_G, self.b_G, G, new_tau[sl], new_nu[sl])
