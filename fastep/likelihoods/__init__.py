@@ -6,8 +6,9 @@ import numbers
 from typing import Any, Dict, Union
 
 
-from ._base import (CustomLikelihood, Likelihood, check_likelihood,  # noqa: F401 (for EP)
-                    check_power)
+from . import _base
+from ._base import Likelihood, check_likelihood, check_power  # noqa: F401 (for EP)
+from .custom import CustomLikelihood, _rebuild_custom
 from .annotators import MultiAnnotator
 from .binary import Logistic, Probit
 from .counts import (NegativeBinomial, Poisson, ZeroInflatedNegativeBinomial,
@@ -100,6 +101,10 @@ def likelihood_from_dict(d: Any) -> Union[Likelihood, RobustMax]:
     except (TypeError, ValueError) as exc:
         raise ValueError(f"invalid {kind} likelihood description: {exc}") from None
 
+
+# a CustomLikelihood pickled by fastep 0.2/0.3 names its rebuilder in ``_base``, where the
+# class lived: it is found there still (assigned, so that _base does not import custom)
+_base._rebuild_custom = _rebuild_custom
 
 __all__ = ["Poisson", "NegativeBinomial", "ZeroInflatedPoisson", "ZeroInflatedNegativeBinomial",
            "StudentT", "Weibull", "LogLogistic", "LogNormal", "OrdinalProbit",

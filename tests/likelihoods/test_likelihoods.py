@@ -383,3 +383,24 @@ def test_tobit_interval_moments_match_high_precision_everywhere():
         assert got[1] == pytest.approx(want[1], rel=1e-12, abs=1e-12), (a, b)
         assert got[2] == pytest.approx(want[2], abs=1e-11), (a, b)
         assert -1.0 <= got[2] <= 0.0
+
+
+def _probit_by_hand(y, extra, f, params):
+    return math.log(0.5 * math.erfc(-y * f / math.sqrt(2.0)))
+
+
+def test_a_custom_likelihood_pickled_by_0_3_still_loads():
+    """fastep 0.2/0.3 kept CustomLikelihood in ``likelihoods._base`` and pickled it as a
+    call of ``fastep.likelihoods._base._rebuild_custom``; such a pickle (made here by
+    renaming the module in a protocol-0 pickle of today's) loads to the same likelihood."""
+    import pickle
+
+    from fastep.likelihoods import CustomLikelihood
+    lik = CustomLikelihood(_probit_by_hand, binary=True)
+    today = pickle.dumps(lik, protocol=0)
+    assert b"fastep.likelihoods.custom\n_rebuild_custom" in today
+    old = today.replace(b"fastep.likelihoods.custom\n", b"fastep.likelihoods._base\n")
+    back = pickle.loads(old)
+    assert type(back) is CustomLikelihood
+    np.testing.assert_array_equal(back.predict_proba([0.3, -1.0], [1.0, 2.0]),
+                                  lik.predict_proba([0.3, -1.0], [1.0, 2.0]))
