@@ -39,7 +39,7 @@ from ..priors import hyperprior_terms
 from ._dask import DaskInputs, dask_sample
 from ._jobs import JOBS_MIN_ROWS, _fit_one, _with_posterior, run_jobs
 from ._latent import EPConfig
-from ._mlii import at_bounds, maximize_evidence
+from ._mlii import at_bounds, maximize_evidence, staged_start, subsample_stages
 
 def fit_entry(fit):
     """Decorate an estimator's ``fit``: scikit-learn's parameter validation (once), and
@@ -260,10 +260,15 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
         prior = hyperprior_terms(getattr(self, "hyperprior", None), latent.theta_names,
                                  latent.theta.size, owner)
         if self.optimizer is not None and latent.theta.size:
+            precondition = None
+            if (latent.sparse and sites is None and self.optimizer == "L-BFGS-B"
+                    and type(latent.X) is np.ndarray and subsample_stages(latent.X.shape[0])):
+                latent, precondition = staged_start(latent, self.optimizer, rng, owner,
+                                                    self.max_iter_optimizer, prior)
             with latent.reuse():
                 latent, sites = maximize_evidence(
                     latent, self.optimizer, self.n_restarts_optimizer, rng, sites, owner,
-                    self.max_iter_optimizer, self.tol_optimizer, prior)
+                    self.max_iter_optimizer, self.tol_optimizer, prior, precondition)
         # outside reuse(): the posterior kept is the one load_model rebuilds, to the bit
         return latent, latent.run(sites)
 

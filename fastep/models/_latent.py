@@ -136,6 +136,20 @@ class LatentGP:
             changes["Z"] = np.ascontiguousarray(theta[nh:].reshape(self.Z.shape))
         return dataclasses.replace(self, **changes)
 
+    def rows(self, idx):
+        """The same problem on the rows ``idx`` of X (an in-memory X): the targets and the
+        likelihood's per-observation data (exposures, censoring limits, ...) taken with
+        them."""
+        lik, n = self.likelihood, self.X.shape[0]
+        if lik.data_names:
+            data = {}
+            for name in lik.data_names:
+                value = getattr(lik, name)
+                data[name] = (np.asarray(value)[idx] if np.ndim(value) and
+                              np.shape(value)[0] == n else value)
+            lik = lik.with_data(len(idx), **data)
+        return dataclasses.replace(self, X=self.X[idx], y=self.y[idx], likelihood=lik)
+
     def draw(self, rng):
         """A restart point: kernel and likelihood parameters uniform in their (log)
         bounds, inducing inputs where they are."""

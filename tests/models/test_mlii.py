@@ -200,3 +200,56 @@ def test_a_start_far_from_the_optimum_does_not_loosen_the_relative_tolerance():
     assert abs(_Bowl([12.0, -9.0]).evidence()[0]) > 1e4 * 10
     assert abs(far - (-10.0)) <= 10 * tol * 10.0, far
     assert abs(near - (-10.0)) <= 10 * tol * 10.0, near
+
+
+def test_subsample_stages_grow_by_eight_to_the_full_data():
+    assert _mlii.subsample_stages(49_999) == []
+    assert _mlii.subsample_stages(100_000) == [12_500]
+    assert _mlii.subsample_stages(1_000_000) == [15_625, 125_000]
+
+
+@pytest.mark.parametrize("likelihood", ["probit", "poisson"])
+def test_staged_ml2_ends_at_the_optimum_of_ml2_on_the_full_data(monkeypatch, likelihood):
+    """ML-II started from subsample optima (lowered thresholds, so that a small problem has
+    two stages) ends where ML-II from the given start ends: the same final evidence (1e-6
+    relative) and about the same kernel.  The Poisson case has per-row exposures, which the stages take
+    with their rows; stage warnings are not shown."""
+    rng = np.random.default_rng(4)
+    n = 2400
+    X = rng.normal(size=(n, 2))
+    f = np.sin(1.5 * X[:, 0]) + 0.5 * X[:, 1]
+    Z = X[rng.choice(n, 24, replace=False)]
+    if likelihood == "probit":
+        y = (f + 0.5 * rng.normal(size=n) > 0).astype(int)
+        make = lambda: EPGaussianProcessClassifier(RBF(1.0, [1.0, 1.0]), inducing_points=Z,
+                                                   random_state=0)
+        data = {}
+    else:
+        exposure = rng.uniform(0.5, 3.0, n)
+        y = rng.poisson(exposure * np.exp(f))
+        make = lambda: fastep.EPGaussianProcessRegressor(
+            RBF(1.0, [1.0, 1.0]), likelihood="poisson", inducing_points=Z, random_state=0)
+        data = {"exposure": exposure}
+    plain = make().fit(X, y, **data)
+    monkeypatch.setattr(_mlii, "STAGED_MIN_ROWS", 1000)
+    monkeypatch.setattr(_mlii, "STAGE_MIN_ROWS", 30)
+    assert _mlii.subsample_stages(n) == [37, 300]
+    seen = []
+    real = _mlii.maximize_evidence
+
+    def spy(problem, *args, **kwargs):
+        seen.append(problem.X.shape[0])
+        if data and problem.X.shape[0] < n:            # the exposures went with the rows
+            assert problem.likelihood.exposure.shape == (problem.X.shape[0],)
+        return real(problem, *args, **kwargs)
+    monkeypatch.setattr(_mlii, "maximize_evidence", spy)
+    from fastep.models import _base
+    monkeypatch.setattr(_base, "maximize_evidence", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        staged = make().fit(X, y, **data)
+    assert seen == [37, 300, n]
+    a, b = staged.log_marginal_likelihood_value_, plain.log_marginal_likelihood_value_
+    assert abs(a - b) <= 1e-6 * abs(b)
+    # the evidence is flat along some directions: the parameters agree less closely
+    np.testing.assert_allclose(staged.kernel_.theta, plain.kernel_.theta, atol=0.05)
