@@ -104,7 +104,7 @@ def likelihood_from_dict(d: Any) -> Union[Likelihood, RobustMax]:
 
 # a CustomLikelihood pickled by fastep 0.2/0.3 names its rebuilder in ``_base``, where the
 # class lived: it is found there still (assigned, so that _base does not import custom)
-_base._rebuild_custom = _rebuild_custom
+setattr(_base, "_rebuild_custom", _rebuild_custom)
 
 __all__ = ["Poisson", "NegativeBinomial", "ZeroInflatedPoisson", "ZeroInflatedNegativeBinomial",
            "StudentT", "Weibull", "LogLogistic", "LogNormal", "OrdinalProbit",
