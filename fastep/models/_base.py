@@ -262,7 +262,7 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
         if self.optimizer is not None and latent.theta.size:
             precondition = None
             if (latent.sparse and sites is None and self.optimizer == "L-BFGS-B"
-                    and type(latent.X) is np.ndarray and subsample_stages(latent.X.shape[0])):
+                    and subsample_stages(latent.X.shape[0])):
                 latent, precondition = staged_start(latent, self.optimizer, rng, owner,
                                                     self.max_iter_optimizer, prior)
             with latent.reuse():

@@ -137,9 +137,9 @@ class LatentGP:
         return dataclasses.replace(self, **changes)
 
     def rows(self, idx):
-        """The same problem on the rows ``idx`` of X (an in-memory X): the targets and the
-        likelihood's per-observation data (exposures, censoring limits, ...) taken with
-        them."""
+        """The same problem on the rows ``idx`` (sorted) of X, in memory (a dask X's rows
+        are computed): the targets and the likelihood's per-observation data (exposures,
+        censoring limits, ...) taken with them."""
         lik, n = self.likelihood, self.X.shape[0]
         if lik.data_names:
             data = {}
@@ -148,7 +148,8 @@ class LatentGP:
                 data[name] = (np.asarray(value)[idx] if np.ndim(value) and
                               np.shape(value)[0] == n else value)
             lik = lik.with_data(len(idx), **data)
-        return dataclasses.replace(self, X=self.X[idx], y=self.y[idx], likelihood=lik)
+        return dataclasses.replace(self, X=np.ascontiguousarray(self.X[idx], dtype=float),
+                                   y=np.asarray(self.y[idx], dtype=float), likelihood=lik)
 
     def draw(self, rng):
         """A restart point: kernel and likelihood parameters uniform in their (log)

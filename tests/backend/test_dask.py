@@ -1,6 +1,7 @@
 """Sparse EP on a Dask cluster (two single-threaded worker processes, as the issue asks)
 against the single-process path: the same sites, log Z, gradients and predictions to
 1e-9 relative, and the same answer when a worker process is killed during a fit."""
+import logging
 import os
 import signal
 import subprocess
@@ -279,6 +280,33 @@ def test_regressor_fits_and_predicts_dask_arrays(client, likelihood):
         starts = [ml2._likelihood_starts(est.likelihood_, v) for v in (y, da.from_array(y))]
         for a, b in zip(*starts):
             _close(a.theta, b.theta, "Student-t ML-II starts")
+
+
+def test_staged_ml2_on_dask_equals_staged_ml2_in_process(client, monkeypatch, caplog):
+    """ML-II's subsample stages (thresholds lowered so that 1,500 rows have two) on dask
+    arrays: the stages' rows (computed into memory) are those of the in-process fit with the
+    same random_state, and the fit ends at the same kernel and evidence."""
+    from fastep import EPGaussianProcessRegressor
+    from fastep.models import _mlii
+    monkeypatch.setattr(_mlii, "STAGED_MIN_ROWS", 1000)
+    monkeypatch.setattr(_mlii, "STAGE_MIN_ROWS", 20)
+    rng = np.random.default_rng(12)
+    X = rng.uniform(-3, 3, (1500, 2))
+    exposure = 2.0                                     # per-row data: scalars with dask
+    y = rng.poisson(exposure * np.exp(np.sin(1.3 * X[:, 0]))).astype(float)
+    kw = dict(likelihood="poisson", kernel=RBF(1.0, [1.0, 1.0]), inducing_points=X[:12].copy(),
+              method="parallel", tol=1e-9, max_iter_optimizer=6, random_state=3)
+    caplog.set_level(logging.INFO, logger="fastep")
+    ref = EPGaussianProcessRegressor(**kw).fit(X, y, exposure=exposure)
+    est = EPGaussianProcessRegressor(**kw).fit(da.from_array(X, chunks=500),
+                                               da.from_array(y, chunks=500),
+                                               exposure=exposure)
+    stages = [r.getMessage().split(":")[0] for r in caplog.records
+              if r.getMessage().startswith("ML-II on a subsample")]
+    assert stages == ["ML-II on a subsample of 23 rows", "ML-II on a subsample of 187 rows"] * 2
+    _close(ref.kernel_.theta, est.kernel_.theta, "fitted kernel")
+    assert est.log_marginal_likelihood_value_ == pytest.approx(
+        ref.log_marginal_likelihood_value_, rel=1e-7)
 
 
 def test_ordinal_classifier_fits_and_predicts_dask_arrays(client, monkeypatch):
