@@ -261,8 +261,10 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
                                  latent.theta.size, owner)
         if self.optimizer is not None and latent.theta.size:
             precondition = None
-            if (latent.sparse and sites is None and self.optimizer == "L-BFGS-B"
-                    and subsample_stages(latent.X.shape[0])):
+            # not where ML-II moves the inducing inputs: theta is then large (m x d
+            # entries) and its optimum one of many local ones, which the stages would change
+            if (latent.sparse and not latent.config.optimize_inducing and sites is None
+                    and self.optimizer == "L-BFGS-B" and subsample_stages(latent.X.shape[0])):
                 latent, precondition = staged_start(latent, self.optimizer, rng, owner,
                                                     self.max_iter_optimizer, prior)
             with latent.reuse():

@@ -140,6 +140,7 @@ class LatentGP:
         """The same problem on the rows ``idx`` (sorted) of X, in memory (a dask X's rows
         are computed): the targets and the likelihood's per-observation data (exposures,
         censoring limits, ...) taken with them."""
+        # a likelihood's per-row data are its data_names, by the contract of with_data
         lik, n = self.likelihood, self.X.shape[0]
         if lik.data_names:
             data = {}

@@ -41,13 +41,13 @@ EP_TOL_GAIN = 0.1
 RESCALE = 2.0
 
 
-#: Sparse problems of at least this many rows (in memory) start ML-II from the optimum of
-#: random subsamples that grow by :data:`STAGE_GROWTH` (:func:`subsample_stages`).
-STAGED_MIN_ROWS = 50_000
 #: Rows of a stage are 1/STAGE_GROWTH of the next stage's (the full data last).
 STAGE_GROWTH = 8
 #: No stage has fewer rows than this.
-STAGE_MIN_ROWS = 10_000
+STAGE_MIN_ROWS = 6_250
+#: Sparse problems of at least this many rows start ML-II from the optimum of random
+#: subsamples that grow by :data:`STAGE_GROWTH` (:func:`subsample_stages`).
+STAGED_MIN_ROWS = STAGE_GROWTH * STAGE_MIN_ROWS
 #: Relative tolerance of the stages' L-BFGS-B runs (they only choose the start).
 STAGE_TOL = 1e-4
 
@@ -262,7 +262,7 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
                 theta, fmin = x, float(res.fun) * scale
                 if curvature is not None and d is None and hasattr(res, "hess_inv"):
                     curvature["inv_hess_diag"] = np.diag(res.hess_inv.todense()).copy()
-                if d is not None and nit < max_iter and abs(fmin) < _FAILED:
+                if d is not None and res.status == 0 and abs(fmin) < _FAILED:
                     d = None                              # the polish, in theta
                     continue
                 end = 1.0 + abs(fmin)

@@ -53,6 +53,15 @@ def _run_checks(tmp, extra_env):
     return proc, out
 
 
+class _Saved(dict):
+    """A saved run's outputs: a run stopped part-way (cuda_checks saves after each stage)
+    skips the tests of the stages it did not reach."""
+
+    def __missing__(self, key):
+        pytest.skip(f"{key!r} is not in the saved GPU run (FASTEP_CUDA_CHECKS): its stage "
+                    f"did not finish there")
+
+
 @pytest.fixture(scope="module")
 def gpu(tmp_path_factory):
     """Outputs of the GPU code: on a real GPU if usable, else under the CUDA simulator; or
@@ -60,7 +69,7 @@ def gpu(tmp_path_factory):
     ``tests/helpers/cuda_checks.py``, compared here with the CPU)."""
     saved = os.environ.get("FASTEP_CUDA_CHECKS")
     if saved:           # the outputs of `python tests/helpers/cuda_checks.py OUT` run elsewhere
-        data = dict(np.load(saved))
+        data = _Saved(np.load(saved))
         data["meta/mode"] = "simulator" if bool(data["meta/simulator"][0]) else "gpu"
         return data
     tmp = tmp_path_factory.mktemp("cuda")

@@ -204,8 +204,10 @@ def test_a_start_far_from_the_optimum_does_not_loosen_the_relative_tolerance():
 
 def test_subsample_stages_grow_by_eight_to_the_full_data():
     assert _mlii.subsample_stages(49_999) == []
+    assert _mlii.subsample_stages(50_000) == [6_250]
     assert _mlii.subsample_stages(100_000) == [12_500]
     assert _mlii.subsample_stages(1_000_000) == [15_625, 125_000]
+    assert _mlii.subsample_stages(4_000_000) == [7_812, 62_500, 500_000]
 
 
 @pytest.mark.parametrize("likelihood", ["probit", "poisson"])
@@ -249,6 +251,9 @@ def test_staged_ml2_ends_at_the_optimum_of_ml2_on_the_full_data(monkeypatch, lik
         warnings.simplefilter("error", ConvergenceWarning)
         staged = make().fit(X, y, **data)
     assert seen == [37, 300, n]
+    seen.clear()                           # not where ML-II moves the inducing inputs
+    make().set_params(optimize_inducing=True, max_iter_optimizer=3).fit(X, y, **data)
+    assert seen == [n]
     a, b = staged.log_marginal_likelihood_value_, plain.log_marginal_likelihood_value_
     assert abs(a - b) <= 1e-6 * abs(b)
     # the evidence is flat along some directions: the parameters agree less closely
