@@ -21,15 +21,18 @@ def make_data(n, seed=0):
 
 
 class _Steps(logging.Handler):
-    """Counts ML-II evaluations and the EP sweeps they report."""
+    """Counts ML-II evaluations and the EP sweeps they report (``stage_evaluations``: those
+    on the subsamples of large-n ML-II, ``fastep.models._mlii.staged_start``)."""
 
     def __init__(self):
         super().__init__()
-        self.evaluations = self.sweeps = 0
+        self.evaluations = self.sweeps = self.stage_evaluations = 0
 
     def emit(self, record):
         msg = record.getMessage()
-        if msg.startswith("ML-II step"):
+        if msg.startswith("ML-II on a subsample"):
+            self.stage_evaluations = self.evaluations
+        elif msg.startswith("ML-II step"):
             self.evaluations += 1
             if "after" in msg:
                 self.sweeps += int(msg.split("after ")[1].split()[0])
