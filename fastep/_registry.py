@@ -4,4 +4,4 @@
 
 ESTIMATORS = ("EPGaussianProcessClassifier", "EPGaussianProcessRegressor",
               "OrdinalGPClassifier", "CensoredGPRegressor", "MultiAnnotatorGPClassifier",
-              "SparseGPRegressor", "GWIClassifier")
+              "SparseGPRegressor", "GWIClassifier", "NestedEPClassifier")

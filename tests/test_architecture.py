@@ -122,14 +122,15 @@ def test_layers_import_one_way(layer, forbidden):
 
 
 def test_each_ep_driver_exists_once():
-    """The convergence loop (SweepControl's ``done``) runs in exactly the dense driver and
-    the sparse one (``drive``, shared by this process and a Dask cluster, and the
-    chunk-sequential passes only this process runs); nothing under fastep/cuda or
-    fastep/backend drives EP sweeps."""
+    """The convergence loop (SweepControl's ``done``) runs in exactly the dense driver, the
+    sparse one (``drive``, shared by this process and a Dask cluster, and the
+    chunk-sequential passes only this process runs) and nested EP's (multinomial probit,
+    whose sites are not scalar); nothing under fastep/cuda or fastep/backend drives EP
+    sweeps."""
     users = sorted(name for name, path in MODULES.items()
                    if name != "fastep.inference._sweep" and ".done(" in path.read_text())
-    assert users == ["fastep.inference.ep", "fastep.inference.sparse_ep._local",
-                     "fastep.inference.sparse_ep._loop"]
+    assert users == ["fastep.inference.ep", "fastep.inference.nested_ep",
+                     "fastep.inference.sparse_ep._local", "fastep.inference.sparse_ep._loop"]
     for name in MODULES:
         if name.startswith(("fastep.cuda", "fastep.backend")):
             source = MODULES[name].read_text()

@@ -1,6 +1,7 @@
 """EP likelihoods: each supplies a scalar compiled tilted-moment function, except
 :class:`RobustMax` (the multiclass likelihood of GWI, which needs expected log-likelihoods
-rather than tilted moments)."""
+rather than tilted moments) and :class:`MultinomialProbit` (the multiclass likelihood of
+nested EP, whose tilted moments come from an inner EP over C - 1 probit factors)."""
 import math
 import numbers
 from typing import Any, Dict, Union
@@ -14,6 +15,7 @@ from .binary import Logistic, Probit
 from .counts import (NegativeBinomial, Poisson, ZeroInflatedNegativeBinomial,
                      ZeroInflatedPoisson)
 from .gaussian import Gaussian
+from .multinomial_probit import MultinomialProbit
 from .ordinal import OrdinalProbit
 from .robustmax import RobustMax
 from .student_t import StudentT
@@ -108,6 +110,6 @@ setattr(_base, "_rebuild_custom", _rebuild_custom)
 
 __all__ = ["Poisson", "NegativeBinomial", "ZeroInflatedPoisson", "ZeroInflatedNegativeBinomial",
            "StudentT", "Weibull", "LogLogistic", "LogNormal", "OrdinalProbit",
-           "MultiAnnotator", "RobustMax", "Tobit", "censored_predictive", "censored_quantile",
+           "MultiAnnotator", "RobustMax", "MultinomialProbit", "Tobit", "censored_predictive", "censored_quantile",
            "Likelihood", "CustomLikelihood", "Gaussian", "Probit", "Logistic",
            "likelihood_from_dict"]

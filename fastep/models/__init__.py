@@ -3,6 +3,7 @@ from .annotators import MultiAnnotatorGPClassifier, concatenate_labels, majority
 from .censored import CensoredGPRegressor
 from .classifier import EPGaussianProcessClassifier
 from .gwi import GWIClassifier
+from .nested import NestedEPClassifier
 from .ordinal import OrdinalGPClassifier
 from .regression import EPGaussianProcessRegressor
 from .sparse import SparseGPRegressor

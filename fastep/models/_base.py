@@ -110,7 +110,7 @@ def latent_output(mean: Array, var: Array, return_std: bool) -> ArrayOrStd:
 
 
 class FastepEstimator(BaseEstimator):
-    """The base of all seven estimators: scikit-learn's conventions (parameters in
+    """The base of all eight estimators: scikit-learn's conventions (parameters in
     ``__init__``, checked once by :func:`fit_entry`) and the fitted attributes they all
     have, set in one place (:meth:`_set_model`), in ``fit`` and when a model is loaded."""
 

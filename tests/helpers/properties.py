@@ -736,6 +736,23 @@ def prop_gwi(data):
     _predict_checks(est, inputs(data, data.draw(st.integers(1, 8)), d, "X_test"), True)
 
 
+def prop_nested(data):
+    """``NestedEPClassifier``: 2 to 4 classes (some with one example), ML-II on the
+    smallest, every prediction method, the evidence."""
+    n = data.draw(st.integers(1, 20), label="n")
+    d = data.draw(st.integers(1, 2))
+    X = inputs(data, n, d)
+    y = labels(data, n, data.draw(st.integers(2, 4)))
+    est = fastep.NestedEPClassifier(
+        kernel(data, d), optimizer=_optimizer(data, n),
+        damping=data.draw(st.sampled_from([None, 1.0, 0.5])),
+        max_iter=data.draw(st.integers(1, 50)))
+    if call(est.fit, present(data, X), present(data, y)) is None:
+        return
+    _predict_checks(est, present(data, inputs(data, data.draw(st.integers(1, 8)), d,
+                                              "X_test")), classifier=True)
+
+
 # --- save / load --------------------------------------------------------------------------
 _MODELS = {}
 
@@ -759,6 +776,8 @@ def _saved_models(folder):
             "regression": fastep.SparseGPRegressor(n_inducing=5, random_state=0,
                                                    optimizer=None).fit(X, X[:, 0]),
             "gwi": fastep.GWIClassifier(n_inducing=8, max_iter=5, random_state=0).fit(
+                X, np.digitize(X[:, 0], [-0.5, 0.5])),
+            "nested": fastep.NestedEPClassifier(optimizer=None).fit(
                 X, np.digitize(X[:, 0], [-0.5, 0.5])),
         }
         for name, est in fits.items():
@@ -901,6 +920,7 @@ ENTRY_POINTS = {
     "MultiAnnotatorGPClassifier": prop_annotators,
     "SparseGPRegressor": prop_sparse_regression,
     "GWIClassifier": prop_gwi,
+    "NestedEPClassifier": prop_nested,
     "save_model/load_model": prop_save_load,
     "fastep fit/predict": prop_cli,
 }

@@ -21,6 +21,7 @@ probit_tilted_moments          closed-form probit tilted moments, R&W eq. 3.58
 gaussian_w2_squared            W2^2 between two Gaussians on R^n (scipy.linalg.sqrtm)
 prob_largest_quad              P(f_j = max_l f_l) for independent Gaussians, adaptive quadrature
 svgp_moments_dense             GWI/SVGP-style means and variances by explicit inverses
+nested_ep_augmented            multinomial probit EP in the augmented space (f, u), dense
 """
 
 import math
@@ -45,6 +46,7 @@ __all__ = [
     "gaussian_w2_squared",
     "prob_largest_quad",
     "svgp_moments_dense",
+    "nested_ep_augmented",
 ]
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -511,6 +513,51 @@ def svgp_moments_dense(k_diag, K_xz, K_zz, delta, a, L):
     mean = K_xz @ a
     var = k_diag - np.einsum("ij,jk,ik->i", K_xz, inv, K_xz) + np.sum((K_xz @ L) ** 2, axis=1)
     return mean, var
+
+
+# ---------------------------------------------------------------------------
+# Multinomial probit EP in the augmented space
+# ---------------------------------------------------------------------------
+def nested_ep_augmented(K, y, alpha, beta):
+    """The Gaussian approximation of the multinomial probit GP given scalar sites, built
+    in the augmented space g = (f_1..f_C stacked class by class, u_1..u_n) with the prior
+    N(0, blockdiag(K, ..., K, I_n)) and, for every point i and class j != y_i, a site
+    exp(-alpha_ij s^2 / 2 + beta_ij s) on s = f_i,y - f_i,j + u_i (Riihimaki et al. 2013).
+
+    Returns (mean of f (n, C), covariance blocks of f_i (n, C, C), EP log evidence
+    log int p0 prod t~ + sum [log Phi(m_/sqrt(1+v_)) + Psi(cavity) - Psi(marginal)])."""
+    n, C = alpha.shape
+    N = n * C + n
+    prior = np.zeros((N, N))
+    prior[:n * C, :n * C] = np.kron(np.eye(C), K)
+    prior[n * C:, n * C:] = np.eye(n)
+    W, a, b = [], [], []
+    for i in range(n):
+        for j in range(C):
+            if j != y[i]:
+                w = np.zeros(N)
+                w[y[i] * n + i] += 1.0
+                w[j * n + i] -= 1.0
+                w[n * C + i] += 1.0
+                W.append(w)
+                a.append(alpha[i, j])
+                b.append(beta[i, j])
+    W, a, b = np.array(W).T, np.array(a), np.array(b)
+    prec = np.linalg.inv(prior) + (W * a) @ W.T
+    Sigma = np.linalg.inv(prec)
+    eta = W @ b
+    mu = Sigma @ eta
+    log_z = 0.5 * mu @ eta + 0.5 * (np.linalg.slogdet(Sigma)[1] - np.linalg.slogdet(prior)[1])
+    for k in range(W.shape[1]):
+        ms, vs = W[:, k] @ mu, W[:, k] @ Sigma @ W[:, k]
+        vc = 1.0 / (1.0 / vs - a[k])
+        mc = vc * (ms / vs - b[k])
+        psi = lambda m, v: 0.5 * m * m / v + 0.5 * math.log(v)       # noqa: E731
+        log_z += log_ndtr_ref(mc / math.sqrt(1.0 + vc)) + psi(mc, vc) - psi(ms, vs)
+    mean = mu[:n * C].reshape(C, n).T
+    cov = np.array([[[Sigma[c * n + i, d * n + i] for d in range(C)] for c in range(C)]
+                    for i in range(n)])
+    return mean, cov, float(log_z)
 
 
 # ---------------------------------------------------------------------------

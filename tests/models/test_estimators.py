@@ -16,7 +16,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import fastep
 from fastep import (CensoredGPRegressor, EPGaussianProcessClassifier,
                     EPGaussianProcessRegressor, GWIClassifier, MultiAnnotatorGPClassifier,
-                    OrdinalGPClassifier, SparseGPRegressor)
+                    NestedEPClassifier, OrdinalGPClassifier, SparseGPRegressor)
 from fastep.datasets import simulate_annotators
 from fastep.kernels import RBF
 from fastep.likelihoods import Logistic
@@ -45,7 +45,9 @@ ANNOTATOR_EXPECTED = {
                           EPGaussianProcessRegressor(optimizer=None),
                           EPGaussianProcessRegressor(likelihood="gaussian", max_iter=50),
                           OrdinalGPClassifier(optimizer=None),
-                          OrdinalGPClassifier(max_iter=50)],
+                          OrdinalGPClassifier(max_iter=50),
+                          NestedEPClassifier(optimizer=None),
+                          NestedEPClassifier(max_iter=30, max_iter_optimizer=3)],
                          expected_failed_checks=lambda est: ANNOTATOR_EXPECTED if isinstance(
                              est, MultiAnnotatorGPClassifier) else {})
 def test_sklearn_compatible(estimator, check):
@@ -68,6 +70,7 @@ def data():
         GWIClassifier: (X, np.digitize(f, [-0.5, 0.5])),
         EPGaussianProcessRegressor: (X, f + 0.1 * rng.standard_t(3, size=50)),
         OrdinalGPClassifier: (X, np.digitize(f, [-0.5, 0.5])),
+        NestedEPClassifier: (X, np.digitize(f, [-0.5, 0.5])),
     }
 
 

@@ -13,7 +13,8 @@ import pytest
 import fastep
 from fastep import (CensoredGPRegressor, EPGaussianProcessClassifier,
                     EPGaussianProcessRegressor, GWIClassifier, OrdinalGPClassifier,
-                    MultiAnnotatorGPClassifier, SparseGPRegressor, load_model, save_model)
+                    MultiAnnotatorGPClassifier, NestedEPClassifier, SparseGPRegressor,
+                    load_model, save_model)
 from fastep.datasets import simulate_annotators
 from fastep.kernels import RBF, Matern32, WhiteKernel
 from fastep.likelihoods import Logistic, Tobit
@@ -87,6 +88,9 @@ def _cases():
         ("ordinal/sparse", OrdinalGPClassifier(n_inducing=10, random_state=0), (X, y3), {},
          proba),
         ("gwi", GWIClassifier(n_inducing=20, max_iter=30, random_state=0), (X, y3), {}, proba),
+        ("nested", NestedEPClassifier(max_iter_optimizer=5), (X, y3), {}, proba),
+        ("nested/ard", NestedEPClassifier(RBF(1.0, [0.8, 1.2]), optimizer=None), (X, y2), {},
+         proba),
         ("gwi/no-linear", GWIClassifier(n_inducing=20, max_iter=30, linear_mean=False,
                                         validation_fraction=0.2, random_state=0), (X, y3),
          {}, proba),

@@ -1,0 +1,107 @@
+"""NestedEPClassifier: the estimator around nested EP (the method itself is tested against
+MCMC and dense references in tests/inference/test_nested_ep.py)."""
+import os
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.gaussian_process.kernels import RBF as SklearnRBF
+
+import fastep
+from fastep import NestedEPClassifier
+from fastep.inference import nested_ep as ne
+from fastep.kernels import RBF
+
+
+def _blobs(n=15, seed=0):
+    rng = np.random.default_rng(seed)
+    X = np.vstack([rng.normal(c, 0.6, (n, 2)) for c in ([0, 0], [3, 0], [0, 3])])
+    return X, np.repeat(["a", "b", "c"], n)
+
+
+def test_fit_predicts_normalised_probabilities_and_correlated_latents():
+    X, y = _blobs()
+    clf = NestedEPClassifier().fit(X, y)
+    p = clf.predict_proba(X)
+    assert p.shape == (45, 3) and np.allclose(p.sum(1), 1.0) and np.all(p > 0)
+    assert clf.score(X, y) > 0.9
+    assert list(clf.predict(X[:3])) == list(clf.classes_[p[:3].argmax(1)])
+    mean, cov = clf.predict_latent_cov(X[:5])
+    assert mean.shape == (5, 3) and cov.shape == (5, 3, 3)
+    assert np.all(np.linalg.eigvalsh(cov) > 0)
+    m2, sd = clf.predict_latent(X[:5], return_std=True)
+    np.testing.assert_array_equal(mean, m2)
+    np.testing.assert_allclose(sd ** 2, np.einsum("icc->ic", cov))
+    assert clf.converged_ and clf.likelihood_.n_classes == 3
+
+
+def test_ml_ii_raises_the_evidence_and_ends_where_its_gradient_vanishes():
+    X, y = _blobs(seed=1)
+    start = NestedEPClassifier(optimizer=None, hyperprior=None).fit(X, y)
+    fit = NestedEPClassifier(hyperprior=None, tol=1e-8, max_iter=1000).fit(X, y)
+    assert fit.log_marginal_likelihood_value_ > start.log_marginal_likelihood_value_
+    value, grad = fit.log_marginal_likelihood(fit.kernel_.theta, eval_gradient=True)
+    assert value == pytest.approx(fit.log_marginal_likelihood_value_, rel=1e-7)
+    assert np.max(np.abs(grad)) < 1e-3 * abs(value)
+
+
+def test_a_scikit_learn_kernel_is_fitted_through_the_adapter():
+    X, y = _blobs(seed=4)
+    clf = NestedEPClassifier(SklearnRBF(1.0)).fit(X, y)
+    assert clf.score(X, y) > 0.9
+    assert clf.kernel_.theta[0] != np.log(1.0)                 # ML-II moved it
+
+
+def test_save_and_load_give_the_same_predictions(tmp_path):
+    X, y = _blobs(seed=2)
+    clf = NestedEPClassifier(RBF(1.0, [1.0, 1.5]), max_iter_optimizer=5).fit(X, y)
+    path = os.path.join(tmp_path, "nested.npz")
+    fastep.save_model(clf, path)
+    back = fastep.load_model(path)
+    np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
+    assert back.log_marginal_likelihood_value_ == clf.log_marginal_likelihood_value_
+
+
+def test_unconverged_ep_warns_naming_max_iter():
+    X, y = _blobs(seed=3)
+    with pytest.warns(fastep.ConvergenceWarning, match="max_iter=1"):
+        NestedEPClassifier(optimizer=None, max_iter=1).fit(X, y)
+
+
+def test_bad_inputs_are_value_errors():
+    X, y = _blobs()
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        NestedEPClassifier().fit(X, np.zeros(45))
+    with pytest.raises(ValueError, match="damping"):
+        NestedEPClassifier(damping=0.0).fit(X, y)
+    clf = NestedEPClassifier(optimizer=None).fit(X, y)
+    with pytest.raises(ValueError, match="features"):
+        clf.predict_proba(X[:, :1])
+
+
+def test_a_damaged_model_file_is_refused(tmp_path):
+    X, y = _blobs()
+    clf = NestedEPClassifier(optimizer=None).fit(X, y)
+    path = os.path.join(tmp_path, "m.npz")
+    fastep.save_model(clf, path)
+    with np.load(path) as f:
+        arrays = dict(f)
+    arrays["site_alpha"] = -arrays["site_alpha"] - 1.0
+    bad = os.path.join(tmp_path, "bad.npz")
+    np.savez(bad, **arrays)
+    with pytest.raises(ValueError, match="negative site precisions"):
+        fastep.load_model(bad)
+
+
+def test_evaluations_warm_start_from_the_last_sites():
+    # a warm start at the converged sites is a fixed point: one sweep, the same evidence
+    X, y = _blobs()
+    K = RBF()(X)
+    labels = np.repeat([0, 1, 2], 15)
+    cold = ne.nested_ep(K, labels, 3, tol=1e-9, max_iter=500)
+    warm = ne.nested_ep(K, labels, 3, cold.site_tau, cold.site_nu, tol=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert warm.n_iter <= 2 and warm.converged
+    assert warm.log_marginal_likelihood == pytest.approx(cold.log_marginal_likelihood,
+                                                         rel=1e-9)
