@@ -36,7 +36,10 @@ from scipy.linalg import blas
 
 from .._linalg import blas_threads_for, cholesky_inplace, solve_lower_inplace
 from ..likelihoods import multinomial_probit as mp
-from ._sweep import StepTurn, SweepControl
+from ..exceptions import NotPositiveDefiniteError
+from ._anderson import anderson_for
+from ._sweep import StepTurn, SweepControl, relative_step
+from .ep import ANDERSON, ANDERSON_START
 
 _LOG = logging.getLogger("fastep")
 
@@ -206,23 +209,50 @@ def nested_ep(K, y, n_classes, alpha=None, beta=None, damping=None, tol=1e-6,
     every point's sites by :data:`~fastep.likelihoods.multinomial_probit.INNER_SWEEPS`
     inner-EP sweeps from its current ones (the paper's nested schedule), damped and
     stopped as dense EP is (:class:`~fastep.inference._sweep.SweepControl`: log Z and the
-    largest relative site change below ``tol``; ``damping`` None is adaptive)."""
+    largest relative site change below ``tol``; ``damping`` None is adaptive), and near
+    the fixed point accelerated as parallel dense EP is (Anderson, with the history
+    carried across ML-II's evaluations inside
+    :func:`~fastep.inference._anderson.carry_anderson`)."""
     n, C = K.shape[0], int(n_classes)
     y = np.asarray(y, dtype=np.int64)
     alpha = np.zeros((n, C)) if alpha is None else np.array(alpha, dtype=float)
     beta = np.zeros((n, C)) if beta is None else np.array(beta, dtype=float)
     post = posterior(K, alpha, beta, y)
     log_ev = log_evidence(post, y, alpha, beta)
+    warm = bool(np.any(alpha != 0.0) or np.any(beta != 0.0))
     ctl = SweepControl("nested EP", 1.0 if damping is None else float(damping),
-                       damping is None, tol, max_iter)
+                       damping is None, tol, max_iter, min_sweeps=1 if warm else 2)
     turn = StepTurn()
+    accel = anderson_for(n * C) if ANDERSON else None
     new_a, new_b = np.empty_like(alpha), np.empty_like(beta)
     while not ctl.done(log_ev):
         mp.update_sites(post.mean, post.cov, y, alpha, beta, ctl.damping, mp.INNER_SWEEPS,
                         new_a, new_b)
         change, cosine = turn(np, alpha.ravel(), beta.ravel(), new_a.ravel(), new_b.ravel())
+        used = ctl.damping
         ctl.advance(change, turn=cosine)
+        damped = None
+        if accel is not None and ctl.change >= ANDERSON_START:
+            accel.reset()                      # far from the fixed point: plain steps
+        elif accel is not None:
+            a, b = accel.step(np, alpha.ravel(), beta.ravel(), new_a.ravel(), new_b.ravel(),
+                              used, ctl.damping, np.asarray)
+            a = np.maximum(a, 0.0)             # inner sites of a log-concave factor
+            if np.all(np.isfinite(a)) and np.all(np.isfinite(b)):
+                damped = new_a.copy(), new_b.copy()
+                new_a, new_b = a.reshape(n, C), b.reshape(n, C)
+                ctl.change = max(ctl.change, float(np.max(np.abs(
+                    relative_step(np, alpha.ravel(), beta.ravel(), a, b)))))
+            else:
+                accel.reset()
+        try:
+            post = posterior(K, new_a, new_b, y)
+        except NotPositiveDefiniteError:
+            if damped is None:
+                raise
+            new_a, new_b = damped              # the combined step went too far
+            accel.reset()
+            post = posterior(K, new_a, new_b, y)
         alpha, beta = new_a.copy(), new_b.copy()
-        post = posterior(K, alpha, beta, y)
         log_ev = log_evidence(post, y, alpha, beta)
     return NestedResult(alpha, beta, post, log_ev, ctl.sweeps, ctl.converged)

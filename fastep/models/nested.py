@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from contextlib import ExitStack
 from dataclasses import dataclass
 from numbers import Real
 from typing import Optional
@@ -17,7 +18,7 @@ from ..typing import Array, ArrayLike, ArrayOrStd, HyperpriorLike, KernelLike, \
 from .._checks import class_labels, validate_X, validate_X_y
 from ..backend import resolve
 from ..exceptions import ConvergenceWarning
-from ..inference import nested_ep as nep
+from ..inference import carry_anderson, nested_ep as nep
 from ..kernels import kernel_from_dict
 from ..kernels.distances import reuse_distances
 from ..likelihoods import MultinomialProbit
@@ -71,8 +72,12 @@ class NestedGP:
         return rng.uniform(b[:, 0], b[:, 1])
 
     def reuse(self):
-        """ML-II's evaluations share X's squared distances."""
-        return reuse_distances(self.X, resolve("cpu"))
+        """ML-II's evaluations share X's squared distances and nested EP's Anderson
+        history."""
+        stack = ExitStack()
+        stack.enter_context(reuse_distances(self.X, resolve("cpu")))
+        stack.enter_context(carry_anderson())
+        return stack
 
     def check_memory(self):
         resolve("cpu").check_dense_memory(self.X.shape[0],
