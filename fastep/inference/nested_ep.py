@@ -34,6 +34,7 @@ from scipy.linalg import solve_triangular
 
 from scipy.linalg import blas
 
+from .._numerics import predictive_variance
 from .._linalg import blas_threads_for, cholesky_inplace, solve_lower_inplace
 from ..likelihoods import multinomial_probit as mp
 from ..exceptions import NotPositiveDefiniteError
@@ -186,7 +187,18 @@ def predict_latent(post, Ks, kss):
     t3 = np.einsum("cim,dim->mcd", Z, Z, optimize=True)
     cov = -(t1 - t2 - t3)
     cov[:, np.arange(C), np.arange(C)] += kss[:, None]
-    return mean, 0.5 * (cov + cov.transpose(0, 2, 1))
+    return mean, _resolved(0.5 * (cov + cov.transpose(0, 2, 1)), kss)
+
+
+def _resolved(cov, kss):
+    """The predictive covariances with eigenvalues that rounding left below the
+    resolution of ``prior - explained`` raised to it
+    (:func:`fastep._numerics.predictive_variance`'s rule and warning, per eigenvalue)."""
+    w, U = np.linalg.eigh(cov)
+    fixed = predictive_variance(kss[:, None], w)
+    if np.array_equal(fixed, w):
+        return cov
+    return np.einsum("mij,mj,mkj->mik", U, fixed, U)
 
 
 @dataclass

@@ -31,6 +31,7 @@ import numbers
 
 import numpy as np
 from numba import prange
+from numpy.typing import ArrayLike
 
 from .._jit import jit, pjit
 from .._numerics import log_phi, mills, mills_shift
@@ -77,10 +78,10 @@ class MultinomialProbit:
     def __repr__(self) -> str:
         return f"MultinomialProbit(n_classes={self.n_classes})"
 
-    def clone_with_theta(self, theta) -> "MultinomialProbit":
+    def clone_with_theta(self, theta: ArrayLike) -> "MultinomialProbit":
         return MultinomialProbit(self.n_classes)
 
-    def log_prob(self, y, f, n_nodes: int = 64):
+    def log_prob(self, y: ArrayLike, f: ArrayLike, n_nodes: int = 64) -> np.ndarray:
         """log p(y | f) for labels ``y`` (n,) in 0..C-1 and latent values ``f`` (n, C), by
         Gauss-Hermite quadrature over u with ``n_nodes`` nodes."""
         from .._numerics import gauss_hermite
@@ -94,7 +95,7 @@ class MultinomialProbit:
         terms[np.arange(f.shape[0]), :, y] = 0.0
         return np.log(np.maximum(np.exp(terms.sum(2)) @ weights, 1e-300))
 
-    def predict_proba(self, mean, cov):
+    def predict_proba(self, mean: ArrayLike, cov: ArrayLike) -> np.ndarray:
         """``p(y = c) = int N(f | mean, cov) p(y = c | f) df`` for every row: ``mean`` (m, C),
         ``cov`` (m, C, C); by inner EP to convergence (the normaliser's EP estimate, as the
         paper does), rows renormalised to sum to one."""
