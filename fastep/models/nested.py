@@ -132,7 +132,8 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         Step of the parallel outer updates in the inner sites' natural parameters; None is
         adaptive (full steps, shrunk by 0.7 when the sites' change grows).
     tol : float, default=1e-6
-        EP stops when no inner site moved by more than this (relative to 1 + |site|).
+        EP stops when no inner site moved by more than this (relative to 1 + abs(site))
+        and log Z by less than this (relative).
     max_iter : int, default=200
         Most outer EP sweeps.
     hyperprior : "auto", dict or None, default="auto"
