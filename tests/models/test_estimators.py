@@ -46,8 +46,7 @@ ANNOTATOR_EXPECTED = {
                           EPGaussianProcessRegressor(likelihood="gaussian", max_iter=50),
                           OrdinalGPClassifier(optimizer=None),
                           OrdinalGPClassifier(max_iter=50),
-                          NestedEPClassifier(optimizer=None),
-                          NestedEPClassifier(max_iter=30, max_iter_optimizer=3)],
+                          NestedEPClassifier(optimizer=None)],
                          expected_failed_checks=lambda est: ANNOTATOR_EXPECTED if isinstance(
                              est, MultiAnnotatorGPClassifier) else {})
 def test_sklearn_compatible(estimator, check):
