@@ -29,3 +29,23 @@ def in_process_dask():
         return
     with dask.config.set(scheduler="sync"):
         yield
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run tests/backend/test_cuda.py's tests last, and in a plain (not pytest-xdist)
+    session start its GPU checks' subprocess (1-2 minutes under the simulator) as soon as
+    the tests are collected, so that it runs beside the other tests instead of holding up
+    its own.  Under xdist the other worker goes on meanwhile anyway."""
+    cuda = [item for item in items if hasattr(getattr(item, "module", None), "start_early")]
+    if not cuda:
+        return
+    items[:] = [item for item in items if item not in cuda] + cuda
+    if not hasattr(config, "workerinput"):
+        cuda[0].module.start_early()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import sys
+    for name, module in list(sys.modules.items()):
+        if name.endswith("test_cuda") and hasattr(module, "stop_early"):
+            module.stop_early()

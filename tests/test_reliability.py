@@ -446,42 +446,45 @@ def test_predictions_from_four_threads_equal_serial_ones(name):
     serial = [_predictions(est, Xt) for Xt in inputs]
     with ThreadPoolExecutor(4) as pool:
         parallel = list(pool.map(lambda Xt: _predictions(est, Xt), inputs))
+    # Equal to rounding: BLAS may split a product differently while other threads hold
+    # its pool (measured: 1 ulp in 2 of 548 probabilities with the test suite running on
+    # the other core); shared state overwritten by another thread differs in the leading
+    # digits.
     for s, p in zip(serial, parallel):
         for a, b in zip(s, p):
-            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-300)
 
 
 # ----------------------------------------------------------------------------------------
 # nothing lost on a crash
 # ----------------------------------------------------------------------------------------
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork (POSIX)")
 def test_sigkill_while_saving_never_leaves_a_broken_model(tmp_path):
     """A process saving models over one path in a loop, killed at random moments: the
-    file always loads as the old or the new model."""
+    file always loads as the old or the new model.  (The savers are forks of this process,
+    which spares each the 3 s import of fastep and scikit-learn.)"""
     X, f, _ = _data(60)
     path = tmp_path / "model.npz"
     old = EPGaussianProcessClassifier(optimizer=None).fit(X, f > 0)
     save_model(old, path)
-    saver = textwrap.dedent(f"""
-        import numpy as np, fastep
-        rng = np.random.default_rng(0)
-        X = rng.normal(size=(20000, 2)); y = X[:, 0] > 0
-        est = fastep.EPGaussianProcessClassifier(n_inducing=30, optimizer=None,
-                                                 random_state=0).fit(X, y)
-        print("ready", flush=True)
-        while True:
-            fastep.save_model(est, {str(path)!r})
-    """)
-    new_p = None
     rng = np.random.default_rng(0)
+    Xb = rng.normal(size=(20000, 2))                  # a model that takes a while to write
+    big = EPGaussianProcessClassifier(n_inducing=30, optimizer=None, random_state=0).fit(
+        Xb, Xb[:, 0] > 0)
+    new_p = None
     kills = 0
     for _ in range(12):
-        proc = subprocess.Popen([sys.executable, "-c", saver], stdout=subprocess.PIPE,
-                                cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-        assert proc.stdout.readline().strip() == b"ready"
+        pid = os.fork()
+        if pid == 0:                                  # the saver: never returns
+            try:
+                while True:
+                    save_model(big, path)
+            finally:
+                os._exit(1)
         time.sleep(float(rng.uniform(0.0, 0.3)))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        kills += proc.returncode == -signal.SIGKILL
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        kills += os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
         est = load_model(path)                        # never a half-written file
         p = est.predict_proba(X)
         if est.n_inducing is None:

@@ -15,8 +15,10 @@ fitted estimators) the error is relative to the largest magnitude of the quantit
 sum in other orders through every sweep, 1e-10.
 """
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -44,13 +46,47 @@ def _gpu_usable_here():
         return False
 
 
-def _run_checks(tmp, extra_env):
+def _start_checks(tmp, extra_env):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(ROOT), str(HELPERS), os.environ.get("PYTHONPATH", "")]), **extra_env)
-    out = tmp / "cuda_checks.npz"
-    proc = subprocess.run([sys.executable, str(HELPERS / "cuda_checks.py"), str(out)], env=env,
-                          capture_output=True, text=True, timeout=600)
+    out = Path(tmp) / "cuda_checks.npz"
+    proc = subprocess.Popen([sys.executable, str(HELPERS / "cuda_checks.py"), str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, out
+
+
+#: The checks' subprocess, started when the tests are collected (:func:`start_early`, from
+#: tests/conftest.py) so that it runs beside the tests before this module's (it takes
+#: 1-2 minutes under the simulator); (mode, process, output path) or None.
+_EARLY = {}
+
+
+def _mode():
+    return "gpu" if _gpu_usable_here() else "simulator"
+
+
+def _env_for(mode):
+    return {} if mode == "gpu" else {"NUMBA_ENABLE_CUDASIM": "1"}
+
+
+def start_early():
+    """Start the GPU checks now (at collection) unless a saved run is named."""
+    if os.environ.get("FASTEP_CUDA_CHECKS") or _EARLY:
+        return
+    mode = _mode()
+    tmp = tempfile.mkdtemp(prefix="fastep-cuda-checks-")
+    _EARLY.update(mode=mode, tmp=tmp, run=_start_checks(tmp, _env_for(mode)))
+
+
+def stop_early():
+    """Kill the early run if it is still going (a session that never needed it)."""
+    if _EARLY:
+        proc = _EARLY["run"][0]
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+        shutil.rmtree(_EARLY["tmp"], ignore_errors=True)
+        _EARLY.clear()
 
 
 class _Saved(dict):
@@ -72,9 +108,16 @@ def gpu(tmp_path_factory):
         data = _Saved(np.load(saved))
         data["meta/mode"] = "simulator" if bool(data["meta/simulator"][0]) else "gpu"
         return data
-    tmp = tmp_path_factory.mktemp("cuda")
-    mode = "gpu" if _gpu_usable_here() else "simulator"
-    proc, out = _run_checks(tmp, {} if mode == "gpu" else {"NUMBA_ENABLE_CUDASIM": "1"})
+    if _EARLY:
+        mode, (proc, out) = _EARLY["mode"], _EARLY["run"]
+    else:
+        mode = _mode()
+        proc, out = _start_checks(tmp_path_factory.mktemp("cuda"), _env_for(mode))
+    try:
+        stdout, stderr = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
     if proc.returncode != 0:
         probe = subprocess.run([sys.executable, "-c", "from numba import cuda; "
                                 "assert cuda.is_available()"], capture_output=True,
@@ -82,7 +125,7 @@ def gpu(tmp_path_factory):
         if probe.returncode != 0:
             pytest.skip("neither a CUDA GPU nor Numba's CUDA simulator is usable here: "
                         + (probe.stderr.decode().strip().splitlines() or ["?"])[-1])
-        raise AssertionError(f"GPU checks failed ({mode}):\n{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(f"GPU checks failed ({mode}):\n{stdout}\n{stderr}")
     data = dict(np.load(out))
     data["meta/mode"] = mode
     return data
