@@ -39,7 +39,8 @@ all with their defaults: fit seconds (ML-II included), held-out log loss and acc
 Sweep cost (``--sections sweep``): one parallel EP sweep at n = 4,000 (dense, RBF Gram,
 sites near their fixed point) with each new likelihood, against a probit sweep timed in the
 same run (median of 5): the ratio the issue bounds by 1.5; and one nested-EP sweep with
-the multinomial probit for C = 3 classes at the same n against C probit sweeps.
+the multinomial probit for C = 3 classes at the same n against C probit sweeps, dense and
+sparse (200 inducing inputs shared by the classes).
 
 Run ``python scripts/breadth2_experiment.py`` (about 5 minutes on 2 cores).
 """
@@ -57,6 +58,8 @@ from fastep.kernels import RBF
 from fastep.likelihoods import (LogLogistic, LogNormal, Probit, Weibull,
                                 ZeroInflatedNegativeBinomial, ZeroInflatedPoisson)
 
+#: Inducing inputs of the sparse nested-EP rows (multiclass tables above twice this size).
+SPARSE_NESTED_M = 200
 COUNT_LIKELIHOODS = ("poisson", "negative_binomial", "zero_inflated_poisson",
                      "zero_inflated_negative_binomial")
 
@@ -151,7 +154,8 @@ def sweep(n=4000, repeats=5):
     rng = np.random.default_rng(3)
     X = rng.normal(size=(n, 3))
     f = np.sin(X[:, 0]) + 0.5 * X[:, 1]
-    K = RBF(1.0, 1.5)(X)
+    kern = RBF(1.0, 1.5)
+    K = kern(X)
     K[np.diag_indices(n)] += 1e-6
     counts = (rng.poisson(np.exp(f)) * (rng.random(n) >= 0.3)).astype(float)
     cases = [("probit", Probit(), np.where(f + rng.normal(size=n) > 0, 1.0, -1.0)),
@@ -187,6 +191,16 @@ def sweep(n=4000, repeats=5):
     t = float(np.median(times))
     print(f"| multinomial probit, nested EP, C = {C} | {t:.3f} | {t / base:.2f} "
           f"({t / (C * base):.2f} x C probit sweeps) |")
+    from scipy.linalg import solve_triangular
+    from fastep.inference.inducing import cholesky_uu, init_inducing
+    Z = init_inducing(X, SPARSE_NESTED_M, 0)
+    Phi = solve_triangular(cholesky_uu(kern(Z)), kern(Z, X), lower=True).T
+    warm = nested_ep(Phi, labels, C, max_iter=5, sparse=True)
+    times = [_timed(lambda: nested_ep(Phi, labels, C, warm.site_tau, warm.site_nu,
+                                      max_iter=1, sparse=True))[1] for _ in range(repeats)]
+    t = float(np.median(times))
+    print(f"| multinomial probit, sparse nested EP, C = {C}, m = {SPARSE_NESTED_M} | {t:.3f} | "
+          f"{t / base:.2f} ({t / (C * base):.2f} x C probit sweeps) |")
 
 
 def multiclass():
@@ -202,13 +216,19 @@ def multiclass():
         X, Xt, y, yt = train_test_split(X, y, test_size=0.3, stratify=y, random_state=0)
         scale = StandardScaler().fit(X)
         X, Xt = scale.transform(X), scale.transform(Xt)
-        for model in (fastep.NestedEPClassifier(), fastep.EPGaussianProcessClassifier(),
-                      fastep.GWIClassifier(random_state=0)):
+        models = [fastep.NestedEPClassifier(), fastep.EPGaussianProcessClassifier(),
+                  fastep.GWIClassifier(random_state=0)]
+        if X.shape[0] > 2 * SPARSE_NESTED_M:
+            models.insert(1, fastep.NestedEPClassifier(n_inducing=SPARSE_NESTED_M,
+                                                       random_state=0))
+        for model in models:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 _, s = _timed(lambda: model.fit(X, y))
             p = model.predict_proba(Xt)
-            print(f"| {name} | {type(model).__name__} | {s:.1f} | {log_loss(yt, p):.4f} | "
+            label = type(model).__name__ + (f" (n_inducing={model.n_inducing})"
+                                            if getattr(model, "n_inducing", None) else "")
+            print(f"| {name} | {label} | {s:.1f} | {log_loss(yt, p):.4f} | "
                   f"{accuracy_score(yt, model.classes_[p.argmax(1)]):.3f} |", flush=True)
 
 

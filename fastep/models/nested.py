@@ -9,6 +9,7 @@ from numbers import Real
 from typing import Optional
 
 import numpy as np
+from scipy.linalg import solve_triangular
 from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
@@ -18,6 +19,8 @@ from ..typing import Array, ArrayLike, ArrayOrStd, HyperpriorLike, KernelLike, \
 from .._checks import class_labels, validate_X, validate_X_y
 from ..backend import resolve
 from ..inference import carry_anderson, nested_ep as nep
+from ..inference.collapsed import SparseGradient, kernel_gradient
+from ..inference.inducing import check_inducing, cholesky_uu, uu_from_whitened
 from ..kernels import kernel_from_dict
 from ..kernels.distances import reuse_distances
 from ..likelihoods import MultinomialProbit
@@ -46,6 +49,7 @@ class NestedGP:
     damping: Optional[float]
     tol: float
     max_iter: int
+    Z: Optional[np.ndarray] = None      # inducing inputs shared by the classes (sparse)
 
     @property
     def theta(self):
@@ -78,29 +82,78 @@ class NestedGP:
         stack.enter_context(carry_anderson())
         return stack
 
-    def check_memory(self):
-        resolve("cpu").check_dense_memory(self.X.shape[0],
-                                          _PER_CLASS * self.n_classes + _BESIDES)
+    @property
+    def sparse(self):
+        return self.Z is not None
 
-    def run(self, sites=None, tol=None):
+    def check_memory(self):
+        if self.sparse:                 # Lambda, its factor and inverse (C m)^2 each
+            resolve("cpu").check_dense_memory(self.n_classes * self.Z.shape[0], 3)
+        else:
+            resolve("cpu").check_dense_memory(self.X.shape[0],
+                                              _PER_CLASS * self.n_classes + _BESIDES)
+
+    def _uu(self):
+        """``L_uu`` (the jittered Cholesky factor of K(Z, Z)), sparse problems only."""
+        return cholesky_uu(self.kernel(self.Z))
+
+    def _features(self, L_uu, X):
+        """``V = L_uu^-1 K(Z, X)`` (m, k): the features ``Phi = V^T`` of the inputs X."""
+        return solve_triangular(L_uu, self.kernel(self.Z, X), lower=True, check_finite=False)
+
+    def _prior(self):
+        """What nested EP runs on: the Gram matrix, or (sparse) ``(Phi, L_uu, V)``."""
+        if not self.sparse:
+            return self.kernel(self.X), None, None
+        L_uu = self._uu()
+        V = self._features(L_uu, self.X)
+        return np.ascontiguousarray(V.T), L_uu, V
+
+    def run(self, sites=None, tol=None, prior=None):
         """Nested EP at the current kernel, warm-started from ``sites = (alpha, beta)``."""
         alpha, beta = sites if sites is not None else (None, None)
-        return nep.nested_ep(self.kernel(self.X), self.y, self.n_classes, alpha, beta,
-                             self.damping, self.tol if tol is None else tol, self.max_iter)
+        K = (prior or self._prior())[0]
+        return nep.nested_ep(K, self.y, self.n_classes, alpha, beta, self.damping,
+                             self.tol if tol is None else tol, self.max_iter, self.sparse)
 
     def evidence(self, sites=None, tol=None):
         """``(log Z, d log Z / d theta, result)``, EP run to ``tol`` (None, or anything
-        tighter than the problem's own: that one)."""
+        tighter than the problem's own: that one).  Sparse: ``d log Z / d Phi`` chained
+        through ``Phi = K_fu L_uu^-T`` (:func:`~fastep.inference.inducing.uu_from_whitened`)
+        with Z held fixed."""
         self.check_memory()
-        result = self.run(sites, None if tol is None else max(tol, self.tol))
-        grad = self.kernel.gradient_contract(self.X, nep.gradient_weights(result.posterior))
+        prior = self._prior()
+        result = self.run(sites, None if tol is None else max(tol, self.tol), prior)
+        if not self.sparse:
+            grad = self.kernel.gradient_contract(self.X, nep.gradient_weights(result.posterior))
+            return result.log_marginal_likelihood, grad, result
+        Phi, L_uu, V = prior
+        G_V = np.ascontiguousarray(nep.sparse_feature_gradient(result.posterior, Phi).T)
+        g = SparseGradient(K_uu=uu_from_whitened(G_V @ V.T, L_uu),
+                           K_uf=solve_triangular(L_uu, G_V, lower=True, trans="T",
+                                                 check_finite=False),
+                           kff_diag=np.zeros(self.X.shape[0]), noise_variance=0.0)
+        grad = kernel_gradient(self.kernel, self.Z, self.X, g)[0]
         return result.log_marginal_likelihood, grad, result
+
+    def posterior(self, alpha, beta):
+        """The posterior at given inner sites (a loaded model's)."""
+        K = self._prior()[0]
+        return (nep.sparse_posterior if self.sparse else nep.posterior)(K, alpha, beta, self.y)
 
     def latent(self, result, X):
         """Predictive mean (m, C) and covariance (m, C, C) of the latent functions at X."""
-        parts = [nep.predict_latent(result.posterior, self.kernel(self.X, X[i:i + _PREDICT_BLOCK]),
-                                    self.kernel.diag(X[i:i + _PREDICT_BLOCK]))
-                 for i in range(0, X.shape[0], _PREDICT_BLOCK)]
+        L_uu = self._uu() if self.sparse else None
+        parts = []
+        for i in range(0, X.shape[0], _PREDICT_BLOCK):
+            Xb = X[i:i + _PREDICT_BLOCK]
+            if self.sparse:
+                parts.append(nep.sparse_predict_latent(
+                    result.posterior, np.ascontiguousarray(self._features(L_uu, Xb).T),
+                    self.kernel.diag(Xb)))
+            else:
+                parts.append(nep.predict_latent(result.posterior, self.kernel(self.X, Xb),
+                                                self.kernel.diag(Xb)))
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
@@ -112,9 +165,10 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
     ``p(y = c | f) = P(c = argmax_j (f_j + e_j))``, ``e ~ N(0, I)``.  Unlike one-vs-rest
     (:class:`EPGaussianProcessClassifier`), the classes share one joint posterior, whose
     evidence is maximised over the kernel (MAP-II with ``hyperprior``); the probabilities
-    need no renormalising.  Each EP sweep costs about 4 C n^3 flops (C + 1 Cholesky
-    factorisations of size n and their solves): for many classes and thousands of points,
-    one-vs-rest EP or :class:`GWIClassifier` are faster.  Dense, on the CPU.
+    need no renormalising.  Dense, each EP sweep costs about 4 C n^3 flops (C + 1 Cholesky
+    factorisations of size n and their solves); with ``n_inducing`` the C latent
+    functions share m inducing inputs (projected-process prior ``K_fu K_uu^-1 K_uf``) and a
+    sweep costs O(C^2 n m^2 + C^3 m^3), linear in n.  On the CPU.
 
     Parameters
     ----------
@@ -137,8 +191,13 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         Most outer EP sweeps.
     hyperprior : "auto", dict or None, default="auto"
         MAP-II priors on the log kernel parameters (:mod:`fastep.priors`).
+    n_inducing : int, optional
+        Sparse nested EP with this many inducing inputs, shared by the classes (k-means++
+        on X, then fixed); None is dense.
+    inducing_points : (m, n_features) array, optional
+        The inducing inputs themselves (implies sparse; overrides ``n_inducing``).
     random_state : int, RandomState, Generator or None, default=None
-        For restarts.
+        For restarts and the k-means++ choice of inducing inputs.
 
     Attributes
     ----------
@@ -150,6 +209,8 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
     result_ : fastep.inference.nested_ep.NestedResult
         Sites (``site_tau``: inner precisions, ``site_nu``: inner shifts, (n, C)) and the
         posterior.
+    inducing_points_ : (m, n_features) ndarray
+        The inducing inputs (sparse only).
     n_iter_ : int
     converged_ : bool
     n_features_in_ : int
@@ -174,14 +235,15 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
 
     _parameter_constraints = shared(
         "kernel", "optimizer", "n_restarts_optimizer", "max_iter_optimizer", "tol_optimizer",
-        "damping", "max_iter", "random_state", "hyperprior",
-        tol=[Interval(Real, 0, None, closed="neither")])
+        "damping", "max_iter", "random_state", "hyperprior", "n_inducing",
+        "inducing_points", tol=[Interval(Real, 0, None, closed="neither")])
 
     def __init__(self, kernel: Optional[KernelLike] = None, *,
                  optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
                  max_iter_optimizer: int = 200, tol_optimizer: float = 1e-6,
                  damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 200,
-                 hyperprior: HyperpriorLike = "auto",
+                 hyperprior: HyperpriorLike = "auto", n_inducing: Optional[int] = None,
+                 inducing_points: Optional[ArrayLike] = None,
                  random_state: RandomStateLike = None) -> None:
         self.kernel = kernel
         self.optimizer = optimizer
@@ -192,11 +254,13 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         self.tol = tol
         self.max_iter = max_iter
         self.hyperprior = hyperprior
+        self.n_inducing = n_inducing
+        self.inducing_points = inducing_points
         self.random_state = random_state
 
-    def _problem(self, X, y, kernel, n_classes):
+    def _problem(self, X, y, kernel, n_classes, Z=None):
         return NestedGP(np.ascontiguousarray(X), np.asarray(y, dtype=np.int64), kernel,
-                        int(n_classes), self.damping, float(self.tol), int(self.max_iter))
+                        int(n_classes), self.damping, float(self.tol), int(self.max_iter), Z)
 
     @fit_entry
     def fit(self, X: ArrayLike, y: ArrayLike) -> NestedEPClassifier:
@@ -217,7 +281,11 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         if classes.size < 2:
             raise ValueError(f"NestedEPClassifier requires at least 2 classes in y; got only "
                              f"one class: {classes[0]!r}.")
-        problem = self._problem(X, labels, fresh_kernel(self.kernel), classes.size)
+        rng = as_generator(self.random_state)
+        Z = None
+        if self.n_inducing is not None or self.inducing_points is not None:
+            Z = check_inducing(X, self.n_inducing, self.inducing_points, rng)
+        problem = self._problem(X, labels, fresh_kernel(self.kernel), classes.size, Z)
         problem.check_memory()
         owner = type(self).__name__
         prior = hyperprior_terms(self.hyperprior, problem.theta_names, problem.theta.size,
@@ -226,9 +294,8 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         if self.optimizer is not None and problem.theta.size:
             with problem.reuse():
                 problem, sites = maximize_evidence(
-                    problem, self.optimizer, self.n_restarts_optimizer,
-                    as_generator(self.random_state), None, owner, self.max_iter_optimizer,
-                    self.tol_optimizer, prior)
+                    problem, self.optimizer, self.n_restarts_optimizer, rng, None, owner,
+                    self.max_iter_optimizer, self.tol_optimizer, prior)
         result = problem.run(sites)             # warns if it did not converge
         self._set_fitted(classes, problem, result)
         return self
@@ -237,7 +304,7 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         self.classes_ = classes
         self._problem_ = problem
         self.result_ = result
-        self._set_model(problem.kernel, problem.likelihood, None,
+        self._set_model(problem.kernel, problem.likelihood, problem.Z,
                         result.log_marginal_likelihood, result.n_iter, result.converged)
 
     def _evidence_problems(self):
@@ -250,7 +317,9 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         arrays = {"X": p.X, "classes": np.asarray(self.classes_), "labels": p.y,
                   "site_alpha": r.site_tau, "site_beta": r.site_nu}
         meta = {"kernel": p.kernel.to_dict(), "n_iter": int(r.n_iter),
-                "converged": bool(r.converged)}
+                "converged": bool(r.converged), "sparse": p.sparse}
+        if p.sparse:
+            arrays["Z"] = p.Z
         return meta, arrays
 
     def _load_state(self, reader):
@@ -265,9 +334,15 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         beta = reader.array("site_beta", (n, C))
         if np.any(alpha < 0):
             raise ValueError("the array 'site_alpha' holds negative site precisions")
-        problem = self._problem(X, labels, kernel_from_dict(reader.value("kernel", dict)), C)
+        Z = None
+        if reader.value("sparse", bool):
+            Z = reader.array("Z", (None, X.shape[1]))
+            if not 1 <= Z.shape[0] <= n:
+                raise ValueError(f"the array 'Z' must hold between 1 and {n} inducing inputs")
+        problem = self._problem(X, labels, kernel_from_dict(reader.value("kernel", dict)), C,
+                                Z)
         problem.check_memory()
-        post = nep.posterior(problem.kernel(X), alpha, beta, problem.y)
+        post = problem.posterior(alpha, beta)
         result = nep.NestedResult(alpha, beta, post,
                                   nep.log_evidence(post, problem.y, alpha, beta),
                                   reader.value("n_iter", int), reader.value("converged", bool))

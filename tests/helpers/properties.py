@@ -737,8 +737,9 @@ def prop_gwi(data):
 
 
 def prop_nested(data):
-    """``NestedEPClassifier``: 2 to 4 classes (some with one example), ML-II on the
-    smallest, every prediction method, the evidence."""
+    """``NestedEPClassifier``: 2 to 4 classes (some with one example), dense or with
+    shared inducing inputs (any count, valid or not), ML-II on the smallest, every
+    prediction method, the evidence."""
     n = data.draw(st.integers(1, 20), label="n")
     d = data.draw(st.integers(1, 2))
     X = inputs(data, n, d)
@@ -746,7 +747,9 @@ def prop_nested(data):
     est = fastep.NestedEPClassifier(
         kernel(data, d), optimizer=_optimizer(data, n),
         damping=data.draw(st.sampled_from([None, 1.0, 0.5])),
-        max_iter=data.draw(st.integers(1, 50)))
+        max_iter=data.draw(st.integers(1, 50)),
+        n_inducing=data.draw(st.one_of(st.none(), st.integers(0, 25))),
+        random_state=0)
     if call(est.fit, present(data, X), present(data, y)) is None:
         return
     _predict_checks(est, present(data, inputs(data, data.draw(st.integers(1, 8)), d,
@@ -778,6 +781,9 @@ def _saved_models(folder):
             "gwi": fastep.GWIClassifier(n_inducing=8, max_iter=5, random_state=0).fit(
                 X, np.digitize(X[:, 0], [-0.5, 0.5])),
             "nested": fastep.NestedEPClassifier(optimizer=None).fit(
+                X, np.digitize(X[:, 0], [-0.5, 0.5])),
+            "nested_sparse": fastep.NestedEPClassifier(optimizer=None, n_inducing=5,
+                                                       random_state=0).fit(
                 X, np.digitize(X[:, 0], [-0.5, 0.5])),
         }
         for name, est in fits.items():

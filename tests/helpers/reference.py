@@ -518,28 +518,41 @@ def svgp_moments_dense(k_diag, K_xz, K_zz, delta, a, L):
 # ---------------------------------------------------------------------------
 # Multinomial probit EP in the augmented space
 # ---------------------------------------------------------------------------
-def nested_ep_augmented(K, y, alpha, beta):
+def nested_ep_augmented(K, y, alpha, beta, Phi=None, Phi_test=None):
     """The Gaussian approximation of the multinomial probit GP given scalar sites, built
     in the augmented space g = (f_1..f_C stacked class by class, u_1..u_n) with the prior
     N(0, blockdiag(K, ..., K, I_n)) and, for every point i and class j != y_i, a site
     exp(-alpha_ij s^2 / 2 + beta_ij s) on s = f_i,y - f_i,j + u_i (Riihimaki et al. 2013).
 
+    With ``Phi`` (n, m) the latent functions are f_c = Phi v_c and g = (v_1..v_C, u) with
+    the prior N(0, I) (the weight-space form of K = Phi Phi^T, for inducing points; K is
+    then ignored); ``Phi_test`` (k, m) adds the predictive mean (k, C) and covariance
+    (k, C, C) of Phi_test v to the return value.
+
     Returns (mean of f (n, C), covariance blocks of f_i (n, C, C), EP log evidence
     log int p0 prod t~ + sum [log Phi(m_/sqrt(1+v_)) + Psi(cavity) - Psi(marginal)])."""
     n, C = alpha.shape
-    N = n * C + n
+    if Phi is None:
+        load, prior_f = np.eye(n), np.kron(np.eye(C), K)
+    else:
+        load, prior_f = Phi, np.eye(C * Phi.shape[1])
+    r = load.shape[1]                   # latent coordinates per class
+    A = np.zeros((n * C + n, r * C + n))
+    A[:n * C, :r * C] = np.kron(np.eye(C), load)      # f (and u) from the state g
+    A[n * C:, r * C:] = np.eye(n)
+    N = r * C + n
     prior = np.zeros((N, N))
-    prior[:n * C, :n * C] = np.kron(np.eye(C), K)
-    prior[n * C:, n * C:] = np.eye(n)
+    prior[:r * C, :r * C] = prior_f
+    prior[r * C:, r * C:] = np.eye(n)
     W, a, b = [], [], []
     for i in range(n):
         for j in range(C):
             if j != y[i]:
-                w = np.zeros(N)
+                w = np.zeros(n * C + n)
                 w[y[i] * n + i] += 1.0
                 w[j * n + i] -= 1.0
                 w[n * C + i] += 1.0
-                W.append(w)
+                W.append(A.T @ w)
                 a.append(alpha[i, j])
                 b.append(beta[i, j])
     W, a, b = np.array(W).T, np.array(a), np.array(b)
@@ -554,10 +567,18 @@ def nested_ep_augmented(K, y, alpha, beta):
         mc = vc * (ms / vs - b[k])
         psi = lambda m, v: 0.5 * m * m / v + 0.5 * math.log(v)       # noqa: E731
         log_z += log_ndtr_ref(mc / math.sqrt(1.0 + vc)) + psi(mc, vc) - psi(ms, vs)
-    mean = mu[:n * C].reshape(C, n).T
-    cov = np.array([[[Sigma[c * n + i, d * n + i] for d in range(C)] for c in range(C)]
+    f_mu, f_cov = A @ mu, A @ Sigma @ A.T
+    mean = f_mu[:n * C].reshape(C, n).T
+    cov = np.array([[[f_cov[c * n + i, d * n + i] for d in range(C)] for c in range(C)]
                     for i in range(n)])
-    return mean, cov, float(log_z)
+    if Phi_test is None:
+        return mean, cov, float(log_z)
+    At = np.kron(np.eye(C), Phi_test)
+    k = Phi_test.shape[0]
+    t_mu, t_cov = At @ mu[:r * C], At @ Sigma[:r * C, :r * C] @ At.T
+    t_cov = np.array([[[t_cov[c * k + i, d * k + i] for d in range(C)] for c in range(C)]
+                      for i in range(k)])
+    return mean, cov, float(log_z), t_mu.reshape(C, k).T, t_cov
 
 
 # ---------------------------------------------------------------------------

@@ -132,6 +132,59 @@ def test_evidence_gradient_matches_finite_differences(ard):
 
 
 # ---------------------------------------------------------------------------------------
+# Sparse: the classes share inducing inputs, f_c = Phi v_c
+# ---------------------------------------------------------------------------------------
+def test_sparse_posterior_evidence_and_predictive_match_the_weight_space_model():
+    X, y, alpha, beta = _small(3, n=14)
+    rng = np.random.default_rng(4)
+    Phi, Phi_t = rng.normal(size=(14, 5)), rng.normal(size=(4, 5))
+    post = ne.sparse_posterior(Phi, alpha, beta, y)
+    mean, cov, log_z, t_mean, t_cov = nested_ep_augmented(None, y, alpha, beta, Phi, Phi_t)
+    np.testing.assert_allclose(post.mean, mean, atol=1e-10)
+    np.testing.assert_allclose(post.cov, cov, atol=1e-10)
+    assert ne.log_evidence(post, y, alpha, beta) == pytest.approx(log_z, rel=1e-10)
+    off = rng.uniform(0.1, 1.0, 4)              # prior variance off the inducing subspace
+    p_mean, p_cov = ne.sparse_predict_latent(post, Phi_t, (Phi_t ** 2).sum(1) + off)
+    np.testing.assert_allclose(p_mean, t_mean, atol=1e-10)
+    np.testing.assert_allclose(p_cov, t_cov + off[:, None, None] * np.eye(3), atol=1e-10)
+    # d log Z / d Phi = 2 W Phi, W the dense gradient weights of K = Phi Phi^T
+    W = ne.gradient_weights(ne.posterior(Phi @ Phi.T, alpha, beta, y))
+    np.testing.assert_allclose(ne.sparse_feature_gradient(post, Phi), 2.0 * W @ Phi,
+                               atol=1e-10)
+
+
+def _nested_problem(X, y, kernel, Z=None, tol=1e-12):
+    from fastep.models.nested import NestedGP
+    return NestedGP(X, y, kernel, 3, None, tol, 2000, Z)
+
+
+def test_sparse_evidence_gradient_matches_finite_differences():
+    X, y, _, _ = _small(5, n=20)
+    problem = _nested_problem(X, y, RBF(variance=2.0, lengthscale=[0.8, 1.3]), X[:6] + 0.1)
+    log_z, grad, res = problem.evidence()
+    assert res.converged
+    assert_grad(grad, fd_grad(lambda t: problem.with_theta(t).evidence()[0], problem.theta,
+                              1e-4), rtol=1e-5)
+    # the converged evidence is the weight-space model's at the same sites
+    V = problem._features(problem._uu(), X)
+    ref = nested_ep_augmented(None, y, res.site_tau, res.site_nu, V.T)[2]
+    assert log_z == pytest.approx(ref, rel=1e-10)
+
+
+def test_sparse_with_every_input_inducing_is_dense_nested_ep():
+    X, y, _, _ = _small(6, n=16)
+    k = RBF(variance=1.5, lengthscale=0.9)
+    dense, sparse = _nested_problem(X, y, k), _nested_problem(X, y, k, X.copy())
+    (lz_d, g_d, r_d), (lz_s, g_s, r_s) = dense.evidence(), sparse.evidence()
+    # K_uu's jitter (1e-8 of its mean diagonal) is the only difference
+    assert lz_s == pytest.approx(lz_d, rel=1e-7)
+    np.testing.assert_allclose(g_s, g_d, rtol=1e-6)
+    Xs = np.random.default_rng(7).normal(size=(5, 2))
+    for a, b in zip(dense.latent(r_d, Xs), sparse.latent(r_s, Xs)):
+        np.testing.assert_allclose(b, a, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
 # Gibbs sampling with data augmentation: the truth of the n = 60, C = 3 problem
 # ---------------------------------------------------------------------------------------
 def gibbs_multinomial_probit(K, y, C, n_chains, n_iter, burn, seed, Ks, kss):

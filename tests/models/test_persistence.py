@@ -91,6 +91,8 @@ def _cases():
         ("nested", NestedEPClassifier(max_iter_optimizer=5), (X, y3), {}, proba),
         ("nested/ard", NestedEPClassifier(RBF(1.0, [0.8, 1.2]), optimizer=None), (X, y2), {},
          proba),
+        ("nested/sparse", NestedEPClassifier(n_inducing=8, max_iter_optimizer=5,
+                                             random_state=0), (X, y3), {}, proba),
         ("gwi/no-linear", GWIClassifier(n_inducing=20, max_iter=30, linear_mean=False,
                                         validation_fraction=0.2, random_state=0), (X, y3),
          {}, proba),
