@@ -32,16 +32,24 @@ def in_process_dask():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Run tests/backend/test_cuda.py's tests last, and in a plain (not pytest-xdist)
-    session start its GPU checks' subprocess (1-2 minutes under the simulator) as soon as
-    the tests are collected, so that it runs beside the other tests instead of holding up
-    its own.  Under xdist the other worker goes on meanwhile anyway."""
+    """Run tests/backend/test_cuda.py's tests last."""
     cuda = [item for item in items if hasattr(getattr(item, "module", None), "start_early")]
-    if not cuda:
+    if cuda:
+        items[:] = [item for item in items if item not in cuda] + cuda
+
+
+def pytest_collection_finish(session):
+    """In a plain (not pytest-xdist) session that will run GPU checks' tests, start their
+    subprocess (1-2 minutes under the simulator) as soon as the tests are collected and
+    selected, so that it runs beside the other tests instead of holding up its own.  Under
+    xdist the other worker goes on meanwhile anyway."""
+    config = session.config
+    if hasattr(config, "workerinput") or config.option.collectonly:
         return
-    items[:] = [item for item in items if item not in cuda] + cuda
-    if not hasattr(config, "workerinput"):
-        cuda[0].module.start_early()
+    for item in session.items:
+        if hasattr(getattr(item, "module", None), "start_early"):
+            item.module.start_early()
+            return
 
 
 def pytest_sessionfinish(session, exitstatus):

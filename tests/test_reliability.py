@@ -481,9 +481,11 @@ def test_sigkill_while_saving_never_leaves_a_broken_model(tmp_path):
                     save_model(big, path)
             finally:
                 os._exit(1)
-        time.sleep(float(rng.uniform(0.0, 0.3)))
-        os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
+        try:
+            time.sleep(float(rng.uniform(0.0, 0.3)))
+        finally:                                      # never leave a saver running
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
         kills += os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
         est = load_model(path)                        # never a half-written file
         p = est.predict_proba(X)

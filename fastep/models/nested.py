@@ -19,7 +19,6 @@ from ..typing import Array, ArrayLike, ArrayOrStd, HyperpriorLike, KernelLike, \
 from .._checks import class_labels, validate_X, validate_X_y
 from ..backend import resolve
 from ..inference import carry_anderson, nested_ep as nep
-from ..inference.collapsed import SparseGradient, kernel_gradient
 from ..inference.inducing import check_inducing, cholesky_uu, uu_from_whitened
 from ..kernels import kernel_from_dict
 from ..kernels.distances import reuse_distances
@@ -87,8 +86,8 @@ class NestedGP:
         return self.Z is not None
 
     def check_memory(self):
-        if self.sparse:                 # Lambda, its factor and inverse (C m)^2 each
-            resolve("cpu").check_dense_memory(self.n_classes * self.Z.shape[0], 3)
+        if self.sparse:     # Lambda / its factor, the inverse, its mirror, the last one's
+            resolve("cpu").check_dense_memory(self.n_classes * self.Z.shape[0], 4)
         else:
             resolve("cpu").check_dense_memory(self.X.shape[0],
                                               _PER_CLASS * self.n_classes + _BESIDES)
@@ -129,11 +128,9 @@ class NestedGP:
             return result.log_marginal_likelihood, grad, result
         Phi, L_uu, V = prior
         G_V = np.ascontiguousarray(nep.sparse_feature_gradient(result.posterior, Phi).T)
-        g = SparseGradient(K_uu=uu_from_whitened(G_V @ V.T, L_uu),
-                           K_uf=solve_triangular(L_uu, G_V, lower=True, trans="T",
-                                                 check_finite=False),
-                           kff_diag=np.zeros(self.X.shape[0]), noise_variance=0.0)
-        grad = kernel_gradient(self.kernel, self.Z, self.X, g)[0]
+        G_uf = solve_triangular(L_uu, G_V, lower=True, trans="T", check_finite=False)
+        grad = (self.kernel.gradient_contract(self.Z, uu_from_whitened(G_V @ V.T, L_uu))
+                + self.kernel.gradient_contract(self.Z, G_uf, self.X))
         return result.log_marginal_likelihood, grad, result
 
     def posterior(self, alpha, beta):
@@ -284,7 +281,7 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         rng = as_generator(self.random_state)
         Z = None
         if self.n_inducing is not None or self.inducing_points is not None:
-            Z = check_inducing(X, self.n_inducing, self.inducing_points, rng)
+            Z = np.array(check_inducing(X, self.n_inducing, self.inducing_points, rng))
         problem = self._problem(X, labels, fresh_kernel(self.kernel), classes.size, Z)
         problem.check_memory()
         owner = type(self).__name__
@@ -335,7 +332,7 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         if np.any(alpha < 0):
             raise ValueError("the array 'site_alpha' holds negative site precisions")
         Z = None
-        if reader.value("sparse", bool):
+        if "sparse" in reader.meta and reader.value("sparse", bool):
             Z = reader.array("Z", (None, X.shape[1]))
             if not 1 <= Z.shape[0] <= n:
                 raise ValueError(f"the array 'Z' must hold between 1 and {n} inducing inputs")
