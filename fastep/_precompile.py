@@ -55,7 +55,9 @@ def precompile(verbose: bool = False) -> float:
         Probit().tilted(y, y, np.ones(6), alpha=0.5)
     from .inference.nested_ep import nested_ep, predict_latent
     from .likelihoods import MultinomialProbit
-    res = nested_ep(K, np.array([0, 1, 2, 0, 1, 2]), 3, max_iter=2)   # nested EP's loops
+    with warnings.catch_warnings():             # two sweeps: "did not converge", by design
+        warnings.simplefilter("ignore")
+        res = nested_ep(K, np.array([0, 1, 2, 0, 1, 2]), 3, max_iter=2)   # nested EP's loops
     MultinomialProbit(3).predict_proba(*predict_latent(res.posterior, K[:, :2], np.ones(2)))
     robust = RobustMax(3)                      # multiclass GWI: S(x, j) and its gradient
     robust.predict_proba(np.zeros((2, 3)), np.ones((2, 3)))

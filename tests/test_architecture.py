@@ -283,3 +283,14 @@ def test_private_names_stay_in_their_subpackage():
     bad = sorted(f"{name} imports {full} (private to {owner})" for name, package, full, owner
                  in found if not (package == owner or package.startswith(owner + ".")))
     assert not bad, bad
+
+
+def test_precompile_is_silent():
+    """``fastep.precompile()`` runs short, deliberately unconverged EP runs: none of their
+    warnings reaches the user (stop 44's nested-EP run did)."""
+    import warnings
+
+    import fastep
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fastep.precompile()
