@@ -49,11 +49,5 @@ def pytest_collection_finish(session):
     for item in session.items:
         if hasattr(getattr(item, "module", None), "start_early"):
             item.module.start_early()
+            config.add_cleanup(item.module.stop_early)   # killed if still running at exit
             return
-
-
-def pytest_sessionfinish(session, exitstatus):
-    import sys
-    for name, module in list(sys.modules.items()):
-        if name.endswith("test_cuda") and hasattr(module, "stop_early"):
-            module.stop_early()

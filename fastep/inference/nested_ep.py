@@ -243,7 +243,13 @@ def sparse_predict_latent(post, Phi_s, kss):
     cov = _projected_cov(Phi_s, post.cov_v, C)
     off = np.maximum(kss - np.einsum("ij,ij->i", Phi_s, Phi_s), 0.0)
     cov[:, np.arange(C), np.arange(C)] += off[:, None]
-    return mean, _resolved(0.5 * (cov + cov.transpose(0, 2, 1)), kss)
+    return mean, _resolved(cov, kss)          # symmetric by construction (mirrored blocks)
+
+
+def refresh(K, alpha, beta, y, sparse=False):
+    """The posterior at the inner sites: :func:`posterior` of the Gram matrix ``K``, or
+    with ``sparse`` :func:`sparse_posterior` of the features ``K = Phi``."""
+    return (sparse_posterior if sparse else posterior)(K, alpha, beta, y)
 
 
 def log_evidence(post, y, alpha, beta):
@@ -344,8 +350,7 @@ def nested_ep(K, y, n_classes, alpha=None, beta=None, damping=None, tol=1e-6,
     y = np.asarray(y, dtype=np.int64)
     alpha = np.zeros((n, C)) if alpha is None else np.array(alpha, dtype=float)
     beta = np.zeros((n, C)) if beta is None else np.array(beta, dtype=float)
-    refresh = sparse_posterior if sparse else posterior
-    post = refresh(K, alpha, beta, y)
+    post = refresh(K, alpha, beta, y, sparse)
     log_ev = log_evidence(post, y, alpha, beta)
     warm = bool(np.any(alpha != 0.0) or np.any(beta != 0.0))
     ctl = SweepControl("nested EP", 1.0 if damping is None else float(damping),
@@ -374,13 +379,13 @@ def nested_ep(K, y, n_classes, alpha=None, beta=None, damping=None, tol=1e-6,
             else:
                 accel.reset()
         try:
-            post = refresh(K, new_a, new_b, y)
+            post = refresh(K, new_a, new_b, y, sparse)
         except NotPositiveDefiniteError:
             if damped is None:
                 raise
             new_a, new_b = damped              # the combined step went too far
             accel.reset()
-            post = refresh(K, new_a, new_b, y)
+            post = refresh(K, new_a, new_b, y, sparse)
         alpha, beta = new_a.copy(), new_b.copy()
         log_ev = log_evidence(post, y, alpha, beta)
     ctl.warn(0)                                # every inner cavity is proper (alpha >= 0)

@@ -135,8 +135,7 @@ class NestedGP:
 
     def posterior(self, alpha, beta):
         """The posterior at given inner sites (a loaded model's)."""
-        K = self._prior()[0]
-        return (nep.sparse_posterior if self.sparse else nep.posterior)(K, alpha, beta, self.y)
+        return nep.refresh(self._prior()[0], alpha, beta, self.y, self.sparse)
 
     def latent(self, result, X):
         """Predictive mean (m, C) and covariance (m, C, C) of the latent functions at X."""
