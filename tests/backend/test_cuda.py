@@ -46,11 +46,13 @@ def _gpu_usable_here():
         return False
 
 
-def _start_checks(tmp, extra_env):
+def _start_checks(tmp, mode):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT), str(HELPERS), os.environ.get("PYTHONPATH", "")]), **extra_env)
+        [str(ROOT), str(HELPERS), os.environ.get("PYTHONPATH", "")]), **_env_for(mode))
     out = Path(tmp) / "cuda_checks.npz"
-    proc = subprocess.Popen([sys.executable, str(HELPERS / "cuda_checks.py"), str(out)],
+    # on a GPU the kernels' compilation (minutes in one process) is spread over the cores
+    jobs = ["--jobs", str(os.cpu_count() or 1)] if mode == "gpu" else []
+    proc = subprocess.Popen([sys.executable, str(HELPERS / "cuda_checks.py"), str(out), *jobs],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, out
 
@@ -75,7 +77,7 @@ def start_early():
         return
     mode = _mode()
     tmp = tempfile.mkdtemp(prefix="fastep-cuda-checks-")
-    _EARLY.update(mode=mode, tmp=tmp, run=_start_checks(tmp, _env_for(mode)))
+    _EARLY.update(mode=mode, tmp=tmp, run=_start_checks(tmp, mode))
 
 
 def stop_early():
@@ -112,7 +114,7 @@ def gpu(tmp_path_factory):
         mode, (proc, out) = _EARLY["mode"], _EARLY["run"]
     else:
         mode = _mode()
-        proc, out = _start_checks(tmp_path_factory.mktemp("cuda"), _env_for(mode))
+        proc, out = _start_checks(tmp_path_factory.mktemp("cuda"), mode)
     try:
         stdout, stderr = proc.communicate(timeout=600)
     except subprocess.TimeoutExpired:
@@ -172,8 +174,12 @@ def assert_kernel_twin(gpu, gpu_value, cpu_value, quadrature, name=""):
     (seen on an H100: d2 of -2.4e-12 against -3.7e-12 where that output reaches 8e-3),
     and in the adaptive panel quadrature a last-bit change can move a panel boundary; so
     each output is compared norm-wise (error relative to its largest magnitude): 1e-11
-    for closed forms (largest seen 1.8e-12), 1e-9 for quadrature (largest seen 1.5e-10,
-    the quadrature's own accuracy).  NaN and infinity must appear in the same places."""
+    for closed forms (largest seen 1.8e-12), 1e-8 for quadrature, the quadrature's own
+    accuracy, which its tests against independent quadrature allow (largest seen on an
+    H100: 1.1e-9, a log-normal event site 30 cavity sds from the event time, where the
+    exact conjugate answer has the CPU's nu 1.7e-9 and the GPU's 9.1e-9 off: two
+    approximations, each within its accuracy).  NaN and infinity must appear in the
+    same places."""
     if gpu["meta/mode"] == "simulator" and name not in cc.LGAMMA_LIKS:
         return assert_twin(gpu_value, cpu_value)
     g = np.atleast_2d(np.asarray(gpu_value, float))
@@ -181,7 +187,7 @@ def assert_kernel_twin(gpu, gpu_value, cpu_value, quadrature, name=""):
     assert g.shape == c.shape
     np.testing.assert_array_equal(np.isnan(g), np.isnan(c))
     np.testing.assert_array_equal(np.isinf(g), np.isinf(c))
-    tol = 1e-9 if quadrature else 1e-11
+    tol = 1e-8 if quadrature else 1e-11
     for gr, cr in zip(g, c):
         fin = np.isfinite(cr)
         if fin.any():

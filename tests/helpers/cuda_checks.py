@@ -9,6 +9,7 @@ twins are computed, and compared, by the tests in the pytest process.  Under the
 (:func:`fastep.backend.cuda.linalg.host_algebra`), so the drivers run the GPU code path end to end.
 
     python tests/helpers/cuda_checks.py OUT.npz          # kernels and drivers
+    python tests/helpers/cuda_checks.py OUT.npz --jobs 14   # in 14 processes (a GPU machine)
     python tests/helpers/cuda_checks.py --ptx            # compile every kernel to PTX (needs NVVM)
 
 Launch sizes are tiny under the simulator (a few threads that each walk a
@@ -85,16 +86,26 @@ def _extreme_cavities(rng, n):
     return rng.uniform(-30.0, 30.0, n), 10.0 ** rng.uniform(-4.0, 4.0, n)
 
 
-def run_kernels(res, rng):
+def likelihood_names():
+    return [name for name, *_ in likelihoods(8, np.random.default_rng(1))]
+
+
+def run_likelihood_kernels(res, index, only):
+    """The three kernels of likelihood ``only`` (its tilted moments, parallel-EP and
+    Power-EP sites) on seeded extreme inputs; ``index`` seeds them.  One likelihood's
+    kernels compile on their own, so a GPU machine's cores compile likelihoods in parallel
+    (``--jobs``)."""
     from fastep.backend.cuda import kernels as ck
     from fastep._sites import SiteBuffers, SiteData
+    rng = np.random.default_rng([11, index])
+    cases = [c for c in likelihoods(N_SITES, np.random.default_rng(1)) if c[0] == only]
 
     def n_for(name):
         return N_QUAD if name in QUAD_LIKS else N_SITES
 
     # tilted moments, at alpha = 1 (closed forms) and alpha = 0.5 (panel quadrature)
     for alpha in (1.0, 0.5):
-        for name, lik, y, extra in likelihoods(N_SITES, np.random.default_rng(1)):
+        for name, lik, y, extra in cases:
             n = n_for(name) if alpha == 1.0 else N_QUAD
             mu, var = _extreme_cavities(rng, n)
             y, extra = y[:n].copy(), np.ascontiguousarray(extra[:n])
@@ -105,7 +116,7 @@ def run_kernels(res, rng):
             res.update({f"{key}/mu": mu, f"{key}/var": var, f"{key}/out": out})
 
     # parallel EP sites (alpha = 1) and Power-EP sites (alpha = 1 and 0.5)
-    for name, lik, y, extra in likelihoods(N_SITES, np.random.default_rng(1)):
+    for name, lik, y, extra in cases:
         n = n_for(name)
         y, extra = y[:n].copy(), np.ascontiguousarray(extra[:n])
         mc, vc = _extreme_cavities(rng, n)
@@ -147,6 +158,12 @@ def run_kernels(res, rng):
                         f"{key}/resid": resid[sl], f"{key}/tau": tau[sl], f"{key}/nu": nu[sl],
                         f"{key}/out": np.array(outs), f"{key}/skipped": counter.copy()})
 
+
+
+def run_fixed_kernels(res, rng):
+    """The kernels that do not depend on a likelihood: dense covariance work, sparse
+    marginals, stationary Gram matrices and contractions."""
+    from fastep.backend.cuda import kernels as ck
     # dense covariance work
     n = 40
     A = rng.normal(size=(n, n))
@@ -301,14 +318,17 @@ def sparse_problems():
                    StudentT(4.0, 0.1), {"alpha": 1.0})]
 
 
-def run_drivers(res):
-    """fastep.ep and sparse_ep with device='cuda', predictions and evidence gradients."""
+def run_drivers(res, only=None):
+    """fastep.ep and sparse_ep with device='cuda', predictions and evidence gradients
+    (``only``: the problems of that name alone)."""
     import fastep
     from fastep.inference import ep_gradient, sparse_ep, sparse_ep_gradient
     from fastep.kernels import RBF
     X, problems = driver_problems()
     kernel = RBF(2.0, 0.9)
     for name, K, y, lik, kw in problems:
+        if only not in (None, name):
+            continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             r = fastep.ep(K, y, lik, device="cuda", **kw)
@@ -324,6 +344,8 @@ def run_drivers(res):
                     f"ep/{name}/grad": np.concatenate([d_kernel, d_lik])})
     X, Z, problems = sparse_problems()
     for name, kernel, y, lik, kw in problems:
+        if only not in (None, name):
+            continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             r = sparse_ep(kernel, Z, X, y, lik, chunk_size=16, device="cuda", **kw)
@@ -382,8 +404,9 @@ def probe_theta(est):
     return np.concatenate(parts) + 0.05
 
 
-def run_estimators(res):
-    """Estimators fitted with device='cuda' (ML-II included), saved and loaded on the CPU."""
+def run_estimators(res, only=None):
+    """Estimators fitted with device='cuda' (ML-II included), saved and loaded on the CPU
+    (``only``: that one alone)."""
     import os
     import tempfile
 
@@ -391,6 +414,8 @@ def run_estimators(res):
     X, cases = estimators()
     Xs = X[:6] + 0.1
     for name, est, targets in cases:
+        if only not in (None, name):
+            continue
         est.set_params(device="cuda")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -421,26 +446,65 @@ def run_messages(res):
         res["msg/sequential"] = np.array([f"{type(exc).__name__}: {exc}"])
 
 
-def main(path):
+def units():
+    """The independent pieces of the checks, in the order a single process runs them:
+    one per likelihood's kernels, then the rest (each seeded on its own)."""
+    drivers = sorted({p[0] for p in driver_problems()[1] + sparse_problems()[2]})
+    return ([f"kernels/{name}" for name in likelihood_names()]
+            + ["kernels/fixed", "robustmax", "gram"]
+            + [f"drivers/{name}" for name in drivers]
+            + [f"estimators/{case[0]}" for case in estimators()[1]] + ["gwi"])
+
+
+def run_unit(unit):
+    """Run one unit of :func:`units` in this process; its outputs as a dict."""
     import fastep.cuda as fc
     from fastep.backend import resolve
     from fastep.backend.cuda import kernels as ck
     if fc.simulator_enabled():
         ck.THREADS_PER_BLOCK, ck.THREADS_2D, ck.MAX_BLOCKS = 4, 2, 2
+    res = {}
+    group, _, name = unit.partition("/")
+    if group == "kernels" and name != "fixed":
+        run_likelihood_kernels(res, likelihood_names().index(name), name)
+    elif group == "drivers":
+        run_drivers(res, name)
+    elif group == "estimators":
+        run_estimators(res, name)
+    else:
+        run = {"kernels/fixed": lambda: run_fixed_kernels(res, np.random.default_rng(0)),
+               "robustmax": lambda: run_robustmax(res, np.random.default_rng(20)),
+               "gram": lambda: run_gram_api(res, resolve("cuda"), np.random.default_rng(21)),
+               "gwi": lambda: run_gwi(res)}
+        run[unit]()
+    return res
+
+
+def main(path, jobs=1):
+    """Run every unit and save the outputs to ``path`` after each one (a run stopped by a
+    time limit keeps what it finished).  ``jobs`` > 1 runs the units in that many spawned
+    processes: on a GPU, compiling every likelihood's kernels one after another takes
+    several minutes (each kernel inlines its likelihood's quadrature)."""
+    import fastep.cuda as fc
+    from fastep.backend import resolve
     res = {"meta/simulator": np.array([fc.simulator_enabled()])}
     run_messages(res)                       # before anything resolves device="cuda"
-    backend = resolve("cuda")
-    res["meta/algebra"] = np.array([backend._la.name])
-    rng = np.random.default_rng(0)
-    # saved after every stage: a run stopped by a time limit keeps what it finished
-    stages = {"kernels": lambda: run_kernels(res, rng), "robustmax": lambda: run_robustmax(res, rng),
-              "gram": lambda: run_gram_api(res, backend, rng), "drivers": lambda: run_drivers(res),
-              "estimators": lambda: run_estimators(res), "gwi": lambda: run_gwi(res)}
-    for name, stage in stages.items():
-        t0 = time.perf_counter()
-        stage()
+    res["meta/algebra"] = np.array([resolve("cuda")._la.name])
+    t0 = time.perf_counter()
+    if jobs <= 1:
+        done = ((unit, run_unit(unit)) for unit in units())
+    else:
+        import concurrent.futures as cf
+        import multiprocessing
+        pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+        futures = {pool.submit(run_unit, unit): unit for unit in units()}
+        done = ((futures[f], f.result()) for f in cf.as_completed(futures))
+    for unit, out in done:
+        res.update(out)
         np.savez(path, **res)
-        print(f"cuda_checks: {name} done in {time.perf_counter() - t0:.1f} s", flush=True)
+        print(f"cuda_checks: {unit} done at {time.perf_counter() - t0:.1f} s", flush=True)
+    if jobs > 1:
+        pool.shutdown()
 
 
 def compile_ptx(cc=(9, 0)):
@@ -484,4 +548,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "--ptx":
         compile_ptx()
     else:
-        main(sys.argv[1])
+        main(sys.argv[1], int(sys.argv[3]) if sys.argv[2:3] == ["--jobs"] else 1)
