@@ -92,9 +92,12 @@ def _fit_one(estimator, latent, seed):
 
 def _with_posterior(latent, result):
     """``result`` with its dense posterior factors rebuilt from its sites, as
-    :func:`fastep.load_model` rebuilds them (no-op when it has them)."""
+    :func:`fastep.load_model` rebuilds them (no-op when it has them), on the backend the
+    problem runs on (its predictions read the factors there)."""
     if not isinstance(result, EPResult) or result._posterior is not None:
         return result
-    rebuilt = posterior_from_sites(latent.kernel(latent.X), latent.y, latent.likelihood,
-                                   result.site_tau, result.site_nu)
+    be = latent.config.backend
+    rebuilt = posterior_from_sites(latent.kernel(latent.X, backend=be), latent.y,
+                                   latent.likelihood, result.site_tau, result.site_nu,
+                                   device=be)
     return dataclasses.replace(result, _posterior=rebuilt._posterior)
