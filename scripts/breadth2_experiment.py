@@ -42,7 +42,9 @@ same run (median of 5): the ratio the issue bounds by 1.5; and one nested-EP swe
 the multinomial probit for C = 3 classes at the same n against C probit sweeps, dense and
 sparse (200 inducing inputs shared by the classes).
 
-Run ``python scripts/breadth2_experiment.py`` (about 5 minutes on 2 cores).
+Run ``python scripts/breadth2_experiment.py`` (about 5 minutes on 2 cores).  On a GPU
+machine ``--device cuda --sections sweep multiclass`` runs both sections there (the
+sparse nested rows stay on the CPU or are left out).
 """
 from __future__ import annotations
 
@@ -150,13 +152,16 @@ def zero_inflated():
                           Xs, ys, Xst, yst))
 
 
-def sweep(n=4000, repeats=5):
+def sweep(n=4000, repeats=5, device="cpu"):
+    from fastep.backend import resolve
+    be = resolve(device)
     rng = np.random.default_rng(3)
     X = rng.normal(size=(n, 3))
     f = np.sin(X[:, 0]) + 0.5 * X[:, 1]
     kern = RBF(1.0, 1.5)
     K = kern(X)
     K[np.diag_indices(n)] += 1e-6
+    Kd = be.asarray(K)                         # on the device once: no transfers timed
     counts = (rng.poisson(np.exp(f)) * (rng.random(n) >= 0.3)).astype(float)
     cases = [("probit", Probit(), np.where(f + rng.normal(size=n) > 0, 1.0, -1.0)),
              ("zero_inflated_poisson", ZeroInflatedPoisson(0.3), counts),
@@ -166,18 +171,19 @@ def sweep(n=4000, repeats=5):
         ("log_logistic", LogLogistic(2.5), np.exp(f) + 0.1),
         ("log_normal", LogNormal(0.8), np.exp(f) + 0.1)]
     print(f"\none parallel EP sweep, dense, n = {n} (median of {repeats}; sites from 5 "
-          f"sweeps first)\n")
+          f"sweeps first; device={device})\n")
     print("| likelihood | sweep s | ratio to probit |")
     print("|---|---|---|")
     base = None
     for name, lik, y in cases:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            warm = fastep.ep(K, y, lik, method="parallel", max_iter=5)
+            warm = fastep.ep(Kd, y, lik, method="parallel", max_iter=5, device=device)
             times = []
             for _ in range(repeats):
-                _, s = _timed(lambda: fastep.ep(K, y, lik, method="parallel", max_iter=1,
-                                                site_tau=warm.site_tau, site_nu=warm.site_nu))
+                _, s = _timed(lambda: fastep.ep(Kd, y, lik, method="parallel", max_iter=1,
+                                                site_tau=warm.site_tau, site_nu=warm.site_nu,
+                                                device=device))
                 times.append(s)
         t = float(np.median(times))
         base = t if base is None else base
@@ -187,12 +193,14 @@ def sweep(n=4000, repeats=5):
     labels = np.argmax(np.column_stack([f, -f, np.zeros(n)]) + rng.normal(size=(n, C)), 1)
     with warnings.catch_warnings():            # the warm-up and the single sweeps stop early
         warnings.simplefilter("ignore")
-        warm = nested_ep(K, labels, C, max_iter=5)
-        times = [_timed(lambda: nested_ep(K, labels, C, warm.site_tau, warm.site_nu,
-                                          max_iter=1))[1] for _ in range(repeats)]
+        warm = nested_ep(Kd, labels, C, max_iter=5, backend=be)
+        times = [_timed(lambda: nested_ep(Kd, labels, C, warm.site_tau, warm.site_nu,
+                                          max_iter=1, backend=be))[1] for _ in range(repeats)]
     t = float(np.median(times))
     print(f"| multinomial probit, nested EP, C = {C} | {t:.3f} | {t / base:.2f} "
           f"({t / (C * base):.2f} x C probit sweeps) |")
+    if device != "cpu":
+        return                                 # sparse nested EP runs on the CPU only
     from scipy.linalg import solve_triangular
     from fastep.inference.inducing import cholesky_uu, init_inducing
     Z = init_inducing(X, SPARSE_NESTED_M, 0)
@@ -207,22 +215,26 @@ def sweep(n=4000, repeats=5):
           f"{t / base:.2f} ({t / (C * base):.2f} x C probit sweeps) |")
 
 
-def multiclass():
+def multiclass(device="cpu", tables=("iris", "wine", "digits")):
     from sklearn.datasets import load_digits, load_iris, load_wine
     from sklearn.metrics import accuracy_score, log_loss
     from sklearn.model_selection import train_test_split
     from sklearn.preprocessing import StandardScaler
-    print("\nmulticlass: nested EP against one-vs-rest EP and GWI (defaults; 70/30 split)\n")
+    print(f"\nmulticlass: nested EP against one-vs-rest EP and GWI (defaults; 70/30 split; "
+          f"device={device}; sparse nested EP, CPU only, with device=cpu)\n")
     print("| table | model | fit s | log loss | accuracy |")
     print("|---|---|---|---|---|")
     for name, load in (("iris", load_iris), ("wine", load_wine), ("digits", load_digits)):
+        if name not in tables:
+            continue
         X, y = load(return_X_y=True)
         X, Xt, y, yt = train_test_split(X, y, test_size=0.3, stratify=y, random_state=0)
         scale = StandardScaler().fit(X)
         X, Xt = scale.transform(X), scale.transform(Xt)
-        models = [fastep.NestedEPClassifier(), fastep.EPGaussianProcessClassifier(),
-                  fastep.GWIClassifier(random_state=0)]
-        if X.shape[0] > 2 * SPARSE_NESTED_M:
+        models = [fastep.NestedEPClassifier(device=device),
+                  fastep.EPGaussianProcessClassifier(device=device),
+                  fastep.GWIClassifier(random_state=0, device=device)]
+        if X.shape[0] > 2 * SPARSE_NESTED_M and device == "cpu":     # a CPU-only model
             models.insert(1, fastep.NestedEPClassifier(n_inducing=SPARSE_NESTED_M,
                                                        random_state=0))
         for model in models:
@@ -317,9 +329,18 @@ SECTIONS = {"zero_inflated": zero_inflated, "survival": survival, "multiclass": 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where the sweep and multiclass sections run (a GPU machine)")
+    ap.add_argument("--tables", nargs="+", choices=["iris", "wine", "digits"],
+                    default=["iris", "wine", "digits"], help="the multiclass section's tables")
     args = ap.parse_args(argv)
     for name in args.sections:
-        SECTIONS[name]()
+        if name == "sweep":
+            sweep(device=args.device)
+        elif name == "multiclass":
+            multiclass(args.device, args.tables)
+        else:
+            SECTIONS[name]()
 
 
 if __name__ == "__main__":

@@ -178,6 +178,10 @@ class Backend(abc.ABC):
         """``L B`` (or ``L^T B``) for lower-triangular L; may overwrite B (F-ordered)."""
         raise NotImplementedError
 
+    def add_gram(self, C: XArray, A: XArray) -> None:
+        """``C += A A^T`` (the lower triangle at least)."""
+        C += A @ A.T
+
     @abc.abstractmethod
     def accumulate(self, P: XArray, b: XArray, G: XArray, tau: XArray, nu: XArray) -> None:
         """``P += G diag(tau) G^T`` (the lower triangle at least) and ``b += G nu``; may

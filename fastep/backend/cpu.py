@@ -417,6 +417,9 @@ class CPUBackend(HostGram, Backend):
         loops.gradient_direction(V, SV, SUSV, mv, r, a, w, b, tau, gd)
         return SUSV
 
+    def add_gram(self, C, A):
+        syrk_lower_nogil(1.0, A, C)             # the lower triangle (dsyrk)
+
     def accumulate(self, P, b, G, tau, nu):
         b += G @ nu
         if np.all(tau >= 0):

@@ -26,6 +26,7 @@ follow from the same factors (``H_c = D_c A_c^-1 D_c``, ``X_c = H_c - D_c P^-1 S
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -35,7 +36,8 @@ from scipy.linalg import solve_triangular
 from scipy.linalg import blas, lapack
 
 from .._numerics import predictive_variance
-from .._linalg import blas_threads_for, cholesky_inplace, solve_lower_inplace
+from .._linalg import cholesky_inplace
+from ..backend import resolve
 from ..likelihoods import multinomial_probit as mp
 from ..exceptions import NotPositiveDefiniteError
 from ._anderson import anderson_for
@@ -54,10 +56,10 @@ def site_precisions(alpha, beta, y):
     return pi, nu
 
 
-def _sym(lower):
+def _sym(xp, lower):
     """The full symmetric matrix from its lower triangle (F-ordered, as BLAS left it)."""
-    full = np.tril(lower)
-    full += np.tril(lower, -1).T
+    full = xp.tril(lower)
+    full += xp.tril(lower, -1).T
     return full
 
 
@@ -69,68 +71,83 @@ class NestedPosterior:
     pi: np.ndarray          # (n, C)
     P: np.ndarray           # (n,)
     b: np.ndarray           # (n, C)
-    H: np.ndarray           # (C, n, n)  D_c A_c^-1 D_c
-    S: np.ndarray           # (n, n)
-    LM: np.ndarray          # (n, n) lower Cholesky factor of M = P - S (F-ordered)
+    H: np.ndarray           # (C, n, n)  D_c A_c^-1 D_c       } arrays of the backend
+    S: np.ndarray           # (n, n)                          } that computed them (on
+    LM: np.ndarray          # (n, n) lower Cholesky factor    } the GPU with "cuda")
+    #                         of M = P - S (F-ordered)
     mean: np.ndarray        # (n, C)
     cov: np.ndarray         # (n, C, C) marginal covariance of f_i
     a: np.ndarray           # (n, C)  blockdiag(K)^-1 mean
     logdet: float           # log|I + K T|
 
-
-def posterior(K, alpha, beta, y):
-    """The posterior of f given the inner sites (``alpha``, ``beta``: (n, C)).  The cubic
-    work, per class a Cholesky factorisation and three triangular solves (about 3.3 n^3
-    flops), runs in SciPy's BLAS and LAPACK, other BLAS pools capped."""
-    with blas_threads_for(K.shape[0], one_pool=True):
-        return _posterior(np.ascontiguousarray(K, dtype=float), alpha, beta, y)
+    def on_host(self, backend):
+        """This posterior with its n x n factors copied to host memory (for prediction
+        and saving; a no-op on the CPU)."""
+        return dataclasses.replace(self, H=backend.to_host(self.H),
+                                   S=backend.to_host(self.S), LM=backend.to_host(self.LM))
 
 
-def _posterior(K, alpha, beta, y):
+def posterior(K, alpha, beta, y, backend=None):
+    """The posterior of f given the inner sites (``alpha``, ``beta``: (n, C)) on the
+    ``backend`` that holds the Gram matrix ``K`` (None: the CPU).  The cubic work, per class
+    a Cholesky factorisation and three triangular solves (about 3.3 n^3 flops), runs in
+    LAPACK and BLAS (SciPy's on the CPU, other BLAS pools capped; cuSOLVER and cuBLAS on
+    the GPU); the per-point site work stays on the host."""
+    be = resolve("cpu") if backend is None else backend
+    K = be.xp.ascontiguousarray(be.asarray(K), dtype=float)
+    with be.threads_for(K.shape[0], one_pool=True):
+        return _posterior(be, K, alpha, beta, y)
+
+
+def _posterior(be, K, alpha, beta, y):
+    xp = be.xp
     n, C = alpha.shape
     pi, nu = site_precisions(alpha, beta, y)
     P = pi.sum(1)
     b = nu - pi * (nu.sum(1) / P)[:, None]
+    pi_d, b_d = be.asarray(pi), be.asarray(b)
+    idx = xp.arange(n)
     # E_c^T = D_c A_c^-1 = D_c^1/2 B_c^-1 D_c^1/2 K, so A_c^-1 = K - K E_c^T
-    Et = np.empty((C, n, n))
-    H = np.empty((C, n, n))
-    kdiag = np.diag(K).copy()
-    diag_ainv = np.empty((n, C))
-    ainv_b = np.empty((n, C))
-    logdet = -np.log(P).sum()
+    Et = xp.empty((C, n, n))
+    H = xp.empty((C, n, n))
+    kdiag = xp.diag(K).copy()
+    diag_ainv = xp.empty((n, C))
+    ainv_b = xp.empty((n, C))
+    logdet = -float(np.log(P).sum())
     for c in range(C):
-        s = np.sqrt(pi[:, c])
+        s = xp.sqrt(pi_d[:, c])
         sk = K * s[None, :]                     # its transpose: D^1/2 K, F-ordered
         B = sk * s[:, None]
-        B[np.diag_indices(n)] += 1.0
-        L = cholesky_inplace(B.T, "I + D^1/2 K D^1/2 of nested EP")
-        logdet += 2.0 * np.log(np.diag(L)).sum()
-        F = solve_lower_inplace(L, solve_lower_inplace(L, sk.T), trans=True)  # B^-1 D^1/2 K
+        B[idx, idx] += 1.0
+        L = be.cholesky(B, "I + D^1/2 K D^1/2 of nested EP")
+        logdet += 2.0 * float(xp.log(xp.diag(L)).sum())
+        F = be.solve_lower(L, be.solve_lower(L, sk.T, overwrite=True), trans=True,
+                           overwrite=True)         # B^-1 D^1/2 K
         F *= s[:, None]
         Et[c] = F
-        H[c] = F * pi[:, c][None, :]            # D_c A_c^-1 D_c
-        diag_ainv[:, c] = kdiag - np.einsum("ij,ji->i", K, F)
-        ainv_b[:, c] = K @ (b[:, c] - F @ b[:, c])
+        H[c] = F * pi_d[:, c][None, :]          # D_c A_c^-1 D_c
+        diag_ainv[:, c] = kdiag - xp.einsum("ij,ji->i", K, F)
+        ainv_b[:, c] = K @ (b_d[:, c] - F @ b_d[:, c])
     S = H.sum(0)
-    M = np.asfortranarray(-S)
-    M[np.diag_indices(n)] += P
-    LM = cholesky_inplace(M, "M = P - S of nested EP")
-    logdet += 2.0 * np.log(np.diag(LM)).sum()
+    M = xp.asfortranarray(-S)
+    M[idx, idx] += be.asarray(P)
+    LM = be.cholesky(M, "M = P - S of nested EP")
+    logdet += 2.0 * float(xp.log(xp.diag(LM)).sum())
     # mean: A^-1 b + E M^-1 E^T b, E_c = A_c^-1 D_c
-    w = solve_lower_inplace(LM, np.asfortranarray((pi * ainv_b).sum(1)[:, None]))
-    w = solve_lower_inplace(LM, w, trans=True)[:, 0]
+    w = be.cho_solve(LM, (pi_d * ainv_b).sum(1))
     mean = ainv_b.copy()
     for c in range(C):
-        x = pi[:, c] * w
+        x = pi_d[:, c] * w
         mean[:, c] += K @ (x - Et[c] @ x)
     # marginal blocks: delta diag(A_c^-1) + (G_c^T G_c')_ii, G_c = LM^-1 E_c^T
     G = Et                                      # overwritten class by class
     for c in range(C):
-        G[c] = solve_lower_inplace(LM, np.asfortranarray(Et[c]))
-    cov = np.matmul(G.transpose(2, 0, 1), G.transpose(2, 1, 0))
-    cov[:, np.arange(C), np.arange(C)] += diag_ainv
+        G[c] = be.solve_lower(LM, Et[c])
+    cov = xp.matmul(G.transpose(2, 0, 1), G.transpose(2, 1, 0))
+    cov[:, xp.arange(C), xp.arange(C)] += diag_ainv
+    mean, cov = be.to_host(mean), be.to_host(cov)
     Tmu = pi * mean - pi * ((pi * mean).sum(1) / P)[:, None]
-    return NestedPosterior(pi, P, b, H, S, LM, mean, cov, b - Tmu, float(logdet))
+    return NestedPosterior(pi, P, b, H, S, LM, mean, cov, b - Tmu, logdet)
 
 
 @dataclass
@@ -148,6 +165,10 @@ class SparseNestedPosterior:
     cov: np.ndarray         # (n, C, C) marginal covariance of f_i
     a: np.ndarray           # (n, C)  b - T mean
     logdet: float           # log|I + Phi_C^T T Phi_C| = log|I + K T|
+
+    def on_host(self, backend):
+        """Itself: sparse nested EP runs on the CPU."""
+        return self
 
 
 #: Rows per block of the sparse posterior's per-row work (its scratch is C m rows x block).
@@ -189,7 +210,7 @@ def sparse_posterior(Phi, alpha, beta, y):
     if info != 0:
         raise NotPositiveDefiniteError("sparse nested EP: the posterior of the inducing "
                                        "values is numerically singular.")
-    cov_v = _sym(inv)
+    cov_v = _sym(np, inv)
     mean_v = (cov_v @ (Phi.T @ b).T.ravel()).reshape(C, m)
     mean = Phi @ mean_v.T
     Tmu = pi * mean - pi * ((pi * mean).sum(1) / P)[:, None]
@@ -246,10 +267,13 @@ def sparse_predict_latent(post, Phi_s, kss):
     return mean, _resolved(cov, kss)          # symmetric by construction (mirrored blocks)
 
 
-def refresh(K, alpha, beta, y, sparse=False):
-    """The posterior at the inner sites: :func:`posterior` of the Gram matrix ``K``, or
-    with ``sparse`` :func:`sparse_posterior` of the features ``K = Phi``."""
-    return (sparse_posterior if sparse else posterior)(K, alpha, beta, y)
+def refresh(K, alpha, beta, y, sparse=False, backend=None):
+    """The posterior at the inner sites: :func:`posterior` of the Gram matrix ``K`` (an
+    array of ``backend``), or with ``sparse`` :func:`sparse_posterior` of the features
+    ``K = Phi`` (on the CPU)."""
+    if sparse:
+        return sparse_posterior(K, alpha, beta, y)
+    return posterior(K, alpha, beta, y, backend)
 
 
 def log_evidence(post, y, alpha, beta):
@@ -259,29 +283,35 @@ def log_evidence(post, y, alpha, beta):
     return 0.5 * float((post.b * post.mean).sum()) - 0.5 * post.logdet + float(terms.sum())
 
 
-def gradient_weights(post):
-    """``W = 1/2 sum_c (a_c a_c^T - R_cc)`` (n, n): d log Z / d theta = sum(W * dK/dtheta)."""
-    with blas_threads_for(post.S.shape[0], one_pool=True):
-        return _gradient_weights(post)
+def gradient_weights(post, backend=None):
+    """``W = 1/2 sum_c (a_c a_c^T - R_cc)`` (n, n), an array of the ``backend`` that
+    computed ``post`` (None: the CPU): d log Z / d theta = sum(W * dK/dtheta)."""
+    be = resolve("cpu") if backend is None else backend
+    with be.threads_for(post.S.shape[0], one_pool=True):
+        return _gradient_weights(be, post)
 
 
-def _gradient_weights(post):
+def _gradient_weights(be, post):
+    xp = be.xp
     n, C = post.pi.shape
-    q = post.pi / post.P[:, None]
+    q = be.asarray(post.pi / post.P[:, None])
     # sum_c X_c M^-1 X_c^T, X_c = H_c - diag(q_c) S (lower triangle, BLAS)
-    W = np.zeros((n, n), order="F")
+    W = xp.zeros((n, n), order="F")
     for c in range(C):
-        Y = solve_lower_inplace(post.LM, np.asfortranarray(post.H[c] - post.S * q[:, c][None, :]))
-        W = blas.dsyrk(1.0, Y, beta=1.0, c=W, trans=1, lower=1, overwrite_c=1)
-    W = _sym(W)
+        be.add_gram(W, be.solve_lower(post.LM, post.H[c] - post.S * q[:, c][None, :],
+                                      overwrite=True).T)
+    W = _sym(xp, W)
     W += post.S                                 # sum_c (T A^-1 T)_cc: sum_c H_c ...
-    HQ = np.einsum("cij,jc->ij", post.H, q)     # sum_c H_c diag(q_c)
+    HQ = xp.einsum("cij,jc->ij", post.H, q)     # sum_c H_c diag(q_c)
     W -= HQ
     W -= HQ.T
     W += post.S * (q @ q.T)                     # ... sum_c diag(q_c) S diag(q_c)
-    W += post.a @ post.a.T                      # sum_c a_c a_c^T
-    W[np.diag_indices(n)] -= (post.pi - post.pi * q).sum(1)    # - sum_c T_cc
-    return 0.5 * W
+    a = be.asarray(post.a)
+    W += a @ a.T                                # sum_c a_c a_c^T
+    idx = xp.arange(n)
+    W[idx, idx] -= be.asarray((post.pi - post.pi * post.pi / post.P[:, None]).sum(1))
+    W *= 0.5                                    # - sum_c T_cc above
+    return W
 
 
 def predict_latent(post, Ks, kss):
@@ -334,7 +364,7 @@ class NestedResult:
 
 
 def nested_ep(K, y, n_classes, alpha=None, beta=None, damping=None, tol=1e-6,
-              max_iter=200, sparse=False):
+              max_iter=200, sparse=False, backend=None):
     """Run nested EP on the Gram matrix ``K`` (n, n) (with ``sparse``: the features ``Phi``
     (n, m) of a prior ``K = Phi Phi^T`` on inducing points, :func:`sparse_posterior`)
     and labels ``y`` (n,) in 0..C-1,
@@ -345,12 +375,14 @@ def nested_ep(K, y, n_classes, alpha=None, beta=None, damping=None, tol=1e-6,
     largest relative site change below ``tol``; ``damping`` None is adaptive), and near
     the fixed point accelerated as parallel dense EP is (Anderson, with the history
     carried across ML-II's evaluations inside
-    :func:`~fastep.inference._anderson.carry_anderson`)."""
+    :func:`~fastep.inference._anderson.carry_anderson`).  Dense, ``K`` may be an array of
+    the CUDA ``backend``: the posterior's cubic work then runs on the GPU and the sites'
+    (O(n C^2) per sweep) on the host."""
     n, C = K.shape[0], int(n_classes)
     y = np.asarray(y, dtype=np.int64)
     alpha = np.zeros((n, C)) if alpha is None else np.array(alpha, dtype=float)
     beta = np.zeros((n, C)) if beta is None else np.array(beta, dtype=float)
-    post = refresh(K, alpha, beta, y, sparse)
+    post = refresh(K, alpha, beta, y, sparse, backend)
     log_ev = log_evidence(post, y, alpha, beta)
     warm = bool(np.any(alpha != 0.0) or np.any(beta != 0.0))
     ctl = SweepControl("nested EP", 1.0 if damping is None else float(damping),
@@ -379,13 +411,13 @@ def nested_ep(K, y, n_classes, alpha=None, beta=None, damping=None, tol=1e-6,
             else:
                 accel.reset()
         try:
-            post = refresh(K, new_a, new_b, y, sparse)
+            post = refresh(K, new_a, new_b, y, sparse, backend)
         except NotPositiveDefiniteError:
             if damped is None:
                 raise
             new_a, new_b = damped              # the combined step went too far
             accel.reset()
-            post = refresh(K, new_a, new_b, y, sparse)
+            post = refresh(K, new_a, new_b, y, sparse, backend)
         alpha, beta = new_a.copy(), new_b.copy()
         log_ev = log_evidence(post, y, alpha, beta)
     ctl.warn(0)                                # every inner cavity is proper (alpha >= 0)

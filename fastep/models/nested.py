@@ -6,7 +6,7 @@ import dataclasses
 from contextlib import ExitStack
 from dataclasses import dataclass
 from numbers import Real
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 from scipy.linalg import solve_triangular
@@ -49,6 +49,11 @@ class NestedGP:
     tol: float
     max_iter: int
     Z: Optional[np.ndarray] = None      # inducing inputs shared by the classes (sparse)
+    backend: Any = None                 # where dense nested EP runs (None: the CPU)
+
+    @property
+    def be(self):
+        return resolve("cpu") if self.backend is None else self.backend
 
     @property
     def theta(self):
@@ -77,7 +82,7 @@ class NestedGP:
         """ML-II's evaluations share X's squared distances and nested EP's Anderson
         history."""
         stack = ExitStack()
-        stack.enter_context(reuse_distances(self.X, resolve("cpu")))
+        stack.enter_context(reuse_distances(self.X, self.be))
         stack.enter_context(carry_anderson())
         return stack
 
@@ -89,8 +94,7 @@ class NestedGP:
         if self.sparse:     # Lambda / its factor, the inverse, its mirror, the last one's
             resolve("cpu").check_dense_memory(self.n_classes * self.Z.shape[0], 4)
         else:
-            resolve("cpu").check_dense_memory(self.X.shape[0],
-                                              _PER_CLASS * self.n_classes + _BESIDES)
+            self.be.check_dense_memory(self.X.shape[0], _PER_CLASS * self.n_classes + _BESIDES)
 
     def _uu(self):
         """``L_uu`` (the jittered Cholesky factor of K(Z, Z)), sparse problems only."""
@@ -103,7 +107,7 @@ class NestedGP:
     def _prior(self):
         """What nested EP runs on: the Gram matrix, or (sparse) ``(Phi, L_uu, V)``."""
         if not self.sparse:
-            return self.kernel(self.X), None, None
+            return self.kernel(self.X, backend=self.be), None, None
         L_uu = self._uu()
         V = self._features(L_uu, self.X)
         return np.ascontiguousarray(V.T), L_uu, V
@@ -113,7 +117,14 @@ class NestedGP:
         alpha, beta = sites if sites is not None else (None, None)
         K = (prior or self._prior())[0]
         return nep.nested_ep(K, self.y, self.n_classes, alpha, beta, self.damping,
-                             self.tol if tol is None else tol, self.max_iter, self.sparse)
+                             self.tol if tol is None else tol, self.max_iter, self.sparse,
+                             self.be)
+
+    def final(self, sites):
+        """:meth:`run` from ``sites`` with its posterior in host memory (the fitted
+        model's)."""
+        result = self.run(sites)
+        return dataclasses.replace(result, posterior=result.posterior.on_host(self.be))
 
     def evidence(self, sites=None, tol=None):
         """``(log Z, d log Z / d theta, result)``, EP run to ``tol`` (None, or anything
@@ -124,7 +135,8 @@ class NestedGP:
         prior = self._prior()
         result = self.run(sites, None if tol is None else max(tol, self.tol), prior)
         if not self.sparse:
-            grad = self.kernel.gradient_contract(self.X, nep.gradient_weights(result.posterior))
+            grad = self.kernel.gradient_contract(
+                self.X, nep.gradient_weights(result.posterior, self.be), backend=self.be)
             return result.log_marginal_likelihood, grad, result
         Phi, L_uu, V = prior
         G_V = np.ascontiguousarray(nep.sparse_feature_gradient(result.posterior, Phi).T)
@@ -134,8 +146,9 @@ class NestedGP:
         return result.log_marginal_likelihood, grad, result
 
     def posterior(self, alpha, beta):
-        """The posterior at given inner sites (a loaded model's)."""
-        return nep.refresh(self._prior()[0], alpha, beta, self.y, self.sparse)
+        """The posterior at given inner sites (a loaded model's), in host memory."""
+        return nep.refresh(self._prior()[0], alpha, beta, self.y, self.sparse,
+                           self.be).on_host(self.be)
 
     def latent(self, result, X):
         """Predictive mean (m, C) and covariance (m, C, C) of the latent functions at X."""
@@ -162,9 +175,10 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
     (:class:`EPGaussianProcessClassifier`), the classes share one joint posterior, whose
     evidence is maximised over the kernel (MAP-II with ``hyperprior``); the probabilities
     need no renormalising.  Dense, each EP sweep costs about 4 C n^3 flops (C + 1 Cholesky
-    factorisations of size n and their solves); with ``n_inducing`` the C latent
-    functions share m inducing inputs (projected-process prior ``K_fu K_uu^-1 K_uf``) and a
-    sweep costs O(C^2 n m^2 + C^3 m^3), linear in n.  On the CPU.
+    factorisations of size n and their solves), on the CPU or (``device="cuda"``) the
+    GPU; with ``n_inducing`` the C latent functions share m inducing inputs
+    (projected-process prior ``K_fu K_uu^-1 K_uf``) and a sweep costs
+    O(C^2 n m^2 + C^3 m^3), linear in n, on the CPU.
 
     Parameters
     ----------
@@ -194,6 +208,12 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         The inducing inputs themselves (implies sparse; overrides ``n_inducing``).
     random_state : int, RandomState, Generator or None, default=None
         For restarts and the k-means++ choice of inducing inputs.
+    device : {"cpu", "cuda"}, default="cpu"
+        Where dense nested EP runs: "cuda" puts the Gram matrix, the posterior's C + 1
+        factorisations and the evidence gradient on an NVIDIA GPU (needs the ``cuda``
+        extra); the per-point inner EP stays on the host.  Sparse nested EP runs on the
+        CPU only.  The fitted posterior is kept in host memory, so the model predicts (and
+        loads) on the CPU.
 
     Attributes
     ----------
@@ -232,7 +252,7 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
     _parameter_constraints = shared(
         "kernel", "optimizer", "n_restarts_optimizer", "max_iter_optimizer", "tol_optimizer",
         "damping", "max_iter", "random_state", "hyperprior", "n_inducing",
-        "inducing_points", tol=[Interval(Real, 0, None, closed="neither")])
+        "inducing_points", "device", tol=[Interval(Real, 0, None, closed="neither")])
 
     def __init__(self, kernel: Optional[KernelLike] = None, *,
                  optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
@@ -240,7 +260,7 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
                  damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 200,
                  hyperprior: HyperpriorLike = "auto", n_inducing: Optional[int] = None,
                  inducing_points: Optional[ArrayLike] = None,
-                 random_state: RandomStateLike = None) -> None:
+                 random_state: RandomStateLike = None, device: str = "cpu") -> None:
         self.kernel = kernel
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
@@ -253,10 +273,18 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         self.n_inducing = n_inducing
         self.inducing_points = inducing_points
         self.random_state = random_state
+        self.device = device
 
     def _problem(self, X, y, kernel, n_classes, Z=None):
+        backend = resolve(self.device)
+        if Z is not None and backend.name != "cpu":
+            raise ValueError(f"NestedEPClassifier runs sparse nested EP on the CPU only; got "
+                             f"device={self.device!r} with inducing points. Set "
+                             f"device='cpu', or drop n_inducing and inducing_points for "
+                             f"dense nested EP on the GPU.")
         return NestedGP(np.ascontiguousarray(X), np.asarray(y, dtype=np.int64), kernel,
-                        int(n_classes), self.damping, float(self.tol), int(self.max_iter), Z)
+                        int(n_classes), self.damping, float(self.tol), int(self.max_iter), Z,
+                        backend)
 
     @fit_entry
     def fit(self, X: ArrayLike, y: ArrayLike) -> NestedEPClassifier:
@@ -292,7 +320,7 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
                 problem, sites = maximize_evidence(
                     problem, self.optimizer, self.n_restarts_optimizer, rng, None, owner,
                     self.max_iter_optimizer, self.tol_optimizer, prior)
-        result = problem.run(sites)             # warns if it did not converge
+        result = problem.final(sites)           # warns if it did not converge
         self._set_fitted(classes, problem, result)
         return self
 

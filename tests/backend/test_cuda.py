@@ -420,14 +420,16 @@ def test_sparse_ep_on_cuda_equals_cpu(gpu, i):
 
 
 @pytest.mark.parametrize("name", ["dense", "sparse", "mlii", "censored", "annotators",
-                                  "annotators-sparse"])
+                                  "annotators-sparse", "one-vs-rest", "nested"])
 def test_estimators_on_cuda_equal_cpu(gpu, name):
     """Estimator fits with device='cuda' against device='cpu'; the GPU model, saved and
     loaded on the CPU, predicts the same.
 
-    With fixed hyperparameters (dense and sparse; the annotators' EM included) the whole fit
-    agrees to 1e-12.  With
-    ML-II (kernel and inducing inputs; censored regression with the noise) what the
+    With fixed hyperparameters (dense and sparse; the annotators' EM included; three
+    one-vs-rest problems, whose posteriors after the first are rebuilt from their sites)
+    the whole fit agrees to 1e-12.  With
+    ML-II (kernel and inducing inputs; censored regression with the noise; nested EP's
+    multiclass posterior, whose C + 1 factorisations run on the GPU) what the
     optimiser sees, the evidence and its gradient at a given theta, agrees to 1e-12; the
     optimum itself is defined only to the optimiser's tolerance (L-BFGS-B stops on a
     relative change of about 2e-9), so 1e-12 differences in the gradient move it by

@@ -370,7 +370,7 @@ def estimator_problem():
 def estimators():
     """(name, estimator, targets) fitted with device='cpu' and device='cuda' and compared."""
     from fastep import (CensoredGPRegressor, EPGaussianProcessClassifier,
-                        MultiAnnotatorGPClassifier)
+                        MultiAnnotatorGPClassifier, NestedEPClassifier)
     from fastep.datasets import simulate_annotators
     from fastep.kernels import RBF
     X, y = estimator_problem()
@@ -389,7 +389,11 @@ def estimators():
                                                   max_iter=500, method="parallel"), Y),
         ("annotators-sparse", MultiAnnotatorGPClassifier(RBF(1.5, 0.8), optimizer=None,
                                                          tol=1e-10, max_iter=500,
-                                                         inducing_points=X[::4]), Y)]
+                                                         inducing_points=X[::4]), Y),
+        ("one-vs-rest", EPGaussianProcessClassifier(RBF(1.5, 0.8), optimizer=None, tol=1e-10),
+         np.digitize(X[:, 0] + 0.5 * X[:, 1], [-0.4, 0.4])),
+        ("nested", NestedEPClassifier(RBF(1.5, 0.8), tol=1e-10, max_iter_optimizer=20),
+         np.digitize(X[:, 0] + 0.5 * X[:, 1], [-0.4, 0.4]))]
 
 
 def probe_theta(est):
