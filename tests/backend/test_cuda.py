@@ -525,6 +525,11 @@ def test_sequential_on_cuda_names_the_knob(gpu):
     assert msg.startswith("ValueError") and "method='parallel'" in msg and "device='cpu'" in msg
 
 
+def test_sparse_nested_on_cuda_names_the_knobs(gpu):
+    msg = str(gpu["msg/nested_sparse"][0])
+    assert msg.startswith("ValueError") and "device='cpu'" in msg and "n_inducing" in msg
+
+
 def test_error_names_driver_and_cupy_without_gpu():
     from fastep.backend.cuda._available import _cupy_reason
     import fastep.cuda as fc

@@ -440,7 +440,8 @@ def run_estimators(res, only=None):
 
 
 def run_messages(res):
-    """device='cuda' with a bad method: the error names the knob."""
+    """device='cuda' with a bad method, or with sparse nested EP: the error names the
+    knobs."""
     import fastep
     from fastep.likelihoods import Probit
     try:
@@ -448,6 +449,12 @@ def run_messages(res):
         res["msg/sequential"] = np.array(["(no error)"])
     except Exception as exc:
         res["msg/sequential"] = np.array([f"{type(exc).__name__}: {exc}"])
+    X, y = np.arange(12.0).reshape(6, 2), np.arange(6) % 3
+    try:
+        fastep.NestedEPClassifier(n_inducing=3, device="cuda").fit(X, y)
+        res["msg/nested_sparse"] = np.array(["(no error)"])
+    except Exception as exc:
+        res["msg/nested_sparse"] = np.array([f"{type(exc).__name__}: {exc}"])
 
 
 def units():
