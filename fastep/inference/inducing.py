@@ -78,5 +78,5 @@ def check_inducing(X, n_inducing, inducing_points, random_state=None):
         raise ValueError(f"more inducing points ({m}) than data points ({n}); use "
                          f"n_inducing <= {n} (or the dense model).")
     if inducing_points is not None:
-        return np.ascontiguousarray(Z)
+        return np.array(Z, order="C")          # a copy: the user's array stays theirs
     return init_inducing(X, int(m), random_state)

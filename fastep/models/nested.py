@@ -308,7 +308,7 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         rng = as_generator(self.random_state)
         Z = None
         if self.n_inducing is not None or self.inducing_points is not None:
-            Z = np.array(check_inducing(X, self.n_inducing, self.inducing_points, rng))
+            Z = check_inducing(X, self.n_inducing, self.inducing_points, rng)
         problem = self._problem(X, labels, fresh_kernel(self.kernel), classes.size, Z)
         problem.check_memory()
         owner = type(self).__name__

@@ -79,6 +79,19 @@ def test_multiclass_one_vs_rest():
     assert clf.score(X, y) > 0.95
 
 
+def test_the_users_inducing_points_stay_theirs(data):
+    """The fitted model keeps its own copy of ``inducing_points``: changing the array
+    afterwards changes neither its inducing inputs nor its predictions."""
+    X, y = data
+    Z = np.ascontiguousarray(X[::8], dtype=float)
+    clf = EPGaussianProcessClassifier(RBF(1.0, 0.8), optimizer=None,
+                                      inducing_points=Z).fit(X, y)
+    before = clf.predict_proba(X[:5]).copy()
+    Z += 10.0
+    np.testing.assert_array_equal(clf.predict_proba(X[:5]), before)
+    assert not np.shares_memory(clf.inducing_points_, Z)
+
+
 def test_bad_input_messages(data):
     X, y = data
     with pytest.raises(ValueError, match="2 classes"):
