@@ -4,8 +4,10 @@
     fastep demo annotators               the same data labelled by 8 simulated noisy annotators
     fastep demo censored                 Tobit GP regression on outputs censored below a limit
     fastep demo multiclass               GWI multiclass GP classifier on scikit-learn's digits
-    fastep fit DATA -o MODEL.npz --model {classifier,multiclass,censored,annotators,regression}
+    fastep fit DATA -o MODEL.npz --model {classifier,multiclass,nested,censored,annotators,
+                                          regression,ordinal}
                                          fit on a CSV, .npy, Parquet or Zarr table
+                                         (multiclass: GWI; nested: nested EP)
     fastep predict MODEL.npz DATA -o P   stream probabilities / moments for new inputs
     fastep info MODEL.npz                what a saved model holds
     fastep bench                         one EP sweep against one LAPACK Cholesky of the same n

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from ..models.nested import dense_matrices
 from ..models.regression import REGRESSION_LIKELIHOODS
 from ._progress import _FitProgress
 from ._tables import (ROW_DATA, _check_features, _check_output, _connect, _named,
@@ -16,6 +17,7 @@ from ._tables import (ROW_DATA, _check_features, _check_output, _connect, _named
 MODELS = {
     "classifier": ("EPGaussianProcessClassifier", "class probabilities p_<class>"),
     "multiclass": ("GWIClassifier", "class probabilities p_<class>"),
+    "nested": ("NestedEPClassifier", "class probabilities p_<class>"),
     "censored": ("CensoredGPRegressor", "mean and std of the latent f"),
     "annotators": ("MultiAnnotatorGPClassifier", "class probabilities p_<class>"),
     "regression": ("EPGaussianProcessRegressor", "mean and std of the latent f"),
@@ -24,7 +26,7 @@ MODELS = {
 
 
 #: How many integer labels each classifier kind needs (for messages).
-NEEDED_LABELS = {"classifier": "2-20", "multiclass": "2 or more",
+NEEDED_LABELS = {"classifier": "2-20", "multiclass": "2 or more", "nested": "2 or more",
                  "ordinal": "3 or more ordered"}
 
 
@@ -118,9 +120,10 @@ def _columns(args, names, data_columns=()):
     return features, target
 
 
-def _needs_inducing(n, args):
+def _needs_inducing(n, args, n_matrices=None):
     """How many inducing points to use: --n-inducing, else AUTO_INDUCING when dense EP's
-    n x n matrices would not fit in memory (checked before anything is allocated)."""
+    ``n_matrices`` (None: ML-II's) n x n matrices would not fit in memory (checked before
+    anything is allocated)."""
     from fastep._memory import DENSE_MLII_MATRICES, check_dense_memory
     from fastep.exceptions import DenseMemoryError
     from fastep._memory import host_memory_available
@@ -130,11 +133,12 @@ def _needs_inducing(n, args):
                              f"at most {n}.")
         return args.n_inducing
     try:
-        check_dense_memory(n, DENSE_MLII_MATRICES, host_memory_available())
+        n_matrices = DENSE_MLII_MATRICES if n_matrices is None else n_matrices
+        check_dense_memory(n, n_matrices, host_memory_available())
         return None
     except DenseMemoryError:
         print(f"fastep fit: dense EP on {n} rows needs about "
-              f"{DENSE_MLII_MATRICES * 8 * n * n / 2 ** 30:.0f} GiB; using "
+              f"{n_matrices * 8 * n * n / 2 ** 30:.0f} GiB; using "
               f"{AUTO_INDUCING} inducing points instead (set --n-inducing to choose)",
               file=sys.stderr)
         return AUTO_INDUCING
@@ -168,7 +172,7 @@ def _targets(args, T):
     if args.model == "annotators":          # the label matrix stays on the client (EM)
         return T.compute() if hasattr(T, "compute") else T
     y = T[:, 0]
-    if args.model in ("classifier", "multiclass", "ordinal"):
+    if args.model in ("classifier", "multiclass", "nested", "ordinal"):
         labels = distinct_values(y)
         if not np.all(np.isfinite(labels)):
             raise ValueError(f"--target: {int(np.sum(~np.isfinite(y)))} rows have no finite "
@@ -206,10 +210,10 @@ def cmd_fit(args):
     data_columns = _row_data_columns(args, names)
     features, target = _columns(args, names, set(data_columns.values()))
     if args.scheduler:
-        if args.model == "multiclass":
-            raise ValueError("--scheduler runs sparse EP on Dask for --model classifier, "
-                             "censored, annotators or regression; --model multiclass fits in "
-                             "this process (drop --scheduler).")
+        if args.model in ("multiclass", "nested"):
+            raise ValueError(f"--scheduler runs sparse EP on Dask for --model classifier, "
+                             f"censored, annotators or regression; --model {args.model} fits "
+                             f"in this process (drop --scheduler).")
         client = _connect(args.scheduler)    # the workers read DATA, chunk by chunk, once
         X, T = client.persist([read_dask(args.data, features), read_dask(args.data, target)])
     else:
@@ -218,7 +222,8 @@ def cmd_fit(args):
     args.n_rows = X.shape[0]
     y = _targets(args, T)
     data = _row_data(args, names, data_columns)
-    m = _needs_inducing(X.shape[0], args)
+    m = _needs_inducing(X.shape[0], args, dense_matrices(np.unique(y).size)
+                        if args.model == "nested" else None)
     if args.scheduler and not m:
         m = AUTO_INDUCING if X.shape[0] > AUTO_INDUCING else max(1, X.shape[0] // 2)
         print(f"fastep fit: --scheduler runs sparse EP; using {m} inducing points (set "

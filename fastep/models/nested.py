@@ -31,6 +31,11 @@ from ._mlii import maximize_evidence, theta_names
 #: n x n float64 matrices alive at the peak of a nested-EP posterior, per class (H_c and
 #: G_c) and besides (K, S, M's factor, the gradient's weights and a work matrix).
 _PER_CLASS, _BESIDES = 2, 5
+def dense_matrices(n_classes):
+    """n x n float64 matrices at the peak of dense nested EP with ``n_classes`` classes."""
+    return _PER_CLASS * n_classes + _BESIDES
+
+
 #: Test points per block of :meth:`NestedGP.latent` (its work is C n x block arrays).
 _PREDICT_BLOCK = 512
 
@@ -94,7 +99,7 @@ class NestedGP:
         if self.sparse:     # Lambda / its factor, the inverse, its mirror, the last one's
             resolve("cpu").check_dense_memory(self.n_classes * self.Z.shape[0], 4)
         else:
-            self.be.check_dense_memory(self.X.shape[0], _PER_CLASS * self.n_classes + _BESIDES)
+            self.be.check_dense_memory(self.X.shape[0], dense_matrices(self.n_classes))
 
     def _uu(self):
         """``L_uu`` (the jittered Cholesky factor of K(Z, Z)), sparse problems only."""
