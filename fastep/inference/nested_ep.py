@@ -132,6 +132,7 @@ def _posterior(be, K, alpha, beta, y):
     M = xp.asfortranarray(-S)
     M[idx, idx] += be.asarray(P)
     LM = be.cholesky(M, "M = P - S of nested EP")
+    del M                                       # (its storage on the CPU; a copy on the GPU)
     logdet += 2.0 * float(xp.log(xp.diag(LM)).sum())
     # mean: A^-1 b + E M^-1 E^T b, E_c = A_c^-1 D_c
     w = be.cho_solve(LM, (pi_d * ainv_b).sum(1))
@@ -139,11 +140,17 @@ def _posterior(be, K, alpha, beta, y):
     for c in range(C):
         x = pi_d[:, c] * w
         mean[:, c] += K @ (x - Et[c] @ x)
-    # marginal blocks: delta diag(A_c^-1) + (G_c^T G_c')_ii, G_c = LM^-1 E_c^T
+    # marginal blocks: delta diag(A_c^-1) + (G_c^T G_c')_ii, G_c = LM^-1 E_c^T, a column
+    # sum per pair of classes (no (n, C, n) copy; 7x faster than a batched matmul at
+    # n = 4000, C = 3 on the CPU)
     G = Et                                      # overwritten class by class
     for c in range(C):
         G[c] = be.solve_lower(LM, Et[c])
-    cov = xp.matmul(G.transpose(2, 0, 1), G.transpose(2, 1, 0))
+    cov = xp.empty((n, C, C))
+    for c in range(C):
+        for d in range(c, C):
+            cov[:, c, d] = xp.einsum("ij,ij->j", G[c], G[d])
+            cov[:, d, c] = cov[:, c, d]
     cov[:, xp.arange(C), xp.arange(C)] += diag_ainv
     mean, cov = be.to_host(mean), be.to_host(cov)
     Tmu = pi * mean - pi * ((pi * mean).sum(1) / P)[:, None]
@@ -294,7 +301,8 @@ def gradient_weights(post, backend=None):
 def _gradient_weights(be, post):
     xp = be.xp
     n, C = post.pi.shape
-    q = be.asarray(post.pi / post.P[:, None])
+    q_host = post.pi / post.P[:, None]
+    q = be.asarray(q_host)
     # sum_c X_c M^-1 X_c^T, X_c = H_c - diag(q_c) S (lower triangle, BLAS)
     W = xp.zeros((n, n), order="F")
     for c in range(C):
@@ -302,15 +310,17 @@ def _gradient_weights(be, post):
                                       overwrite=True).T)
     W = _sym(xp, W)
     W += post.S                                 # sum_c (T A^-1 T)_cc: sum_c H_c ...
-    HQ = xp.einsum("cij,jc->ij", post.H, q)     # sum_c H_c diag(q_c)
+    HQ = post.H[0] * q[:, 0][None, :]           # sum_c H_c diag(q_c), class by class
+    for c in range(1, C):
+        HQ += post.H[c] * q[:, c][None, :]
     W -= HQ
     W -= HQ.T
     W += post.S * (q @ q.T)                     # ... sum_c diag(q_c) S diag(q_c)
     a = be.asarray(post.a)
     W += a @ a.T                                # sum_c a_c a_c^T
     idx = xp.arange(n)
-    W[idx, idx] -= be.asarray((post.pi - post.pi * post.pi / post.P[:, None]).sum(1))
-    W *= 0.5                                    # - sum_c T_cc above
+    W[idx, idx] -= be.asarray((post.pi - post.pi * q_host).sum(1))    # - sum_c T_cc
+    W *= 0.5
     return W
 
 
@@ -410,6 +420,7 @@ def nested_ep(K, y, n_classes, alpha=None, beta=None, damping=None, tol=1e-6,
                     relative_step(np, alpha.ravel(), beta.ravel(), a, b)))))
             else:
                 accel.reset()
+        post = None                            # its n x n factors freed before the next
         try:
             post = refresh(K, new_a, new_b, y, sparse, backend)
         except NotPositiveDefiniteError:

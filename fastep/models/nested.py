@@ -28,9 +28,14 @@ from ._base import EvidenceMixin, FastepEstimator, as_generator, fit_entry, fres
     latent_output, shared
 from ._mlii import maximize_evidence, theta_names
 
-#: n x n float64 matrices alive at the peak of a nested-EP posterior, per class (H_c and
-#: G_c) and besides (K, S, M's factor, the gradient's weights and a work matrix).
-_PER_CLASS, _BESIDES = 2, 5
+#: n x n float64 matrices alive at the peak of a nested-EP posterior refresh, per class
+#: (H_c and G_c) and besides: K, S, M's factor, two work matrices of the class loop, and
+#: on the GPU (out-of-place Cholesky, einsum temporaries) two more; the last sweep's
+#: factors are freed first.  The gradient's peak (K, H, S, M's factor, its weights and
+#: three work matrices) is below it.
+_PER_CLASS, _BESIDES = 2, 7
+
+
 def dense_matrices(n_classes):
     """n x n float64 matrices at the peak of dense nested EP with ``n_classes`` classes."""
     return _PER_CLASS * n_classes + _BESIDES
@@ -280,13 +285,18 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         self.random_state = random_state
         self.device = device
 
-    def _problem(self, X, y, kernel, n_classes, Z=None):
-        backend = resolve(self.device)
-        if Z is not None and backend.name != "cpu":
+    def _check_device(self, sparse):
+        """Sparse nested EP runs on the CPU only (checked before the device is resolved,
+        so that the message is about the settings, whatever the machine has)."""
+        if sparse and self.device != "cpu":
             raise ValueError(f"NestedEPClassifier runs sparse nested EP on the CPU only; got "
                              f"device={self.device!r} with inducing points. Set "
                              f"device='cpu', or drop n_inducing and inducing_points for "
                              f"dense nested EP on the GPU.")
+
+    def _problem(self, X, y, kernel, n_classes, Z=None):
+        self._check_device(Z is not None)
+        backend = resolve(self.device)
         return NestedGP(np.ascontiguousarray(X), np.asarray(y, dtype=np.int64), kernel,
                         int(n_classes), self.damping, float(self.tol), int(self.max_iter), Z,
                         backend)
@@ -312,6 +322,7 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
                              f"one class: {classes[0]!r}.")
         rng = as_generator(self.random_state)
         Z = None
+        self._check_device(self.n_inducing is not None or self.inducing_points is not None)
         if self.n_inducing is not None or self.inducing_points is not None:
             Z = check_inducing(X, self.n_inducing, self.inducing_points, rng)
         problem = self._problem(X, labels, fresh_kernel(self.kernel), classes.size, Z)

@@ -159,7 +159,6 @@ def run_likelihood_kernels(res, index, only):
                         f"{key}/out": np.array(outs), f"{key}/skipped": counter.copy()})
 
 
-
 def run_fixed_kernels(res, rng):
     """The kernels that do not depend on a likelihood: dense covariance work, sparse
     marginals, stationary Gram matrices and contractions."""
@@ -440,8 +439,7 @@ def run_estimators(res, only=None):
 
 
 def run_messages(res):
-    """device='cuda' with a bad method, or with sparse nested EP: the error names the
-    knobs."""
+    """device='cuda' with a bad method: the error names the knob."""
     import fastep
     from fastep.likelihoods import Probit
     try:
@@ -449,12 +447,6 @@ def run_messages(res):
         res["msg/sequential"] = np.array(["(no error)"])
     except Exception as exc:
         res["msg/sequential"] = np.array([f"{type(exc).__name__}: {exc}"])
-    X, y = np.arange(12.0).reshape(6, 2), np.arange(6) % 3
-    try:
-        fastep.NestedEPClassifier(n_inducing=3, device="cuda").fit(X, y)
-        res["msg/nested_sparse"] = np.array(["(no error)"])
-    except Exception as exc:
-        res["msg/nested_sparse"] = np.array([f"{type(exc).__name__}: {exc}"])
 
 
 def units():
@@ -495,27 +487,43 @@ def main(path, jobs=1):
     """Run every unit and save the outputs to ``path`` after each one (a run stopped by a
     time limit keeps what it finished).  ``jobs`` > 1 runs the units in that many spawned
     processes: on a GPU, compiling every likelihood's kernels one after another takes
-    several minutes (each kernel inlines its likelihood's quadrature)."""
+    several minutes (each kernel inlines its likelihood's quadrature).  A unit that fails
+    prints its traceback and the others go on; the exit status is then 1."""
+    import traceback
+
     import fastep.cuda as fc
     from fastep.backend import resolve
     res = {"meta/simulator": np.array([fc.simulator_enabled()])}
     run_messages(res)                       # before anything resolves device="cuda"
     res["meta/algebra"] = np.array([resolve("cuda")._la.name])
-    t0 = time.perf_counter()
+    t0, failed = time.perf_counter(), []
+
+    def record(unit, outputs):
+        try:
+            res.update(outputs())
+        except Exception:
+            traceback.print_exc()
+            failed.append(unit)
+            return
+        np.savez(path, **res)
+        print(f"cuda_checks: {unit} done at {time.perf_counter() - t0:.1f} s", flush=True)
+
     if jobs <= 1:
-        done = ((unit, run_unit(unit)) for unit in units())
+        for unit in units():
+            record(unit, lambda: run_unit(unit))
     else:
         import concurrent.futures as cf
         import multiprocessing
         pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
-        futures = {pool.submit(run_unit, unit): unit for unit in units()}
-        done = ((futures[f], f.result()) for f in cf.as_completed(futures))
-    for unit, out in done:
-        res.update(out)
-        np.savez(path, **res)
-        print(f"cuda_checks: {unit} done at {time.perf_counter() - t0:.1f} s", flush=True)
-    if jobs > 1:
-        pool.shutdown()
+        try:
+            futures = {pool.submit(run_unit, unit): unit for unit in units()}
+            for f in cf.as_completed(futures):
+                record(futures[f], f.result)
+        finally:
+            pool.shutdown(cancel_futures=True)
+    if failed:
+        print(f"cuda_checks: failed: {', '.join(failed)}", file=sys.stderr)
+        sys.exit(1)
 
 
 def compile_ptx(cc=(9, 0)):
@@ -556,7 +564,15 @@ def compile_ptx(cc=(9, 0)):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--ptx":
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", nargs="?", help="the .npz the outputs go to")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (a GPU machine)")
+    ap.add_argument("--ptx", action="store_true", help="compile every kernel to PTX only")
+    args = ap.parse_args()
+    if args.ptx:
         compile_ptx()
+    elif args.out is None:
+        ap.error("give the output file OUT.npz (or --ptx)")
     else:
-        main(sys.argv[1], int(sys.argv[3]) if sys.argv[2:3] == ["--jobs"] else 1)
+        main(args.out, args.jobs)

@@ -103,6 +103,11 @@ def test_bad_inputs_are_value_errors():
     clf = NestedEPClassifier(optimizer=None).fit(X, y)
     with pytest.raises(ValueError, match="features"):
         clf.predict_proba(X[:, :1])
+    # sparse nested EP on the GPU: the settings named, with or without a GPU here
+    with pytest.raises(ValueError, match="device='cpu', or drop n_inducing"):
+        NestedEPClassifier(n_inducing=5, device="cuda").fit(X, y)
+    with pytest.raises(ValueError, match="device"):
+        NestedEPClassifier(device="tpu").fit(X, y)
 
 
 def test_a_damaged_model_file_is_refused(tmp_path):
