@@ -32,10 +32,16 @@ def in_process_dask():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Run tests/backend/test_cuda.py's tests last."""
+    """Order tests/backend/test_cuda.py's tests: last in a plain session (their subprocess,
+    started at collection by :func:`pytest_collection_finish`, runs beside the others);
+    first under pytest-xdist, whose workers collect in this order and are handed files in
+    it, so that one worker waits on the subprocess (one core, 2-4 minutes under the
+    simulator) while the other runs the rest, instead of a 2-core machine ending on it
+    with one core idle."""
     cuda = [item for item in items if hasattr(getattr(item, "module", None), "start_early")]
     if cuda:
-        items[:] = [item for item in items if item not in cuda] + cuda
+        rest = [item for item in items if item not in cuda]
+        items[:] = cuda + rest if hasattr(config, "workerinput") else rest + cuda
 
 
 def pytest_collection_finish(session):
