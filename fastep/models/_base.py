@@ -37,7 +37,7 @@ from ..inference.inducing import check_inducing
 from ..likelihoods import check_power
 from ..priors import hyperprior_terms
 from ._dask import DaskInputs, dask_sample
-from ._jobs import JOBS_MIN_ROWS, _fit_one, _with_posterior, run_jobs
+from ._jobs import JOBS_MIN_ROWS, _fit_one, _with_posterior, in_process, run_jobs
 from ._latent import EPConfig
 from ._mlii import at_bounds, maximize_evidence, staged_start, subsample_stages
 
@@ -296,8 +296,10 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
         worker = clone(self)                     # the parameters, none of the fitted state
         local = (rest[0].X.shape[0] < JOBS_MIN_ROWS or is_dask_array(rest[0].X)
                  or rest[0].config.backend.name != "cpu")
-        fits = run_jobs(_fit_one, [(worker, latent, seed) for latent, seed in zip(rest, seeds)],
-                        getattr(self, "n_jobs", None), local=local)
+        n_jobs = getattr(self, "n_jobs", None)
+        strip = not in_process(n_jobs, len(rest), local)    # results sent between processes
+        fits = run_jobs(_fit_one, [(worker, latent, seed, strip)
+                                   for latent, seed in zip(rest, seeds)], n_jobs, local=local)
         return [first] + [(latent, _with_posterior(latent, result)) for latent, result in fits]
 
 

@@ -23,12 +23,17 @@ from ..inference.ep import EPResult, posterior_from_sites
 LOGGER = "fastep"
 
 
+def in_process(n_jobs, n, local=False):
+    """Whether :func:`run_jobs` runs ``n`` jobs in this process (no worker processes)."""
+    return local or min(effective_n_jobs(n_jobs), n) <= 1
+
+
 def run_jobs(fn, jobs, n_jobs, local=False):
     """``[fn(*args) for args in jobs]``, ``n_jobs`` at a time (None: 1, -1: every core;
     ``local``: always in this process, e.g. for a GPU that workers would share)."""
-    workers = min(effective_n_jobs(n_jobs), len(jobs))
-    if workers <= 1 or local:
+    if in_process(n_jobs, len(jobs), local):
         return [fn(*args) for args in jobs]
+    workers = min(effective_n_jobs(n_jobs), len(jobs))
     threads = max(1, cpu_count() // workers)
     level = logging.getLogger(LOGGER).getEffectiveLevel()
     out = Parallel(n_jobs=workers, backend="loky", inner_max_num_threads=threads)(
@@ -80,12 +85,13 @@ def _capped(fn, threads, level, args):
 JOBS_MIN_ROWS = 1000
 
 
-def _fit_one(estimator, latent, seed):
-    """One problem of :meth:`EPEstimator._fit_latents` (a worker's job): ``(latent,
-    result)``, a dense result without its posterior factors (three n x n arrays, rebuilt
-    from the sites by :func:`_with_posterior` rather than sent between processes)."""
+def _fit_one(estimator, latent, seed, strip):
+    """One problem of :meth:`EPEstimator._fit_latents`: ``(latent, result)``; with
+    ``strip`` (a worker process's job) a dense result without its posterior factors
+    (three n x n arrays, rebuilt from the sites by :func:`_with_posterior` rather than
+    sent between processes)."""
     latent, result = estimator._fit_latent(latent, np.random.default_rng(seed))
-    if isinstance(result, EPResult):
+    if strip and isinstance(result, EPResult):
         result = dataclasses.replace(result, _posterior=None)
     return latent, result
 
