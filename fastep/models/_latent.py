@@ -173,10 +173,11 @@ class LatentGP:
         stack.enter_context(carry_anderson())
         return stack
 
-    def run(self, sites=None, tol=None, max_iter=None, outer=None):
+    def run(self, sites=None, tol=None, max_iter=None, outer=None, keep_gram=False):
         """EP at the current parameters (warm-started from ``sites = (tau, nu)``); ``outer``
         is an outer update of the likelihood data run inside dense EP's sweep loop
-        (:func:`fastep.ep`).  The EP parameters were checked by the estimator's ``fit``:
+        (:func:`fastep.ep`); ``keep_gram``: a sparse result keeps ``K(X, Z)`` for one
+        :meth:`gradient`.  The EP parameters were checked by the estimator's ``fit``:
         this runs :func:`~fastep.inference.ep.run_ep` and
         :func:`~fastep.inference.sparse_ep.run_sparse_ep`, which do not check them again."""
         c = self.config
@@ -189,7 +190,7 @@ class LatentGP:
             return run_sparse_ep(c.backend, self.kernel, self.Z, self.X, self.y,
                                  self.likelihood, power=c.power, damping=c.damping, tol=tol,
                                  max_iter=max_iter, site_tau=tau, site_nu=nu,
-                                 method=c.method)
+                                 method=c.method, keep_gram=keep_gram)
         c.backend.check_dense_memory(self.X.shape[0], DENSE_EP_MATRICES)
         K = self.kernel(self.X, backend=c.backend)
         return run_ep(c.backend, K, self.y, self.likelihood, c.method, c.damping, tol, max_iter,
@@ -211,8 +212,12 @@ class LatentGP:
         anything tighter than the configured tolerance: that one)."""
         if not self.sparse:
             self.config.backend.check_dense_memory(self.X.shape[0], DENSE_MLII_MATRICES)
-        result = self.run(sites, tol=None if tol is None else max(tol, self.config.tol))
-        return result.log_marginal_likelihood, self.gradient(result), result
+        result = self.run(sites, tol=None if tol is None else max(tol, self.config.tol),
+                          keep_gram=True)
+        grad = self.gradient(result)
+        if self.sparse:
+            result._gram = None                 # n x m: not kept beyond the gradient
+        return result.log_marginal_likelihood, grad, result
 
     def loo_cavity(self, result):
         """EP's leave-one-out posterior of every f_i: ``(mean, var)`` of the cavity, the
@@ -259,7 +264,9 @@ class LaplaceGP(LatentGP):
     likelihoods).  Its evidence gradient is by central differences in theta (step 1e-5),
     which costs 2 p extra Newton fits per evaluation."""
 
-    def run(self, sites=None, tol=None, max_iter=None):
+    def run(self, sites=None, tol=None, max_iter=None, keep_gram=False):
+        """The Laplace fit at the current parameters (``sites``, ``tol``, ``keep_gram``:
+        ignored, for the interface of :meth:`LatentGP.run`)."""
         self.config.backend.check_dense_memory(self.X.shape[0], DENSE_EP_MATRICES)
         return laplace(self.kernel(self.X), self.y, self.likelihood,
                        max_iter=self.config.max_iter if max_iter is None else max_iter)

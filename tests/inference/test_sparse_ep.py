@@ -443,3 +443,30 @@ def test_gradient_without_the_inputs_is_the_same_gradient(data):
     assert part[1] is None and full[1].shape == Z.shape
     np.testing.assert_array_equal(part[0], full[0])
     np.testing.assert_array_equal(part[2], full[2])
+
+
+def test_kept_gram_matrix_gives_the_same_warm_run_and_gradient(data):
+    """ML-II's evaluations: a warm start's pass fills the Gram cache that the sweeps and the
+    gradient then read (``keep_gram``); the run, its log Z and the gradient equal those of
+    a run without a cache and a gradient that computes every kernel value."""
+    from fastep.backend import resolve
+    from fastep.inference.sparse_ep import run_sparse_ep
+    X, _, yb, _, Z = data
+    k, lik, be = RBF(1.5, 1.1), Probit(), resolve("cpu")
+    start = sparse_ep(RBF(1.2, 0.9), Z, X, yb, lik, tol=1e-3)
+    runs = {cache: run_sparse_ep(be, k, Z, X, yb, lik, 1.0, None, 1e-10, 500,
+                                 site_tau=start.site_tau, site_nu=start.site_nu,
+                                 chunk_size=7, gram_cache=cache, keep_gram=True)
+            for cache in (0, 2 ** 31)}
+    kept, plain = runs[2 ** 31], runs[0]
+    assert plain._gram is None and kept._gram.shape == (X.shape[0], Z.shape[0])
+    np.testing.assert_allclose(kept._gram, k(X, Z), rtol=1e-14)
+    assert kept.n_iter == plain.n_iter
+    assert kept.log_marginal_likelihood == pytest.approx(plain.log_marginal_likelihood,
+                                                         rel=1e-13)
+    np.testing.assert_allclose(kept.site_tau, plain.site_tau, rtol=1e-11, atol=1e-14)
+    from_gram = sparse_ep_gradient(kept, k, X, yb, lik, chunk_size=7)
+    computed = sparse_ep_gradient(plain, k, X, yb, lik, chunk_size=7)
+    for a, b in zip(from_gram[:2], computed[:2]):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-11)
+    assert sparse_ep(k, Z, X, yb, lik)._gram is None        # only when asked for

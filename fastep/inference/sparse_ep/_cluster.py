@@ -232,7 +232,8 @@ def _warm_block(const, state, X, y, extra, offset, build):
     """d_i of a chunk at given sites and (``build``) their sums in the prior's coordinates
     (:func:`~fastep.inference.sparse_ep._sweep.warm_rows` over the chunk's rows)."""
     ctx = _context(const, X, y, extra, offset, cold=False, resid=None)
-    P_G, b_G = warm_rows(ctx, X.shape[0], const.chunk_size, state.tau, state.nu, build)
+    P_G, b_G = warm_rows(ctx, _chunks(X.shape[0], const.chunk_size), state.tau, state.nu,
+                         build)
     return _BlockSites(state.tau, state.nu, ctx.resid), SweepSums(0, 0.0, 0.0, P_G, b_G)
 
 

@@ -36,15 +36,22 @@ def gradient_constants(be, result, kernel, likelihood, inputs=True, serial=True)
                            inputs=bool(inputs), serial=bool(serial))
 
 
-def _gradient_chunk(c, Xc, y, extra, tau, nu, marginals=None):
+def _gradient_chunk(c, Xc, y, extra, tau, nu, marginals=None, gram=None):
     """Per chunk of rows: ``V = L_uu^-1 K(Z, X_c)``, ``S V`` (None with ``marginals``),
     the marginal means and the site-term derivatives.  ``marginals``: the chunk's
     ``(mean, var, resid)`` of h_i from the result's closing evaluation pass at the same
     q (they agree with ``V^T m``, ``diag(V^T S V)`` and ``K_ii - |V_i|^2`` to 1e-12),
-    which spares the m x m x c product ``S V``."""
+    which spares the m x m x c product ``S V``; ``gram``: the chunk's ``K(X_c, Z)`` as
+    the EP run kept it (else computed here)."""
     be, xp = c.be, c.be.xp
-    with be.compiled():
-        At, kdiag = _gram_t(be, c.kernel, c.Z_d, Xc), c.kernel.diag(Xc, backend=be)
+    if gram is not None:
+        At = xp.array(gram.T, order="F")
+        if marginals is None:
+            with be.compiled():
+                kdiag = c.kernel.diag(Xc, backend=be)
+    else:
+        with be.compiled():
+            At, kdiag = _gram_t(be, c.kernel, c.Z_d, Xc), c.kernel.diag(Xc, backend=be)
     V = be.trmm_lower(c.L_inv, At)
     if marginals is None:
         mean = V.T @ c.mv
@@ -64,11 +71,12 @@ def _left_product(A, V):
     return (V.T @ A.T).T
 
 
-def gradient_first(c, Xc, y, extra, tau, nu, marginals=None):
+def gradient_first(c, Xc, y, extra, tau, nu, marginals=None, gram=None):
     """First pass of the gradient over a chunk: ``(V a, V diag(c) V^T, d/dlog lik)``;
-    ``marginals`` as in :func:`_gradient_chunk`."""
+    ``marginals`` and ``gram`` as in :func:`_gradient_chunk`."""
     be, xp = c.be, c.be.xp
-    V, _, _, (g_mu, g_var, _, g_lik) = _gradient_chunk(c, Xc, y, extra, tau, nu, marginals)
+    V, _, _, (g_mu, g_var, _, g_lik) = _gradient_chunk(c, Xc, y, extra, tau, nu, marginals,
+                                                       gram)
     m = V.shape[0]
     Va, U = xp.zeros(m), xp.zeros((m, m), order="F")
     be.accumulate(U, Va, V, g_var, g_mu)     # a rank-c update of U's lower triangle at least
@@ -82,11 +90,12 @@ def gradient_second_constants(c, Va, U, d_lik):
     c.r, c.SU, c.d_lik = c.S @ Va, c.S @ U, d_lik
 
 
-def gradient_second(c, Xc, y, extra, tau, nu):
+def gradient_second(c, Xc, y, extra, tau, nu, gram=None):
     """Second pass over a chunk: ``G = dlogZ/dV`` contracted with the kernel derivatives:
-    ``(d/dtheta, d/dZ (0 without ``c.inputs``), G V^T)``."""
+    ``(d/dtheta, d/dZ (0 without ``c.inputs``), G V^T)``; ``gram`` as in
+    :func:`_gradient_chunk`."""
     be = c.be
-    V, SV, mean, (g_mu, g_var, g_d, _) = _gradient_chunk(c, Xc, y, extra, tau, nu)
+    V, SV, mean, (g_mu, g_var, g_d, _) = _gradient_chunk(c, Xc, y, extra, tau, nu, gram=gram)
     w = nu - tau * mean
     G = be.gradient_direction(V, SV, _left_product(c.SU, SV), c.mv, c.r,
                               w + g_mu - tau * (V.T @ c.r), w, 2.0 * g_var - tau, tau, g_d,

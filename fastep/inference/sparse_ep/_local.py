@@ -27,8 +27,15 @@ class _LocalSites(ChunkSequentialSites):
                       for k in range(n_workers)]
 
     def warm_pass(self, build):
-        """d_i at the given sites, and (``build``) the sums that make q from them."""
-        return warm_rows(self.ctx, self.n, self.chunk_size, self.tau, self.nu, build)
+        """d_i at the given sites, ``K(X, Z)`` into the Gram cache and (``build``) the sums
+        that make q from them: each worker its share of the chunks, as in a sweep."""
+        ctx = self.ctx
+        for part in self.parts:
+            part.P_G[...], part.b_G[...] = 0.0, 0.0
+        ctx.be.run_all([functools.partial(warm_rows, ctx, part.chunks, self.tau, self.nu, build,
+                                          part.P_G, part.b_G) for part in self.parts])
+        ctx.cached = ctx.cache is not None
+        return _sum_parts(ctx.be, self.parts)
 
     def reset(self):
         """A cold start: zero sites, d_i recomputed in the first sweep."""

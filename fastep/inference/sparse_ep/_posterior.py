@@ -59,6 +59,9 @@ class SparseEPResult(EPResultBase):
     _q: Optional["_InducingPosterior"] = field(default=None, repr=False)
     _backend: object = field(default=None, repr=False)
     _cluster: object = field(default=None, repr=False)
+    #: ``K(X, Z)`` at the run's kernel, kept for one :func:`sparse_ep_gradient` (ML-II's
+    #: evaluations ask for it and drop it after the gradient; None otherwise)
+    _gram: Optional[Array] = field(default=None, repr=False)
 
     def predict_latent(self, kernel: Kernel, X: ArrayLike) -> Tuple[Array, Array]:
         """Latent predictive mean and variance at X (kernel: the one used in the fit); lazy

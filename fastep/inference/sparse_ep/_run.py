@@ -163,12 +163,13 @@ def sparse_ep(kernel: Any, Z: ArrayLike, X: Any, y: Any, likelihood: Any, alpha:
 
 def run_sparse_ep(backend, kernel, Z, X, y, likelihood, power, damping, tol, max_iter,
                   site_tau=None, site_nu=None, extra=None, chunk_size=None, callback=None,
-                  gram_cache=GRAM_CACHE, method="sequential", robust=None):
+                  gram_cache=GRAM_CACHE, method="sequential", robust=None, keep_gram=False):
     """:func:`sparse_ep` on ``backend`` (resolved) with its parameters checked, by
     :func:`sparse_ep` or by an estimator's ``fit`` (scikit-learn's constraints), where they
     are checked once, under the estimators' names: ``power`` is the power ``alpha`` of
     Power EP, ``method`` the ``schedule``.  The data (Z, X, y, sites, chunk size) are
-    checked here."""
+    checked here.  ``keep_gram``: the result keeps the run's Gram cache ``K(X, Z)`` (where
+    it had one) for :func:`sparse_ep_gradient`, which then computes no kernel values."""
     be, alpha, schedule = backend, power, method
     damping, adaptive = damping_rule(damping)
     robust = (not likelihood.log_concave) if robust is None else robust
@@ -188,12 +189,12 @@ def run_sparse_ep(backend, kernel, Z, X, y, likelihood, power, damping, tol, max
     with be.threads_for(Z.shape[0]):
         return _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol,
                           max_iter, site_tau, site_nu, extra, chunk_size, callback, gram_cache,
-                          schedule=schedule, robust=robust)
+                          schedule=schedule, robust=robust, keep_gram=keep_gram)
 
 
 def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, max_iter,
                site_tau, site_nu, extra, chunk_size, callback, gram_cache=0, q=None,
-               schedule="parallel", robust=False):
+               schedule="parallel", robust=False, keep_gram=False):
     """The driver in this process (arguments checked).  With ``q`` given (a saved model's
     posterior) and ``max_iter=0`` it only evaluates: marginals, cavities and log Z at the
     given sites."""
@@ -221,8 +222,8 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
                           n_iter=ctl.sweeps, converged=ctl.converged, n_skipped=int(skipped),
                           cavity_mean=host(mu_cav), cavity_var=host(var_cav + resid),
                           alpha=float(alpha), inducing_points=Z, history=ctl.history,
-                          resid=host(resid), _q=q,
-                          _backend=be)
+                          resid=host(resid), _q=q, _backend=be,
+                          _gram=ctx.cache if keep_gram else None)
 
 
 def sparse_posterior_from_state(kernel, Z, X, y, likelihood, alpha, site_tau, site_nu, L_P, b,
@@ -290,12 +291,16 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
     marginals = tuple(be.asarray(a) for a in (result.mean, result.var - result.resid,
                                               result.resid))
 
+    # K(X, Z) from the EP run at the same kernel, where it kept it (ML-II's evaluations)
+    gram = result._gram if result._gram is not None and result._gram.shape == (n, m) else None
+
     def in_parts(pass_, *per_site):
         """``sum_k pass_(chunks k, k + T, ...)`` over the backend's T workers, in order;
         ``per_site``: more per-site vectors for ``pass_``, sliced to the chunk."""
         def work(part):
             return _add_all(pass_(c, rows(c0, c1), y_d[c0:c1], extra_d[c0:c1], tau[c0:c1],
-                                  nu[c0:c1], *[tuple(a[c0:c1] for a in v) for v in per_site])
+                                  nu[c0:c1], *[tuple(a[c0:c1] for a in v) for v in per_site],
+                                  gram=None if gram is None else gram[c0:c1])
                             for c0, c1 in part)
         jobs = [functools.partial(work, chunks[k::n_workers]) for k in range(n_workers)]
         return _add_all(be.run_all(jobs))

@@ -15,22 +15,29 @@ from .._sweep import site_change
 from ._posterior import _InducingPosterior
 
 
-def warm_rows(ctx, n, chunk_size, tau, nu, build):
-    """A warm start's pass over rows ``0:n`` of ``ctx`` (:func:`sweep_context`), in chunks:
-    d_i into ``ctx.resid`` and (``build``) the sums ``V T V^T``, ``V nu`` that make q from
-    the given sites (host arrays).  Run over all n rows in this process, or over one
+def warm_rows(ctx, chunks, tau, nu, build, P_G=None, b_G=None):
+    """A warm start's pass over the row ranges ``chunks`` of ``ctx`` (:func:`sweep_context`):
+    d_i into ``ctx.resid``, ``K(X_c, Z)`` into ``ctx.cache`` where it keeps one (the sweeps
+    that follow read it, not the kernel) and (``build``) the sums ``V T V^T``, ``V nu`` that
+    make q from the given sites, added to ``P_G``, ``b_G`` (new arrays where None; returned
+    on the backend).  Run over one worker's share of the rows in this process, or over one
     chunk's rows on a Dask worker."""
     be, xp = ctx.be, ctx.be.xp
     m = ctx.Z.shape[0]
-    P_G, b_G = xp.zeros((m, m), order="F"), xp.zeros(m)
-    for c0, c1 in _chunks(n, chunk_size):
+    P_G = xp.zeros((m, m), order="F") if P_G is None else P_G
+    b_G = xp.zeros(m) if b_G is None else b_G
+    for c0, c1 in chunks:
         Xc = ctx.rows(c0, c1)
-        V = be.trmm_lower(ctx.L_uu_inv, _gram_t(be, ctx.kernel, ctx.Z, Xc))
-        ctx.resid[c0:c1] = xp.maximum(ctx.kernel.diag(Xc, backend=be)
-                                      - xp.einsum("ij,ij->j", V, V), 0.0)
+        with be.compiled():
+            K = ctx.kernel(Xc, ctx.Z, backend=be)
+            kdiag = ctx.kernel.diag(Xc, backend=be)
+        if ctx.cache is not None:
+            ctx.cache[c0:c1] = K
+        V = be.trmm_lower(ctx.L_uu_inv, xp.asfortranarray(K.T))
+        ctx.resid[c0:c1] = xp.maximum(kdiag - xp.einsum("ij,ij->j", V, V), 0.0)
         if build:
             be.accumulate(P_G, b_G, V, tau[c0:c1], nu[c0:c1])
-    return be.to_host(P_G), be.to_host(b_G)
+    return P_G, b_G
 
 
 def _sum_parts(be, parts):
@@ -53,14 +60,16 @@ def sweep_context(be, kernel, likelihood, Z, L_uu, X, y, extra, alpha, cold,
                   cache=None):
     """What a parallel sweep over the rows of X reads and writes (``y``, ``extra``: the
     likelihood's encoding, checked): the backend's copies of the data and the per-site
-    vectors (marginals, cavities, site terms of log Z and d_i).  Built for all n rows in
+    vectors (marginals, cavities, site terms of log Z and d_i); ``cache``: an (n, m) array
+    for ``K(X, Z)`` or None, ``cached``: whether it holds it yet (a warm pass or the first
+    sweep fills it).  Built for all n rows in
     this process, or for one block of rows on a Dask worker."""
     xp, n = be.xp, X.shape[0]
     return SimpleNamespace(
         be=be, kernel=kernel, Z=xp.ascontiguousarray(be.asarray(Z)), rows=be.rows(X),
         data=be.site_inputs(likelihood, y, extra), cache=cache, cold=cold,
         tilted=likelihood.scalar_tilted, clip=bool(likelihood.log_concave), alpha=float(alpha),
-        resid=xp.empty(n), mean=xp.empty(n), var=xp.empty(n),
+        cached=False, resid=xp.empty(n), mean=xp.empty(n), var=xp.empty(n),
         site_ev=xp.empty(n), mu_cav=xp.empty(n), var_cav=xp.empty(n),
         L_uu_inv=be.asarray(_InducingPosterior.prior(L_uu).R_inv))   # L_uu^-1
 
@@ -114,8 +123,11 @@ class _SweepPart:
         skipped, change = 0, 0.0
         for c0, c1 in self.chunks if chunks is None else chunks:
             sl, At = slice(c0, c1), self.buffer[:, : c1 - c0]
-            if ctx.cache is not None and not first:
+            if ctx.cache is not None and (ctx.cached or not first):
                 xp.copyto(At, ctx.cache[sl].T)
+                if first and ctx.cold:
+                    with be.compiled():
+                        kdiag = ctx.kernel.diag(ctx.rows(c0, c1), backend=be)
             else:
                 Xc = ctx.rows(c0, c1)
                 with be.compiled():
