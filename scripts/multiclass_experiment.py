@@ -37,7 +37,7 @@ import numpy as np
 import fastep
 from fastep.datasets import split_standardized
 from fastep.kernels import RBF
-from fastep.models.gwi import median_heuristic
+from fastep.models._base import median_heuristic
 
 N_BINS = 15
 

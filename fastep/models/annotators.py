@@ -19,7 +19,7 @@ from .._dask import is_dask_array
 from ..backend import resolve
 from ..exceptions import ConvergenceWarning
 from ..likelihoods.annotators import MultiAnnotator, log_ab
-from ._base import EPEstimator, as_generator, fit_entry, fresh_kernel, latent_output, shared
+from ._base import EPEstimator, as_generator, fit_entry, latent_output, shared
 from ._latent import LatentGP
 from ._mlii import maximize_evidence
 from ._state import latent_from_state, latent_state
@@ -182,7 +182,9 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
 
     Parameters
     ----------
-    kernel : kernel, default=None (``RBF()``)
+    kernel : kernel, default=None
+        ``RBF()``; ML-II starts its lengthscale at the median distance between rows
+        of X (with ``optimizer=None``: ``RBF()``).
     em_every : int, default=1
         EP sweeps between two reliability updates.  Dense EP's one run may take
         ``max_iter + max_em_iter * em_every`` sweeps (the budget of EM rounds and a final
@@ -332,7 +334,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         config = self._ep_config(backend)
         rng = as_generator(self.random_state)
         X = X if is_dask_array(X) else np.ascontiguousarray(X)
-        latent = LatentGP(X, np.ones(n), fresh_kernel(self.kernel),
+        latent = LatentGP(X, np.ones(n), self._fresh_kernel(X),
                           MultiAnnotator(Y01, sens, spec), config,
                           self._inducing_inputs(X, rng))
         sites = self._warm_sites(X) if self.warm_start else None

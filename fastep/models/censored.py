@@ -15,7 +15,7 @@ from .._dask import is_dask_array, scalar_data
 from ..backend import resolve
 from ..likelihoods.tobit import (Tobit, censored_predictive, censored_quantile,
                                  check_censored_data, check_limits)
-from ._base import SingleLatentEstimator, as_generator, fit_entry, fresh_kernel, shared
+from ._base import SingleLatentEstimator, as_generator, fit_entry, shared
 from ._dask import da_map_rows
 from ..kernels import kernel_from_dict
 from ._latent import LaplaceGP, LatentGP
@@ -42,7 +42,9 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
 
     Parameters
     ----------
-    kernel : kernel, default=None (``RBF()``)
+    kernel : kernel, default=None
+        ``RBF()``; ML-II starts its lengthscale at the median distance between rows
+        of X (with ``optimizer=None``: ``RBF()``).
     noise_variance : float, default=1.0
         Initial (or, with ``optimizer=None``, fixed) variance of the uncensored noise.
     lower, upper : float, optional
@@ -156,7 +158,7 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         X = X if is_dask_array(X) else np.ascontiguousarray(X)
         likelihood = Tobit(self.noise_variance, lower=lo_arr, upper=up_arr)
         problem = LaplaceGP if self.inference == "laplace" else LatentGP
-        latent = problem(X, y, fresh_kernel(self.kernel), likelihood, config,
+        latent = problem(X, y, self._fresh_kernel(X), likelihood, config,
                          self._inducing_inputs(X, rng))
         latent, result = self._fit_latent(latent, rng)
         self._set_fitted(latent, result, _limit(lo), _limit(up))

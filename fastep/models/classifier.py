@@ -15,7 +15,7 @@ from .._checks import class_labels, validate_X_y
 from .._dask import is_dask_array
 from ..backend import resolve
 from ..likelihoods import Likelihood, Logistic, Probit
-from ._base import EPEstimator, as_generator, fit_entry, fresh_kernel, latent_output, shared
+from ._base import EPEstimator, as_generator, fit_entry, latent_output, shared
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
 
@@ -35,7 +35,8 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
     Parameters
     ----------
     kernel : fastep or scikit-learn kernel, default=None
-        Prior covariance; None means ``RBF(variance=1.0, lengthscale=1.0)``.
+        Prior covariance; None means ``RBF(variance=1.0, lengthscale=1.0)``, except that
+        ML-II starts the lengthscale at the median distance between rows of X.
         Copied, never modified: the fitted kernel is ``kernel_``.
     likelihood : {"probit", "logistic"} or Likelihood, default="probit"
         A binary likelihood (labels are mapped to -1 / +1).
@@ -206,7 +207,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         config = self._ep_config(backend)
         rng = as_generator(self.random_state)
         X = X if dask_input else np.ascontiguousarray(X)
-        kernel, likelihood = fresh_kernel(self.kernel), self._make_likelihood()
+        kernel, likelihood = self._fresh_kernel(X), self._make_likelihood()
         Z = self._inducing_inputs(X, rng)
         targets = [classes[1]] if classes.size == 2 else list(classes)
         fits = self._fit_latents([LatentGP(X, np.where(y == c, 1.0, -1.0), kernel, likelihood,

@@ -23,23 +23,12 @@ from ..kernels import RBF
 from ..likelihoods.robustmax import RobustMax
 from ..kernels import kernel_from_dict
 from ._base import (FastepEstimator, as_generator, fit_entry, fresh_kernel, latent_output,
-                    shared)
+                    median_heuristic, shared)
 from ._state import likelihood_of
 
 _LOG = logging.getLogger("fastep")
 TEMPERATURE_BOUNDS = (1e-3, 1e3)
 _CHUNK = 4096            # prediction rows per block (bounds the (J, rows, M) work array)
-
-
-def median_heuristic(X, rng, max_points=500):
-    """Median pairwise Euclidean distance of (at most ``max_points`` of) the rows of X."""
-    if X.shape[0] > max_points:
-        X = X[rng.choice(X.shape[0], max_points, replace=False)]
-    sq = np.einsum("ij,ij->i", X, X)
-    d2 = sq[:, None] + sq[None, :] - 2.0 * X @ X.T
-    d = np.sqrt(np.maximum(d2[np.triu_indices(X.shape[0], 1)], 0.0))
-    d = d[d > 0]
-    return float(np.median(d)) if d.size else 1.0
 
 
 class GWIClassifier(ClassifierMixin, FastepEstimator):

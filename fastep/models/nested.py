@@ -24,7 +24,7 @@ from ..kernels import kernel_from_dict
 from ..kernels.distances import reuse_distances
 from ..likelihoods import MultinomialProbit
 from ..priors import hyperprior_terms
-from ._base import EvidenceMixin, FastepEstimator, as_generator, fit_entry, fresh_kernel, \
+from ._base import EvidenceMixin, FastepEstimator, as_generator, fit_entry, \
     latent_output, shared
 from ._mlii import maximize_evidence, theta_names
 
@@ -193,7 +193,8 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
     Parameters
     ----------
     kernel : fastep or scikit-learn kernel, default=None
-        Prior covariance of every latent function; None means ``RBF()``.  Copied, never
+        Prior covariance of every latent function; None means ``RBF()``, with ML-II
+        starting the lengthscale at the median distance between rows of X.  Copied, never
         modified: the fitted kernel is ``kernel_``.
     optimizer : "L-BFGS-B", callable or None, default="L-BFGS-B"
         ML-II of the kernel's parameters (warm-started EP at each step); None keeps them.
@@ -325,7 +326,7 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         self._check_device(self.n_inducing is not None or self.inducing_points is not None)
         if self.n_inducing is not None or self.inducing_points is not None:
             Z = check_inducing(X, self.n_inducing, self.inducing_points, rng)
-        problem = self._problem(X, labels, fresh_kernel(self.kernel), classes.size, Z)
+        problem = self._problem(X, labels, self._fresh_kernel(X), classes.size, Z)
         problem.check_memory()
         owner = type(self).__name__
         prior = hyperprior_terms(self.hyperprior, problem.theta_names, problem.theta.size,

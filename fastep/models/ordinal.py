@@ -12,7 +12,7 @@ from .._checks import class_labels, validate_X_y
 from .._dask import is_dask_array
 from ..backend import resolve
 from ..likelihoods import OrdinalProbit
-from ._base import SingleLatentEstimator, as_generator, fit_entry, fresh_kernel, shared
+from ._base import SingleLatentEstimator, as_generator, fit_entry, shared
 from ._dask import da_map_rows, rows_like
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
@@ -46,7 +46,9 @@ class OrdinalGPClassifier(ClassifierMixin, SingleLatentEstimator):
 
     Parameters
     ----------
-    kernel : kernel, default=None (``RBF()``)
+    kernel : kernel, default=None
+        ``RBF()``; ML-II starts its lengthscale at the median distance between rows
+        of X (with ``optimizer=None``: ``RBF()``).
     cut_points : array of shape (K - 1,), optional
         Starting (with ``optimizer=None``: fixed) cut points; default from the label
         frequencies.
@@ -138,7 +140,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         config = self._ep_config(backend, likelihood)
         rng = as_generator(self.random_state)
         X = X if dask_input else np.ascontiguousarray(X)
-        latent = LatentGP(X, levels, fresh_kernel(self.kernel), likelihood, config,
+        latent = LatentGP(X, levels, self._fresh_kernel(X), likelihood, config,
                           self._inducing_inputs(X, rng))
         latent, result = self._fit_latent(latent, rng)
         self.classes_ = classes

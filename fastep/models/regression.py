@@ -20,7 +20,7 @@ from ..likelihoods.counts import LOG_MAX
 from ..likelihoods import (Gaussian, Likelihood, LogLogistic, LogNormal, NegativeBinomial,
                            OrdinalProbit, Poisson, StudentT, Tobit, Weibull,
                            ZeroInflatedNegativeBinomial, ZeroInflatedPoisson)
-from ._base import SingleLatentEstimator, as_generator, fit_entry, fresh_kernel, shared
+from ._base import SingleLatentEstimator, as_generator, fit_entry, shared
 from ._dask import da_map_rows
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
@@ -50,7 +50,9 @@ class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
 
     Parameters
     ----------
-    kernel : kernel, default=None (``RBF()``)
+    kernel : kernel, default=None
+        ``RBF()``; ML-II starts its lengthscale at the median distance between rows
+        of X (with ``optimizer=None``: ``RBF()``).
     likelihood : {"student_t", "gaussian", "poisson", "negative_binomial", "tobit", \
 "zero_inflated_poisson", "zero_inflated_negative_binomial", "weibull", "log_logistic", \
 "log_normal"} or Likelihood, default="student_t"
@@ -229,7 +231,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         for start in self._likelihood_starts(likelihood, y):
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                latent = LatentGP(X, y, fresh_kernel(self.kernel), start, config, Z)
+                latent = LatentGP(X, y, self._fresh_kernel(X), start, config, Z)
                 fit = self._fit_latent(latent, rng)
             if best is None or (fit[1].log_marginal_likelihood
                                 > best[0][1].log_marginal_likelihood):

@@ -18,8 +18,8 @@ from ..inference import collapsed
 from ..inference.inducing import check_inducing
 from ..kernels import kernel_from_dict
 from ._mlii import theta_names
-from ._base import (EvidenceMixin, FastepEstimator, as_generator, fit_entry, fresh_kernel,
-                    latent_output, shared)
+from ._base import (EvidenceMixin, FastepEstimator, as_generator, fit_entry, latent_output,
+                    shared)
 from ._latent import inducing_bounds
 from ._mlii import maximize_evidence
 
@@ -101,7 +101,9 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
 
     Parameters
     ----------
-    kernel : kernel, default=None (``RBF()``); a fastep kernel
+    kernel : kernel, default=None
+        ``RBF()``; ML-II starts its lengthscale at the median distance between rows
+        of X (with ``optimizer=None``: ``RBF()``); a fastep kernel.
     power : float in [0, 1], default=0.0
         The power alpha: 0 is VFE, 1 is FITC, in between Power EP (the same meaning as in
         the EP estimators, where a power towards 0 approaches VFE).
@@ -181,7 +183,7 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
         rng = as_generator(self.random_state)
         m = min(100, X.shape[0]) if self.n_inducing is None else self.n_inducing
         Z = check_inducing(X, m, self.inducing_points, rng)
-        problem = CollapsedSparseGP(X, np.asarray(y, dtype=float), fresh_kernel(self.kernel),
+        problem = CollapsedSparseGP(X, np.asarray(y, dtype=float), self._fresh_kernel(X),
                                     float(self.noise_variance), Z, float(self.power),
                                     bool(self.optimize_inducing))
         # the work is m^2 n flops, that of a dense Cholesky of size (m^2 n)^(1/3)

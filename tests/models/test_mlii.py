@@ -260,3 +260,41 @@ def test_staged_ml2_ends_at_the_optimum_of_ml2_on_the_full_data(monkeypatch, lik
     assert abs(a - b) <= 1e-6 * abs(b)
     # the evidence is flat along some directions: the parameters agree less closely
     np.testing.assert_allclose(staged.kernel_.theta, plain.kernel_.theta, atol=0.05)
+
+
+def test_default_kernel_starts_ml_ii_at_the_median_distance(three_classes):
+    """kernel=None: ML-II starts from RBF(1, median distance between rows of X) (scipy's
+    pdist, all rows here), the same for every estimator that learns its kernel; with
+    optimizer=None the kernel is RBF() as given."""
+    from scipy.spatial.distance import pdist
+    X, labels = three_classes
+    y = (labels == "a").astype(int)
+    starts = []
+
+    def record(obj, theta, bounds):                 # a user optimiser that stays put
+        starts.append(np.exp(theta))
+        return theta, obj(theta, eval_gradient=False)
+    median = np.median(pdist(X))
+    for est in (EPGaussianProcessClassifier(optimizer=record),
+                fastep.EPGaussianProcessRegressor(likelihood="gaussian", optimizer=record),
+                fastep.NestedEPClassifier(optimizer=record)):
+        target = labels if isinstance(est, fastep.NestedEPClassifier) else y
+        fitted = est.fit(X, target)
+        assert starts[-1][:2] == pytest.approx([1.0, median], rel=1e-12)
+        assert fitted.kernel_.lengthscale == pytest.approx(median, rel=1e-12)
+    fixed = EPGaussianProcessClassifier(optimizer=None).fit(X, y)
+    assert fixed.kernel_.lengthscale == 1.0 and fixed.kernel_.variance == 1.0
+
+
+def test_median_heuristic_of_few_rows_many_rows_duplicates_and_dask():
+    from scipy.spatial.distance import pdist
+    from fastep.models._base import median_heuristic
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1200, 3))
+    rows = X[np.unique(np.linspace(0, 1199, 500).astype(int))]
+    assert median_heuristic(X) == pytest.approx(np.median(pdist(rows)), rel=1e-10)
+    assert median_heuristic(X[:40]) == pytest.approx(np.median(pdist(X[:40])), rel=1e-10)
+    assert median_heuristic(np.ones((5, 2))) == 1.0
+    da = pytest.importorskip("dask.array")
+    assert median_heuristic(da.from_array(X, chunks=300)) == pytest.approx(
+        median_heuristic(X), rel=1e-12)
