@@ -214,10 +214,7 @@ class LatentGP:
             self.config.backend.check_dense_memory(self.X.shape[0], DENSE_MLII_MATRICES)
         result = self.run(sites, tol=None if tol is None else max(tol, self.config.tol),
                           keep_gram=True)
-        grad = self.gradient(result)
-        if self.sparse:
-            result._gram = None                 # n x m: not kept beyond the gradient
-        return result.log_marginal_likelihood, grad, result
+        return result.log_marginal_likelihood, self.gradient(result), result
 
     def loo_cavity(self, result):
         """EP's leave-one-out posterior of every f_i: ``(mean, var)`` of the cavity, the

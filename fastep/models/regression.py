@@ -227,11 +227,11 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         config = self._ep_config(backend, likelihood)
         rng = as_generator(self.random_state)
         Z = self._inducing_inputs(X, rng)
-        best = None
+        best, kernel = None, self._fresh_kernel(X)
         for start in self._likelihood_starts(likelihood, y):
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                latent = LatentGP(X, y, self._fresh_kernel(X), start, config, Z)
+                latent = LatentGP(X, y, copy.deepcopy(kernel), start, config, Z)
                 fit = self._fit_latent(latent, rng)
             if best is None or (fit[1].log_marginal_likelihood
                                 > best[0][1].log_marginal_likelihood):

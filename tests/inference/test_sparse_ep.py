@@ -466,6 +466,7 @@ def test_kept_gram_matrix_gives_the_same_warm_run_and_gradient(data):
                                                          rel=1e-13)
     np.testing.assert_allclose(kept.site_tau, plain.site_tau, rtol=1e-11, atol=1e-14)
     from_gram = sparse_ep_gradient(kept, k, X, yb, lik, chunk_size=7)
+    assert kept._gram is None                               # one gradient, then freed
     computed = sparse_ep_gradient(plain, k, X, yb, lik, chunk_size=7)
     for a, b in zip(from_gram[:2], computed[:2]):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-11)

@@ -59,8 +59,8 @@ class SparseEPResult(EPResultBase):
     _q: Optional["_InducingPosterior"] = field(default=None, repr=False)
     _backend: object = field(default=None, repr=False)
     _cluster: object = field(default=None, repr=False)
-    #: ``K(X, Z)`` at the run's kernel, kept for one :func:`sparse_ep_gradient` (ML-II's
-    #: evaluations ask for it and drop it after the gradient; None otherwise)
+    #: ``K(X, Z)`` at the run's kernel, kept for one :func:`sparse_ep_gradient`, which drops
+    #: it (``run_sparse_ep(keep_gram=True)``, as ML-II's evaluations ask; None otherwise)
     _gram: Optional[Array] = field(default=None, repr=False)
 
     def predict_latent(self, kernel: Kernel, X: ArrayLike) -> Tuple[Array, Array]:

@@ -169,7 +169,8 @@ def run_sparse_ep(backend, kernel, Z, X, y, likelihood, power, damping, tol, max
     are checked once, under the estimators' names: ``power`` is the power ``alpha`` of
     Power EP, ``method`` the ``schedule``.  The data (Z, X, y, sites, chunk size) are
     checked here.  ``keep_gram``: the result keeps the run's Gram cache ``K(X, Z)`` (where
-    it had one) for :func:`sparse_ep_gradient`, which then computes no kernel values."""
+    it had one) for one :func:`sparse_ep_gradient` at the run's kernel and rows, which then
+    computes no kernel values and drops it."""
     be, alpha, schedule = backend, power, method
     damping, adaptive = damping_rule(damping)
     robust = (not likelihood.log_concave) if robust is None else robust
@@ -307,4 +308,6 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
 
     with be.threads_for(m):
         gradient_second_constants(c, *in_parts(gradient_first, marginals))
-        return gradient_finish(c, *in_parts(gradient_second))
+        out = gradient_finish(c, *in_parts(gradient_second))
+    result._gram = None                     # kept for one gradient: n x m numbers freed
+    return out
