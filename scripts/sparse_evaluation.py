@@ -1,8 +1,9 @@
 """What one ML-II evidence evaluation of a large sparse classifier costs, part by part, in
 units of one parallel sparse EP pass timed at the same n in the same run (issue 30).
 
-Data: the fit-time issue's large-n probit problem (``rff_probit_data`` of
-``asv_benchmarks/benchmarks/bench_mlii.py``: d = 4, m = 256 inducing inputs drawn from X).
+The measurement is ``evaluation_parts`` of ``asv_benchmarks/benchmarks/bench_mlii.py`` (also
+its asv benchmark ``SparseEvaluation``).  Data: the fit-time issue's large-n probit problem
+(``rff_probit_data`` there: d = 4, m = 256 inducing inputs drawn from X).
 An evaluation as ML-II makes it, near the optimum: EP at kernel B warm-started from the
 sites of a converged run at a nearby kernel A (its first pass rebuilds q from those sites
 at B), run to tol 1e-4, then the evidence gradient at B.  Printed, each the median of
@@ -23,13 +24,9 @@ wall time, evaluations and seconds per evaluation in passes.
     python scripts/sparse_evaluation.py --n 100000 --repeats 3 [--fit] [--parts]
 """
 import argparse
-import functools
-import importlib
-import inspect
 import logging
 import pathlib
 import sys
-import time
 import warnings
 
 import numpy as np
@@ -41,54 +38,8 @@ from fastep.likelihoods import Probit
 from fastep.models import _mlii
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "asv_benchmarks"))
-from benchmarks.bench_mlii import counted_fit, rff_probit_data  # noqa: E402
-
-_run = importlib.import_module("fastep.inference.sparse_ep._run")
-_local = importlib.import_module("fastep.inference.sparse_ep._local")
-
-KERNEL_A = RBF(4.25, [0.728, 1.251, 2.543, 15.78])      # near the optimum at n >= 10^5
-KERNEL_B = RBF(4.30, [0.740, 1.260, 2.500, 15.00])
-
-
-def seconds(fn):
-    t = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t, out
-
-
-def one_round(X, y, Z, start, parts):
-    be, lik = resolve("cpu"), Probit()
-
-    def run(kernel, sweeps, tol=1e-12, **kw):
-        return _run.run_sparse_ep(be, kernel, Z, X, y, lik, 1.0, None, tol, sweeps, **kw)
-    t2, _ = seconds(lambda: run(KERNEL_B, 2, method="parallel"))
-    t6, _ = seconds(lambda: run(KERNEL_B, 6, method="parallel"))
-    warm = []
-    if parts:                                    # time the warm pass inside the run
-        original = _local._LocalSites.warm_pass
-
-        @functools.wraps(original)
-        def timed(self, build):
-            t, out = seconds(lambda: original(self, build))
-            warm.append(t)
-            return out
-        _local._LocalSites.warm_pass = timed
-    # keep_gram as ML-II asks for it (absent before it existed: the script also runs there)
-    keep = {"keep_gram": True} if "keep_gram" in inspect.signature(
-        _run.run_sparse_ep).parameters else {}
-    try:
-        t_ep, res = seconds(lambda: run(KERNEL_B, 100, tol=1e-4, site_tau=start.site_tau,
-                                        site_nu=start.site_nu, **keep))
-    finally:
-        if parts:
-            _local._LocalSites.warm_pass = original
-    grad = functools.partial(_run.sparse_ep_gradient, res, KERNEL_B, X, y, lik, inputs=False)
-    t_kept, _ = seconds(grad)
-    res._gram = None
-    t_computed, _ = seconds(grad)
-    return {"pass": (t6 - t2) / 4, "EP": t_ep, "EP sweeps": res.n_iter,
-            "warm pass": warm[0] if warm else np.nan, "gradient": t_kept,
-            "gradient, kernel recomputed": t_computed}
+from benchmarks.bench_mlii import (KERNEL_A, _run, counted_fit, evaluation_parts,  # noqa: E402
+                                   rff_probit_data, seconds)
 
 
 def main():
@@ -107,7 +58,7 @@ def main():
         X[:2000], y01[:2000])                                    # compile / load the cache
     be = resolve("cpu")
     start = _run.run_sparse_ep(be, KERNEL_A, Z, X, y, Probit(), 1.0, None, 1e-6, 100)
-    rounds = [one_round(X, y, Z, start, args.parts) for _ in range(args.repeats)]
+    rounds = [evaluation_parts(X, y, Z, start, args.parts) for _ in range(args.repeats)]
     med = {k: float(np.median([r[k] for r in rounds])) for k in rounds[0]}
     p = med["pass"]
     print(f"n = {args.n:,}, m = 256, d = 4; medians of {args.repeats}")
