@@ -27,17 +27,25 @@ def warm_rows(ctx, chunks, tau, nu, build, P_G=None, b_G=None):
     P_G = xp.zeros((m, m), order="F") if P_G is None else P_G
     b_G = xp.zeros(m) if b_G is None else b_G
     for c0, c1 in chunks:
-        Xc = ctx.rows(c0, c1)
-        with be.compiled():
-            K = ctx.kernel(Xc, ctx.Z, backend=be)
-            kdiag = ctx.kernel.diag(Xc, backend=be)
-        if ctx.cache is not None:
-            ctx.cache[c0:c1] = K
+        K, kdiag = gram_rows(ctx, c0, c1)
         V = be.trmm_lower(ctx.L_uu_inv, xp.asfortranarray(K.T))
         ctx.resid[c0:c1] = xp.maximum(kdiag - xp.einsum("ij,ij->j", V, V), 0.0)
         if build:
             be.accumulate(P_G, b_G, V, tau[c0:c1], nu[c0:c1])
     return P_G, b_G
+
+
+def gram_rows(ctx, c0, c1):
+    """``(K(X_c, Z), K_ii)`` of rows ``c0:c1`` of ``ctx`` (:func:`sweep_context`), the Gram
+    block also written to ``ctx.cache`` where it keeps one."""
+    be = ctx.be
+    Xc = ctx.rows(c0, c1)
+    with be.compiled():
+        K = ctx.kernel(Xc, ctx.Z, backend=be)
+        kdiag = ctx.kernel.diag(Xc, backend=be)
+    if ctx.cache is not None:
+        ctx.cache[c0:c1] = K
+    return K, kdiag
 
 
 def _sum_parts(be, parts):
@@ -62,8 +70,8 @@ def sweep_context(be, kernel, likelihood, Z, L_uu, X, y, extra, alpha, cold,
     likelihood's encoding, checked): the backend's copies of the data and the per-site
     vectors (marginals, cavities, site terms of log Z and d_i); ``cache``: an (n, m) array
     for ``K(X, Z)`` or None, ``cached``: whether it holds it yet (a warm pass or the first
-    sweep fills it).  Built for all n rows in
-    this process, or for one block of rows on a Dask worker."""
+    sweep fills it).  Built for all n rows in this process, or for one block of rows on a
+    Dask worker."""
     xp, n = be.xp, X.shape[0]
     return SimpleNamespace(
         be=be, kernel=kernel, Z=xp.ascontiguousarray(be.asarray(Z)), rows=be.rows(X),
@@ -129,13 +137,8 @@ class _SweepPart:
                     with be.compiled():
                         kdiag = ctx.kernel.diag(ctx.rows(c0, c1), backend=be)
             else:
-                Xc = ctx.rows(c0, c1)
-                with be.compiled():
-                    K = ctx.kernel(Xc, ctx.Z, backend=be)
-                    kdiag = ctx.kernel.diag(Xc, backend=be)
+                K, kdiag = gram_rows(ctx, c0, c1)
                 xp.copyto(At, K.T)
-                if ctx.cache is not None:
-                    ctx.cache[sl] = K
             if first and ctx.cold and not q.prior:
                 # d_i = K_ii - |V_i|^2 with V = L_uu^-1 K_uf (q has moved off the prior)
                 V = be.trmm_lower(ctx.L_uu_inv, xp.array(At, order="F"))
