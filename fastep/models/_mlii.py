@@ -48,21 +48,19 @@ STAGE_MIN_ROWS = 6_250
 #: Sparse problems of at least this many rows start ML-II from the optimum of random
 #: subsamples that grow by :data:`STAGE_GROWTH` (:func:`subsample_stages`).
 STAGED_MIN_ROWS = STAGE_GROWTH * STAGE_MIN_ROWS
-#: ... and fewer than this: one stage only.  Measured on issue 30's probit problem
-#: (scripts/staged_mlii.py): n = 10^5, one stage, 1.62x faster; n = 10^6, two stages,
-#: 0.85x (19 full-data evaluations against 17 from the given kernel, to a log Z 1e-6
-#: higher): the full-data run from a staged start is not shorter there.
-STAGED_MAX_ROWS = STAGE_GROWTH * STAGED_MIN_ROWS
 #: Relative tolerance of the stages' L-BFGS-B runs (they only choose the start).
 STAGE_TOL = 1e-4
+#: Half-width of the box of the preconditioned coordinates u (:func:`maximize_evidence`):
+#: finite, so that L-BFGS-B takes the whole first step; in u the optimum is about the
+#: Newton decrement away, far inside.
+U_BOX = 1e6
 
 
 def subsample_stages(n):
     """Row counts of the subsamples ML-II runs on before the full data (smallest first):
     ``n / 8^k`` for the k >= 1 that leave at least :data:`STAGE_MIN_ROWS` rows; none below
-    :data:`STAGED_MIN_ROWS` rows or from :data:`STAGED_MAX_ROWS` on (where only one stage
-    has been measured to pay)."""
-    if not STAGED_MIN_ROWS <= n < STAGED_MAX_ROWS:
+    :data:`STAGED_MIN_ROWS` rows."""
+    if n < STAGED_MIN_ROWS:
         return []
     sizes, size = [], n // STAGE_GROWTH
     while size >= STAGE_MIN_ROWS:
@@ -72,33 +70,88 @@ def subsample_stages(n):
 
 
 def staged_start(problem, optimizer, rng, owner, max_iter, prior):
-    """A start for ML-II on a large sparse problem: the optimum of ML-II on a random
-    subsample of its rows, grown stage by stage (:func:`subsample_stages`; each stage
-    starts from the last one's optimum, with a loose :data:`STAGE_TOL`).
+    """A start for ML-II on a large sparse problem, and a preconditioner for it: the
+    optimum of ML-II on a random subsample of its rows, grown stage by stage
+    (:func:`subsample_stages`; each stage starts from the last one's optimum, with a loose
+    :data:`STAGE_TOL`), and the evidence's curvature there (:func:`curvature`, estimated on
+    the first, smallest stage; every later stage and the caller's full-data run are
+    preconditioned by it; not for more than :data:`CURVATURE_MAX_PARAMS` parameters).
 
     At n = 10^5 and more an evidence evaluation costs many EP passes over the data, and
     ML-II from a poor start takes 15-25 of them; on a subsample of 1/8 of the rows the same
-    walk costs 1/8 as much, and the full-data run that follows (the caller's, to the
-    estimator's own tolerance, so that the returned evidence is the full data's optimum)
-    starts near its optimum.  Warnings of the stages (a parameter at a bound, the
-    iteration budget) are left to the full-data run."""
+    walk costs 1/8 as much.  The evidence is a sum over rows, so the curvature of
+    ``-log Z / (1 + |log Z|)`` (the objective :func:`maximize_evidence` minimises) is about
+    the same on a subsample as on the whole: with it the full-data run's first L-BFGS-B
+    step is a Newton step, and the run (the caller's, to the estimator's own tolerance,
+    so that the returned evidence is the full data's optimum) takes few evaluations.
+    Warnings of the stages (a parameter at a bound, the iteration budget) are left to the
+    full-data run.  Returns ``(problem at the last stage's optimum, C or None)``."""
     n = problem.X.shape[0]
-    theta, curvature = problem.theta, {}
+    theta, precondition = problem.theta, None
     for size in subsample_stages(n):
         idx = np.sort(rng.choice(n, size, replace=False))
         sub = problem.rows(idx).with_theta(theta)
-        curvature.clear()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            sub, _ = maximize_evidence(sub, optimizer, 0, rng, None, owner, max_iter,
-                                       STAGE_TOL, prior, curvature=curvature)
+            sub, sites = maximize_evidence(sub, optimizer, 0, rng, None, owner, max_iter,
+                                           STAGE_TOL, prior, precondition)
+            if precondition is None and theta.size <= CURVATURE_MAX_PARAMS:
+                precondition = curvature(sub, sites, prior)
         theta = sub.theta
         _LOG.info("ML-II on a subsample of %d rows: theta %s", size,
                   np.array2string(theta, precision=3))
-    diag = curvature.get("inv_hess_diag")
-    scale = np.sqrt(diag) if diag is not None and np.all(diag > 0) and np.all(
-        np.isfinite(diag)) else None
-    return problem.with_theta(theta), scale
+    return problem.with_theta(theta), precondition
+
+
+#: Step in theta (log parameters) of the finite differences of :func:`curvature`.
+CURVATURE_STEP = 1e-2
+#: The stages estimate the curvature for at most this many parameters (it costs one
+#: evaluation per parameter; an ARD kernel on many features runs without it).
+CURVATURE_MAX_PARAMS = 16
+
+
+def curvature(problem, sites, prior=None, step=CURVATURE_STEP):
+    """A square root ``C`` (``C C^T = H^-1``) of the inverse Hessian ``H`` of the
+    objective ``-(log Z + log p(theta)) / (1 + |log Z|)`` at ``problem.theta``, by forward
+    differences of the evidence gradient (``theta.size + 1`` evaluations, EP warm-started
+    from ``sites`` and run to the problem's tolerance); None where an evaluation failed or
+    ``H`` has no positive curvature.  Directions of curvature below 1e-4 of the largest
+    are given 1e-4 of it (a flat direction gets long, not unbounded, steps).  Used by
+    :func:`maximize_evidence` as ``precondition``: in u with theta = theta_0 + C u the
+    objective's Hessian is about I, and L-BFGS-B's first step, the negative gradient
+    (all parameters bounded), is a Newton step."""
+    theta, bounds = problem.theta, np.asarray(problem.bounds, dtype=float)
+
+    def objective(t):
+        value, grad, result = _evaluate(problem, t, sites)
+        if value != -_FAILED and prior is not None:
+            log_p, d_log_p = prior(t)
+            value, grad = value + log_p, grad + d_log_p
+        _LOG.info("ML-II step (curvature): log evidence %.4f%s", value,
+                  f" after {result.n_iter} EP sweeps" if hasattr(result, "n_iter") else "")
+        return value, grad, result
+
+    value, g0, result = objective(theta)
+    if value == -_FAILED:
+        return None
+    sites = (result.site_tau, result.site_nu) if hasattr(result, "site_tau") else sites
+    hess = np.empty((theta.size, theta.size))
+    for i in range(theta.size):
+        h = step if theta[i] + step <= bounds[i, 1] else -step
+        t = theta.copy()
+        t[i] += h
+        v, g, _ = objective(t)
+        if v == -_FAILED:
+            return None
+        hess[:, i] = -(g - g0) / h
+    hess = 0.5 * (hess + hess.T) / (1.0 + abs(value))
+    if not np.all(np.isfinite(hess)):
+        return None
+    w, vecs = np.linalg.eigh(hess)
+    if w[-1] <= 0.0:
+        return None
+    w = np.maximum(w, 1e-4 * w[-1])
+    return vecs / np.sqrt(w)
 
 
 def theta_names(kernel, likelihood_names=()):
@@ -134,7 +187,7 @@ def _evaluate(problem, theta, sites, ep_tol=None):
 
 def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sites=None,
                       owner="the estimator", max_iter=MAX_ITER, tol=TOL, prior=None,
-                      precondition=None, curvature=None):
+                      precondition=None):
     """Maximise ``problem.evidence`` (plus ``prior``: MAP-II) over ``problem.theta``.
 
     **EP tolerance that follows the optimiser.**  An evaluation far from the optimum
@@ -181,6 +234,8 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
     prior : callable, optional
         ``prior(theta) -> (log p(theta), gradient)`` (:func:`fastep.priors.hyperprior_terms`):
         maximise log Z + log p(theta) instead of log Z.
+    precondition : (p, p) array, optional
+        ``C`` of :func:`curvature`: the first run is in u, theta = start + C u.
 
     Returns
     -------
@@ -247,30 +302,36 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
             start_value = abs(neg(start, eval_gradient=False))     # served again below
             scale = 1.0 + (start_value if start_value < _FAILED else 0.0)
             theta, nit, nfev = start, 0, 0
-            # with ``precondition`` (d), a first run in u = (theta - start) / d, d^2 an
-            # estimate of the inverse Hessian's diagonal; then the usual runs in theta
-            d = None if precond is None else np.asarray(precond, dtype=float)
+            # with ``precondition`` (C), a first run in u, theta = start + C u (clipped to
+            # the bounds), C C^T an estimate of the inverse Hessian (:func:`curvature`);
+            # u's box is finite, so that L-BFGS-B's first step is the whole negative
+            # gradient, a Newton step.  Then the usual runs in theta where it did not
+            # converge or ended at a bound.
+            C = None if precond is None else np.asarray(precond, dtype=float)
             while True:
                 options = {"maxiter": int(max_iter) - nit, "maxfun": 4 * int(max_iter) - nfev,
                            "ftol": float(tol), "gtol": 10.0 * float(tol)}
-                if d is None:
+                if C is None:
                     res = minimize(lambda t, s=scale: tuple(v / s for v in neg(t)), theta,
                                    jac=True, method="L-BFGS-B", bounds=bounds, options=options)
                     x = res.x
                 else:
-                    def in_u(u, s=scale, t0=theta, d=d):
-                        value, grad = neg(t0 + d * u)
-                        return value / s, grad * d / s
+                    def in_theta(u, t0=theta, C=C):
+                        return np.clip(t0 + C @ u, bounds[:, 0], bounds[:, 1])
+
+                    def in_u(u, s=scale, C=C):
+                        value, grad = neg(in_theta(u))
+                        return value / s, (C.T @ grad) / s
                     res = minimize(in_u, np.zeros_like(theta), jac=True, method="L-BFGS-B",
-                                   bounds=(bounds - theta[:, None]) / d[:, None], options=options)
-                    x = np.clip(theta + d * res.x, bounds[:, 0], bounds[:, 1])
+                                   bounds=[(-U_BOX, U_BOX)] * theta.size, options=options)
+                    x = in_theta(res.x)
                 nit, nfev = nit + res.nit, nfev + res.nfev
                 theta, fmin = x, float(res.fun) * scale
-                if curvature is not None and d is None and hasattr(res, "hess_inv"):
-                    curvature["inv_hess_diag"] = np.diag(res.hess_inv.todense()).copy()
-                if d is not None and res.status == 0 and abs(fmin) < _FAILED:
-                    d = None                              # the polish, in theta
-                    continue
+                if C is not None:
+                    C = None
+                    if abs(fmin) < _FAILED and nit < max_iter and (
+                            res.status != 0 or np.any(at_bounds(x, bounds))):
+                        continue                          # the polish, in theta
                 end = 1.0 + abs(fmin)
                 # a start far from the optimum (|log Z| there RESCALE times the optimum's
                 # or more) made the relative rules loose: go on at the optimum's scale

@@ -79,7 +79,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         (``scripts/mlii_convergence.py``); k-means++ inputs kept fixed do better.
     random_state : int, RandomState, Generator or None, default=None
         Seeds the optimiser restarts, the k-means++ choice of inducing points and the
-        rows of the subsample stage of ML-II at large n (sparse, 50,000 to 400,000 rows;
+        rows of the subsample stages of ML-II at large n (sparse, 50,000 rows or more;
         see the user guide).
     device : {"cpu", "cuda"}, default="cpu"
         Where EP runs: "cuda" puts parallel EP's sweeps, the Gram matrices and the evidence

@@ -289,7 +289,6 @@ def test_staged_ml2_on_dask_equals_staged_ml2_in_process(client, monkeypatch, ca
     from fastep import EPGaussianProcessRegressor
     from fastep.models import _mlii
     monkeypatch.setattr(_mlii, "STAGED_MIN_ROWS", 1000)
-    monkeypatch.setattr(_mlii, "STAGED_MAX_ROWS", 10 ** 6)
     monkeypatch.setattr(_mlii, "STAGE_MIN_ROWS", 20)
     rng = np.random.default_rng(12)
     X = rng.uniform(-3, 3, (1500, 2))
