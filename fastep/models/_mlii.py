@@ -48,6 +48,9 @@ STAGE_MIN_ROWS = 6_250
 #: Sparse problems of at least this many rows start ML-II from the optimum of random
 #: subsamples that grow by :data:`STAGE_GROWTH` (:func:`subsample_stages`).
 STAGED_MIN_ROWS = STAGE_GROWTH * STAGE_MIN_ROWS
+#: No stage has more rows than this (a stage's rows are copied into memory, a dask
+#: array's too; the curvature carries over to larger data anyway).
+STAGE_MAX_ROWS = 200_000
 #: Relative tolerance of the stages' L-BFGS-B runs (they only choose the start).
 STAGE_TOL = 1e-4
 #: Half-width of the box of the preconditioned coordinates u (:func:`maximize_evidence`):
@@ -58,100 +61,130 @@ U_BOX = 1e6
 
 def subsample_stages(n):
     """Row counts of the subsamples ML-II runs on before the full data (smallest first):
-    ``n / 8^k`` for the k >= 1 that leave at least :data:`STAGE_MIN_ROWS` rows; none below
-    :data:`STAGED_MIN_ROWS` rows."""
+    ``n / 8^k`` for the k >= 1 that leave from :data:`STAGE_MIN_ROWS` to
+    :data:`STAGE_MAX_ROWS` rows; none below :data:`STAGED_MIN_ROWS` rows."""
     if n < STAGED_MIN_ROWS:
         return []
     sizes, size = [], n // STAGE_GROWTH
     while size >= STAGE_MIN_ROWS:
-        sizes.append(size)
+        if size <= STAGE_MAX_ROWS:
+            sizes.append(size)
         size //= STAGE_GROWTH
     return sizes[::-1]
 
 
 def staged_start(problem, optimizer, rng, owner, max_iter, prior):
     """A start for ML-II on a large sparse problem, and a preconditioner for it: the
-    optimum of ML-II on a random subsample of its rows, grown stage by stage
+    optimum of ML-II on random subsamples of its rows, grown stage by stage
     (:func:`subsample_stages`; each stage starts from the last one's optimum, with a loose
-    :data:`STAGE_TOL`), and the evidence's curvature there (:func:`curvature`, estimated on
-    the first, smallest stage; every later stage and the caller's full-data run are
-    preconditioned by it; not for more than :data:`CURVATURE_MAX_PARAMS` parameters).
+    :data:`STAGE_TOL`), and the curvature of log Z per row at the first stage's optimum
+    (:func:`curvature`; not for more than :data:`CURVATURE_MAX_PARAMS` parameters, nor
+    where its evaluations failed: then the next stage tries), with which the later stages
+    and the caller's full-data run are preconditioned (:func:`maximize_evidence`).
 
     At n = 10^5 and more an evidence evaluation costs many EP passes over the data, and
     ML-II from a poor start takes 15-25 of them; on a subsample of 1/8 of the rows the same
-    walk costs 1/8 as much.  The evidence is a sum over rows, so the curvature of
-    ``-log Z / (1 + |log Z|)`` (the objective :func:`maximize_evidence` minimises) is about
-    the same on a subsample as on the whole: with it the full-data run's first L-BFGS-B
-    step is a Newton step, and the run (the caller's, to the estimator's own tolerance,
-    so that the returned evidence is the full data's optimum) takes few evaluations.
-    Warnings of the stages (a parameter at a bound, the iteration budget) are left to the
-    full-data run.  Returns ``(problem at the last stage's optimum, C or None)``."""
+    walk costs 1/8 as much.  log Z is a sum over rows (plus terms that do not grow with n),
+    so its Hessian per row is about the same on a subsample as on the whole: with it the
+    full-data run's first L-BFGS-B step is a Newton step, and the run (the caller's, to
+    the estimator's own tolerance, so that the returned evidence is the full data's
+    optimum) takes few evaluations.  Warnings of the stages (a parameter at a bound, the
+    iteration budget) are left to the full-data run.  Returns ``(problem at the last
+    stage's optimum, the Hessian per row or None)``."""
     n = problem.X.shape[0]
-    theta, precondition = problem.theta, None
+    theta, hessian = problem.theta, None
     for size in subsample_stages(n):
         idx = np.sort(rng.choice(n, size, replace=False))
         sub = problem.rows(idx).with_theta(theta)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             sub, sites = maximize_evidence(sub, optimizer, 0, rng, None, owner, max_iter,
-                                           STAGE_TOL, prior, precondition)
-            if precondition is None and theta.size <= CURVATURE_MAX_PARAMS:
-                precondition = curvature(sub, sites, prior)
+                                           STAGE_TOL, prior, hessian)
+            if hessian is None and theta.size <= CURVATURE_MAX_PARAMS:
+                hessian = curvature(sub, sites)
         theta = sub.theta
         _LOG.info("ML-II on a subsample of %d rows: theta %s", size,
                   np.array2string(theta, precision=3))
-    return problem.with_theta(theta), precondition
+    return problem.with_theta(theta), hessian
 
 
 #: Step in theta (log parameters) of the finite differences of :func:`curvature`.
 CURVATURE_STEP = 1e-2
 #: The stages estimate the curvature for at most this many parameters (it costs one
-#: evaluation per parameter; an ARD kernel on many features runs without it).
+#: evaluation per parameter, plus one; an ARD kernel on many features runs without it).
 CURVATURE_MAX_PARAMS = 16
 
 
-def curvature(problem, sites, prior=None, step=CURVATURE_STEP):
-    """A square root ``C`` (``C C^T = H^-1``) of the inverse Hessian ``H`` of the
-    objective ``-(log Z + log p(theta)) / (1 + |log Z|)`` at ``problem.theta``, by forward
-    differences of the evidence gradient (``theta.size + 1`` evaluations, EP warm-started
-    from ``sites`` and run to the problem's tolerance); None where an evaluation failed or
-    ``H`` has no positive curvature.  Directions of curvature below 1e-4 of the largest
-    are given 1e-4 of it (a flat direction gets long, not unbounded, steps).  Used by
-    :func:`maximize_evidence` as ``precondition``: in u with theta = theta_0 + C u the
-    objective's Hessian is about I, and L-BFGS-B's first step, the negative gradient
-    (all parameters bounded), is a Newton step."""
-    theta, bounds = problem.theta, np.asarray(problem.bounds, dtype=float)
+def _difference_step(value, bounds, step):
+    """A finite-difference step from ``value`` that stays inside ``bounds`` (forward if
+    it fits, else backward, else the longer of the two that fit; None: none does)."""
+    if value + step <= bounds[1]:
+        return step
+    if value - step >= bounds[0]:
+        return -step
+    h = max(bounds[1] - value, value - bounds[0])
+    return None if h < 1e-8 else (h if bounds[1] - value >= value - bounds[0] else -h)
 
-    def objective(t):
-        value, grad, result = _evaluate(problem, t, sites)
-        if value != -_FAILED and prior is not None:
-            log_p, d_log_p = prior(t)
-            value, grad = value + log_p, grad + d_log_p
-        _LOG.info("ML-II step (curvature): log evidence %.4f%s", value,
-                  f" after {result.n_iter} EP sweeps" if hasattr(result, "n_iter") else "")
-        return value, grad, result
 
-    value, g0, result = objective(theta)
-    if value == -_FAILED:
+def _hessian_fd(gradient, theta, bounds, step):
+    """The Hessian of a function whose ``gradient(t)`` is given, at theta, by forward
+    differences (symmetrised); None where a step or a gradient failed."""
+    g0 = gradient(theta)
+    if g0 is None:
         return None
-    sites = (result.site_tau, result.site_nu) if hasattr(result, "site_tau") else sites
     hess = np.empty((theta.size, theta.size))
     for i in range(theta.size):
-        h = step if theta[i] + step <= bounds[i, 1] else -step
+        h = _difference_step(theta[i], bounds[i], step)
+        if h is None:
+            return None
         t = theta.copy()
         t[i] += h
-        v, g, _ = objective(t)
-        if v == -_FAILED:
+        g = gradient(t)
+        if g is None:
             return None
-        hess[:, i] = -(g - g0) / h
-    hess = 0.5 * (hess + hess.T) / (1.0 + abs(value))
-    if not np.all(np.isfinite(hess)):
+        hess[:, i] = (g - g0) / h
+    hess = 0.5 * (hess + hess.T)
+    return hess if np.all(np.isfinite(hess)) else None
+
+
+def curvature(problem, sites, step=CURVATURE_STEP):
+    """The Hessian of ``-log Z`` per row of data at ``problem.theta``, by forward
+    differences of the evidence gradient (``theta.size + 1`` evaluations, EP warm-started
+    from ``sites``, cold where that fails, and run to the problem's tolerance); None where
+    an evaluation failed.  :func:`maximize_evidence` takes it as ``precondition``."""
+    theta, bounds = problem.theta, np.asarray(problem.bounds, dtype=float)
+
+    def gradient(t):
+        value, grad, result = _evaluate(problem, t, sites)
+        if value == -_FAILED and sites is not None:
+            value, grad, result = _evaluate(problem, t, None)
+        _LOG.info("ML-II step (curvature): log evidence %.4f%s", value,
+                  f" after {result.n_iter} EP sweeps" if hasattr(result, "n_iter") else "")
+        return None if value == -_FAILED else -grad
+
+    hess = _hessian_fd(gradient, theta, bounds, step)
+    return None if hess is None else hess / problem.X.shape[0]
+
+
+def newton_frame(hessian, problem, theta, scale, prior=None, step=CURVATURE_STEP):
+    """``C`` with ``C C^T = H^-1``, H the Hessian of ``-(log Z + log p(theta)) / scale``
+    on ``problem``'s rows estimated from ``hessian``, that of -log Z per row
+    (:func:`curvature`, on a subsample): ``H = (n hessian + H_prior) / scale``, the
+    prior's by differences of its gradient at theta.  Saddle-free: H's eigenvalues are
+    taken in absolute value, and those below 1e-4 of the largest raised to it (a flat
+    direction gets long, not unbounded, steps).  None where H is zero or not finite."""
+    H = problem.X.shape[0] * np.asarray(hessian, dtype=float)
+    if prior is not None:
+        bounds = np.asarray(problem.bounds, dtype=float)
+        H_prior = _hessian_fd(lambda t: -prior(t)[1], theta, bounds, step)
+        if H_prior is None:
+            return None
+        H = H + H_prior
+    w, vecs = np.linalg.eigh(H / scale)
+    w = np.abs(w)
+    if not np.all(np.isfinite(w)) or w.max() <= 0.0:
         return None
-    w, vecs = np.linalg.eigh(hess)
-    if w[-1] <= 0.0:
-        return None
-    w = np.maximum(w, 1e-4 * w[-1])
-    return vecs / np.sqrt(w)
+    return vecs / np.sqrt(np.maximum(w, 1e-4 * w.max()))
 
 
 def theta_names(kernel, likelihood_names=()):
@@ -235,7 +268,10 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         ``prior(theta) -> (log p(theta), gradient)`` (:func:`fastep.priors.hyperprior_terms`):
         maximise log Z + log p(theta) instead of log Z.
     precondition : (p, p) array, optional
-        ``C`` of :func:`curvature`: the first run is in u, theta = start + C u.
+        The Hessian of -log Z per row (:func:`curvature`, on a subsample): the first run
+        is in coordinates u where the objective's Hessian is about I
+        (:func:`newton_frame`), then in theta where it stopped abnormally or at a bound.
+        Its stopping rules are those above, the gradient's in u.
 
     Returns
     -------
@@ -302,12 +338,13 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
             start_value = abs(neg(start, eval_gradient=False))     # served again below
             scale = 1.0 + (start_value if start_value < _FAILED else 0.0)
             theta, nit, nfev = start, 0, 0
-            # with ``precondition`` (C), a first run in u, theta = start + C u (clipped to
-            # the bounds), C C^T an estimate of the inverse Hessian (:func:`curvature`);
-            # u's box is finite, so that L-BFGS-B's first step is the whole negative
-            # gradient, a Newton step.  Then the usual runs in theta where it did not
-            # converge or ended at a bound.
-            C = None if precond is None else np.asarray(precond, dtype=float)
+            # with ``precondition``, a first run in u, theta = start + C u (clipped to the
+            # bounds, the clipped entries' gradient dropped), C C^T an estimate of the
+            # inverse Hessian (:func:`newton_frame`); u's box is finite, so that
+            # L-BFGS-B's first step is the whole negative gradient, a Newton step.  Then
+            # the usual runs in theta where it stopped abnormally or ended at a bound.
+            C = None if precond is None else newton_frame(precond, problem, start, scale,
+                                                          prior)
             while True:
                 options = {"maxiter": int(max_iter) - nit, "maxfun": 4 * int(max_iter) - nfev,
                            "ftol": float(tol), "gtol": 10.0 * float(tol)}
@@ -316,20 +353,19 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
                                    jac=True, method="L-BFGS-B", bounds=bounds, options=options)
                     x = res.x
                 else:
-                    def in_theta(u, t0=theta, C=C):
-                        return np.clip(t0 + C @ u, bounds[:, 0], bounds[:, 1])
-
-                    def in_u(u, s=scale, C=C):
-                        value, grad = neg(in_theta(u))
-                        return value / s, (C.T @ grad) / s
+                    def in_u(u, s=scale, t0=theta, C=C):
+                        t = t0 + C @ u
+                        inside = np.clip(t, bounds[:, 0], bounds[:, 1])
+                        value, grad = neg(inside)
+                        return value / s, (C.T @ np.where(inside == t, grad, 0.0)) / s
                     res = minimize(in_u, np.zeros_like(theta), jac=True, method="L-BFGS-B",
                                    bounds=[(-U_BOX, U_BOX)] * theta.size, options=options)
-                    x = in_theta(res.x)
+                    x = np.clip(theta + C @ res.x, bounds[:, 0], bounds[:, 1])
                 nit, nfev = nit + res.nit, nfev + res.nfev
                 theta, fmin = x, float(res.fun) * scale
                 if C is not None:
                     C = None
-                    if abs(fmin) < _FAILED and nit < max_iter and (
+                    if abs(fmin) < _FAILED and res.status != 1 and (
                             res.status != 0 or np.any(at_bounds(x, bounds))):
                         continue                          # the polish, in theta
                 end = 1.0 + abs(fmin)

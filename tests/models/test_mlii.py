@@ -209,68 +209,82 @@ def test_subsample_stages_grow_by_eight_to_the_full_data():
     assert _mlii.subsample_stages(399_999) == [49_999]
     assert _mlii.subsample_stages(400_000) == [6_250, 50_000]
     assert _mlii.subsample_stages(1_000_000) == [15_625, 125_000]
+    assert _mlii.subsample_stages(10_000_000) == [19_531, 156_250]   # at most 200,000
 
 
 class _Quadratic:
-    """A stand-in ML-II problem with a known, strongly correlated Hessian: log Z(theta) =
-    -(c + (theta - t0)^T A (theta - t0) / 2)."""
+    """A stand-in ML-II problem on ``rows`` rows with a known, strongly correlated Hessian:
+    log Z(theta) = -(rows / 8) (c + (theta - t0)^T A (theta - t0) / 2), a sum over rows."""
 
     A = np.array([[400.0, 150.0], [150.0, 60.0]])      # condition number about 120
     t0 = np.array([0.3, -0.2])
-    bounds = np.array([[-20.0, 20.0]] * 2)
 
-    def __init__(self, theta, c=1000.0, log=None):
-        self.theta, self.c, self.log = np.asarray(theta, float), c, log
+    def __init__(self, theta, rows=8, log=None, bounds=((-20.0, 20.0), (-20.0, 20.0))):
+        self.theta, self.rows, self.log = np.asarray(theta, float), rows, log
+        self.bounds, self.X, self.c = np.array(bounds), np.empty((rows, 0)), 1000.0
 
     def with_theta(self, theta):
-        return _Quadratic(theta, self.c, self.log)
+        return type(self)(theta, self.rows, self.log, self.bounds)
 
     def evidence(self, sites=None, tol=None):
         if self.log is not None:
             self.log.append(self.theta.copy())
-        d = self.theta - self.t0
-        return -(self.c + 0.5 * d @ self.A @ d), -self.A @ d, None
+        d, k = self.theta - self.t0, self.rows / 8
+        return -k * (self.c + 0.5 * d @ self.A @ d), -k * self.A @ d, None
 
 
-def test_curvature_is_the_inverse_hessian_and_its_run_starts_with_a_newton_step():
-    """``curvature`` gives C with C C^T the inverse Hessian of -log Z / (1 + |log Z|)
-    (forward differences are exact on a quadratic); ML-II preconditioned by it takes the
-    Newton step first and lands on the optimum (the start, that point, and L-BFGS-B's
-    check there), where plain L-BFGS-B walks the correlated valley."""
-    start = _Quadratic([1.0, 1.0])
-    value = start.evidence()[0]
-    C = _mlii.curvature(start, None)
-    np.testing.assert_allclose(C @ C.T, np.linalg.inv(_Quadratic.A) * (1.0 + abs(value)),
-                               rtol=1e-6)
-    runs = {}
-    for name, precondition in (("newton", C), ("plain", None)):
-        log = []
-        problem, _ = _mlii.maximize_evidence(_Quadratic([1.0, 1.0], log=log),
-                                             precondition=precondition)
-        np.testing.assert_allclose(problem.theta, _Quadratic.t0, atol=1e-4)
-        runs[name] = log
-    np.testing.assert_allclose(runs["newton"][1], _Quadratic.t0, atol=1e-9)
-    assert len(runs["newton"]) <= 3 < len(runs["plain"])
+def _quadratic_prior(theta):
+    P = np.array([[30.0, 0.0], [0.0, 10.0]])
+    return -0.5 * theta @ P @ theta, -P @ theta
 
 
-def test_curvature_gives_flat_directions_long_steps_and_none_without_curvature():
-    """Curvature below 1e-4 of the largest is raised to it; none at all gives None."""
-    class Flat(_Quadratic):
-        A = np.diag([100.0, 1e-9])
+def test_curvature_per_row_carries_to_more_rows_and_its_run_starts_with_a_newton_step():
+    """``curvature`` on one row is the Hessian of -log Z per row (forward differences are
+    exact on a quadratic); ML-II on eight rows preconditioned by it takes the Newton step
+    of the eight rows' objective first, with and without a hyperprior, and so lands on
+    the optimum at its second evaluation, where plain L-BFGS-B walks the valley."""
+    hess = _mlii.curvature(_Quadratic([1.0, 1.0], rows=1), None)
+    np.testing.assert_allclose(hess, _Quadratic.A / 8, rtol=1e-6)
+    for prior, P in ((None, 0.0), (_quadratic_prior, np.diag([30.0, 10.0]))):
+        start = _Quadratic([1.0, 1.0])
+        scale = 1.0 + abs(start.evidence()[0] + (prior(start.theta)[0] if prior else 0.0))
+        C = _mlii.newton_frame(hess, start, start.theta, scale, prior)
+        np.testing.assert_allclose(np.linalg.inv(C @ C.T), (_Quadratic.A + P) / scale,
+                                   rtol=1e-6)
+        optimum = np.linalg.solve(_Quadratic.A + P, _Quadratic.A @ _Quadratic.t0)
+        runs = {}
+        for name, precondition in (("newton", hess), ("plain", None)):
+            log = []
+            problem, _ = _mlii.maximize_evidence(_Quadratic([1.0, 1.0], log=log),
+                                                 prior=prior, precondition=precondition)
+            np.testing.assert_allclose(problem.theta, optimum, atol=1e-4)
+            runs[name] = log
+        np.testing.assert_allclose(runs["newton"][1], optimum, atol=1e-9)
+        assert len(runs["newton"]) <= 3 < len(runs["plain"])
 
-        def with_theta(self, theta):
-            return Flat(theta, self.c, self.log)
 
-    C = _mlii.curvature(Flat([0.0, 0.0]), None)
-    H = np.linalg.inv(C @ C.T)
-    np.testing.assert_allclose(np.diag(H) / H[0, 0], [1.0, 1e-4], rtol=1e-6)
+def test_newton_frame_is_saddle_free_and_gives_flat_directions_long_steps():
+    """Eigenvalues in absolute value, those below 1e-4 of the largest raised to it; None
+    without curvature."""
+    one = _Quadratic([0.0, 0.0], rows=1)
+    for H, used in ((np.diag([100.0, 1e-9]), np.diag([100.0, 1e-2])),
+                    (np.diag([-5.0, -1.0]), np.diag([5.0, 1.0]))):
+        C = _mlii.newton_frame(H, one, one.theta, 1.0)
+        np.testing.assert_allclose(np.linalg.inv(C @ C.T), used, rtol=1e-6)
+    assert _mlii.newton_frame(np.zeros((2, 2)), one, one.theta, 1.0) is None
 
-    class Saddle(Flat):
-        A = np.diag([-5.0, -1.0])
 
-        def with_theta(self, theta):
-            return Saddle(theta, self.c, self.log)
-    assert _mlii.curvature(Saddle([0.0, 0.0]), None) is None
+def test_preconditioned_run_with_its_optimum_past_a_bound_ends_on_the_bound():
+    """The optimum's first entry lies past its upper bound 0.1: the preconditioned run
+    (theta clipped, the clipped entry's gradient dropped) and the polish in theta end at
+    the constrained optimum, theta_0 = 0.1 and theta_1 = t0_1 - A_10 / A_11 (0.1 - t0_0)."""
+    bounds = ((-20.0, 0.1), (-20.0, 20.0))
+    hess = _mlii.curvature(_Quadratic([0.0, 0.0], rows=1), None)
+    problem, _ = _mlii.maximize_evidence(_Quadratic([0.0, 0.0], bounds=bounds),
+                                         precondition=hess)
+    A, t0 = _Quadratic.A, _Quadratic.t0
+    np.testing.assert_allclose(problem.theta, [0.1, t0[1] - A[1, 0] / A[1, 1] * (0.1 - t0[0])],
+                               atol=1e-4)
 
 
 @pytest.mark.parametrize("likelihood", ["probit", "poisson"])
@@ -299,11 +313,12 @@ def test_staged_ml2_ends_at_the_optimum_of_ml2_on_the_full_data(monkeypatch, lik
     monkeypatch.setattr(_mlii, "STAGED_MIN_ROWS", 1000)
     monkeypatch.setattr(_mlii, "STAGE_MIN_ROWS", 30)
     assert _mlii.subsample_stages(n) == [37, 300]
-    seen = []
+    seen, hessians = [], []
     real = _mlii.maximize_evidence
 
     def spy(problem, *args, **kwargs):
         seen.append(problem.X.shape[0])
+        hessians.append(args[8] if len(args) > 8 else kwargs.get("precondition"))
         if data and problem.X.shape[0] < n:            # the exposures went with the rows
             assert problem.likelihood.exposure.shape == (problem.X.shape[0],)
         return real(problem, *args, **kwargs)
@@ -314,6 +329,8 @@ def test_staged_ml2_ends_at_the_optimum_of_ml2_on_the_full_data(monkeypatch, lik
         warnings.simplefilter("error", ConvergenceWarning)
         staged = make().fit(X, y, **data)
     assert seen == [37, 300, n]
+    # the first stage's curvature preconditions the second stage and the full data
+    assert hessians[0] is None and hessians[1] is not None and hessians[2] is hessians[1]
     seen.clear()                           # not where ML-II moves the inducing inputs
     make().set_params(optimize_inducing=True, max_iter_optimizer=3).fit(X, y, **data)
     assert seen == [n]
