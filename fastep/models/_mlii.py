@@ -118,12 +118,9 @@ CURVATURE_MAX_PARAMS = 16
 def _difference_step(value, bounds, step):
     """A finite-difference step from ``value`` that stays inside ``bounds`` (forward if
     it fits, else backward, else the longer of the two that fit; None: none does)."""
-    if value + step <= bounds[1]:
-        return step
-    if value - step >= bounds[0]:
-        return -step
-    h = max(bounds[1] - value, value - bounds[0])
-    return None if h < 1e-8 else (h if bounds[1] - value >= value - bounds[0] else -h)
+    up, down = bounds[1] - value, value - bounds[0]
+    h = step if up >= step else -step if down >= step else up if up >= down else -down
+    return None if abs(h) < 1e-8 else h
 
 
 def _hessian_fd(gradient, theta, bounds, step):
@@ -156,10 +153,7 @@ def curvature(problem, sites, step=CURVATURE_STEP):
 
     def gradient(t):
         value, grad, result = _evaluate(problem, t, sites)
-        if value == -_FAILED and sites is not None:
-            value, grad, result = _evaluate(problem, t, None)
-        _LOG.info("ML-II step (curvature): log evidence %.4f%s", value,
-                  f" after {result.n_iter} EP sweeps" if hasattr(result, "n_iter") else "")
+        _LOG.info("ML-II step (curvature): log evidence %.4f%s", value, _sweeps(result))
         return None if value == -_FAILED else -grad
 
     hess = _hessian_fd(gradient, theta, bounds, step)
@@ -200,10 +194,23 @@ def theta_names(kernel, likelihood_names=()):
 
 
 def _evaluate(problem, theta, sites, ep_tol=None):
-    """``(log Z, gradient, result)`` at theta from the given warm-start sites, EP run to
-    ``ep_tol`` (None: the problem's own tolerance); a failed evaluation (EP broke down, a
-    non-finite value, or sites left out, whose log Z is not comparable) gives
-    ``(-_FAILED, 0, result)``."""
+    """``(log Z, gradient, result)`` at theta from the given warm-start sites (cold where
+    that fails), EP run to ``ep_tol`` (None: the problem's own tolerance); a failed
+    evaluation (EP broke down, a non-finite value, or sites left out, whose log Z is not
+    comparable) gives ``(-_FAILED, 0, result)``."""
+    value, grad, result = _evaluate_from(problem, theta, sites, ep_tol)
+    if value == -_FAILED and sites is not None:
+        value, grad, result = _evaluate_from(problem, theta, None, ep_tol)
+    return value, grad, result
+
+
+def _sweeps(result):
+    """' after N EP sweeps' for a log line about an evaluation (empty without a count)."""
+    return f" after {result.n_iter} EP sweeps" if hasattr(result, "n_iter") else ""
+
+
+def _evaluate_from(problem, theta, sites, ep_tol):
+    """:func:`_evaluate` from these sites only."""
     try:
         # trial points far from the optimum may not converge; only the final fit warns
         with warnings.catch_warnings():
@@ -294,8 +301,6 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         # sites lead EP with a non-log-concave likelihood to a poor fixed point
         start = warm["sites"] if warm["best"] is None else warm["best"][2]
         value, grad, result = _evaluate(problem, theta, start, warm["ep_tol"])
-        if value == -_FAILED and start is not None:
-            value, grad, result = _evaluate(problem, theta, None, warm["ep_tol"])  # cold
         if value != -_FAILED and prior is not None:
             log_p, d_log_p = prior(theta)
             value, grad = value + log_p, grad + d_log_p
@@ -311,7 +316,7 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         warm["step"] += 1
         _LOG.info("ML-II step %d: log %s %.4f%s", warm["step"],
                   "evidence" if prior is None else "evidence + log prior", value,
-                  f" after {result.n_iter} EP sweeps" if hasattr(result, "n_iter") else "")
+                  _sweeps(result))
         out, out_grad = -value, -grad
         if value == -_FAILED and warm["best"] is not None:
             # EP failed here: a bowl about the best point, above it, whose slope points
