@@ -13,12 +13,14 @@ Tables (bundled with scikit-learn and statsmodels; X standardised on the trainin
   (loss="poisson")`` and ``PoissonRegressor``: mean Poisson deviance of the predicted
   mean.
 * statsmodels ``fair`` (affairs, censored at 0; 4,456 train): ``CensoredGPRegressor
-  (lower=0, n_inducing=100)`` against ``HistGradientBoostingRegressor``: RMSE of the
-  predicted mean of y.
+  (lower=0, n_inducing=100)``, and dense (variant "fastep CensoredGPRegressor dense"),
+  against ``HistGradientBoostingRegressor``: RMSE of the predicted mean of y.
 
-It also prints, for every fastep fit, the ML-II evidence evaluations, the EP sweeps
-they ran and the time of one evaluation after the first in units of one EP sweep timed
-at the same n in the same run ("cost/eval in sweeps"), and, with ``--check-evidence``,
+It also prints, for every fastep fit, the ML-II evidence evaluations and the EP sweeps
+they ran (on the full data, + those on the subsamples of a staged fit: dense from 1,000
+rows, so digits), the time of one full-data evaluation after the first in units of one
+EP sweep timed at the same n in the same run (not of the ``n_jobs`` fit, whose problems'
+records interleave), and, with ``--check-evidence``,
 the final log evidence of the default fit against one whose ML-II evaluations all ran
 EP at the estimator's tight tolerance (relative gap).
 
@@ -29,7 +31,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
+import pathlib
+import sys
 import time
 import warnings
 
@@ -46,30 +49,11 @@ import fastep
 from fastep.models import _mlii
 from fastep.priors import hyperprior_terms
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "asv_benchmarks"))
+from benchmarks.bench_mlii import Steps  # noqa: E402
+
 CLASSIFICATION = {"breast_cancer": load_breast_cancer, "wine": load_wine,
                   "digits": load_digits}
-
-
-class EvaluationLog(logging.Handler):
-    """Counts ML-II's evidence evaluations and the EP sweeps they report, and times them
-    (from the ``fastep`` logger's "ML-II step" records)."""
-
-    PATTERN = re.compile(r"ML-II step (\d+):.* after (\d+) EP sweeps")
-
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.records = []
-
-    def emit(self, record):
-        m = self.PATTERN.search(record.getMessage())
-        if m:
-            self.records.append((int(m.group(1)), int(m.group(2)), record.created))
-
-    def summary(self):
-        """(evaluations, sweeps, seconds of the evaluations after the first of each run)."""
-        steps = [r for r in self.records]
-        later = [b[2] - a[2] for a, b in zip(steps, steps[1:]) if b[0] > 1]
-        return len(steps), sum(s for _, s, _ in steps), later
 
 
 def split(X, y, stratify=True):
@@ -80,8 +64,8 @@ def split(X, y, stratify=True):
 
 
 def timed_fit(est, X, y, **kw):
-    """(fitted estimator, seconds, EvaluationLog), warnings kept quiet (counted)."""
-    log = EvaluationLog()
+    """(fitted estimator, seconds, Steps), warnings kept quiet (counted)."""
+    log = Steps()
     logger = logging.getLogger("fastep")
     logger.addHandler(log)
     old = logger.level
@@ -116,7 +100,7 @@ def sweep_seconds(latent, repeats=5):
 
 def evaluation_cost(later, latent, what):
     """Print the time of an ML-II evaluation after the first (``later``: seconds, from
-    :meth:`EvaluationLog.summary`) in sweeps of ``latent``."""
+    :meth:`Steps.later_seconds`) in sweeps of ``latent``."""
     if later:
         sweep = sweep_seconds(latent)
         print(f"  one {what} sweep {sweep * 1e3:.1f} ms; an ML-II evaluation after the first: "
@@ -150,9 +134,9 @@ def classification(table, args):
         metric = f"log loss {log_loss(yte, p):.4f}  accuracy {accuracy_score(yte, p.argmax(1)):.4f}"
         extra = ""
         if log is not None:
-            n_eval, sweeps, later = log.summary()
-            extra = f"evaluations {n_eval}, EP sweeps {sweeps}, warnings {log.n_warnings}"
-            results.setdefault("later", []).extend(later)
+            extra = f"{log.counts()}, warnings {log.n_warnings}"
+            if "n_jobs" not in name:                # parallel problems' records interleave
+                results.setdefault("later", []).extend(log.later_seconds())
         results[name] = seconds
         row(name, seconds, metric, extra)
         return p
@@ -208,12 +192,11 @@ def counts(args):
         mean = np.maximum(est.predict(Xte), 1e-12)
         extra = ""
         if name.startswith("fastep"):
-            n_eval, sweeps, _ = log.summary()
-            extra = f"evaluations {n_eval}, EP sweeps {sweeps}"
+            extra = log.counts()
         row(name, seconds, f"mean Poisson deviance {mean_poisson_deviance(yte, mean):.4f}",
             extra)
         if name.startswith("fastep"):
-            evaluation_cost(log.summary()[2], est._latent, "dense EP")
+            evaluation_cost(log.later_seconds(), est._latent, "dense EP")
 
 
 def censored(args):
@@ -223,20 +206,24 @@ def censored(args):
     Xtr, Xte, ytr, yte = split(d.drop(columns="affairs").to_numpy(float), y, stratify=False)
     print(f"\nfair (affairs, censored at 0): {Xtr.shape[0]} train / {Xte.shape[0]} test",
           flush=True)
-    for name, est, kw in (
-            ("fastep CensoredGPRegressor(n_inducing=100)",
+    fits = [("fastep CensoredGPRegressor(n_inducing=100)",
              fastep.CensoredGPRegressor(n_inducing=100, random_state=0), {"lower": 0.0}),
+            ("fastep CensoredGPRegressor dense",
+             fastep.CensoredGPRegressor(random_state=0), {"lower": 0.0}),
             ("HistGradientBoostingRegressor",
-             HistGradientBoostingRegressor(random_state=0), {})):
+             HistGradientBoostingRegressor(random_state=0), {})]
+    for name, est, kw in fits:
+        if name.endswith("dense") and name not in args.variants:
+            continue
         est, seconds, log = timed_fit(est, Xtr, ytr, **kw)
         rmse = float(np.sqrt(np.mean((est.predict(Xte) - yte) ** 2)))
         extra = ""
         if name.startswith("fastep"):
-            n_eval, sweeps, _ = log.summary()
-            extra = f"evaluations {n_eval}, EP sweeps {sweeps}"
+            extra = log.counts()
         row(name, seconds, f"RMSE {rmse:.4f}", extra)
         if name.startswith("fastep"):
-            evaluation_cost(log.summary()[2], est._latent, "sparse EP")
+            evaluation_cost(log.later_seconds(), est._latent,
+                            "dense EP" if name.endswith("dense") else "sparse EP")
 
 
 def main():
@@ -245,7 +232,8 @@ def main():
                                                                                "censored"],
                         choices=list(CLASSIFICATION) + ["counts", "censored"])
     parser.add_argument("--variants", nargs="*",
-                        default=["fastep n_jobs=-1", "fastep hyperprior=None (plain ML-II)"],
+                        default=["fastep n_jobs=-1", "fastep hyperprior=None (plain ML-II)",
+                                 "fastep CensoredGPRegressor dense"],
                         help="fastep variants besides the default fit")
     parser.add_argument("--check-evidence", action="store_true",
                         help="also fit with tight EP tolerance throughout ML-II")

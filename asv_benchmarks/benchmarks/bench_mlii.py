@@ -8,6 +8,7 @@ import functools
 import importlib
 import inspect
 import logging
+import re
 import time
 import warnings
 
@@ -26,28 +27,64 @@ def make_data(n, seed=0):
     return X, (f + 0.3 * rng.normal(size=n) > 0).astype(int)
 
 
-class _Steps(logging.Handler):
-    """Counts ML-II evaluations and the EP sweeps they report (``stage_evaluations``: those
-    on the subsamples of large-n ML-II, ``fastep.models._mlii.staged_start``)."""
+class Steps(logging.Handler):
+    """Counts ML-II evaluations and the EP sweeps they report, from the ``fastep``
+    logger's "ML-II step" records.  Those on the subsamples of a staged fit
+    (``fastep.models._mlii.staged_start``: from its "ML-II on subsamples of ..." record to
+    the one of its last subsample, curvature evaluations included) count also as
+    ``stage_evaluations`` and ``stage_sweeps``; the others, on the full data, are kept
+    as ``full``: (step, sweeps, time) tuples.  Not for fits whose problems run in
+    parallel (``n_jobs``), whose records interleave."""
+
+    STAGES = re.compile(r"ML-II on subsamples of ([\d, ]+) rows first")
 
     def __init__(self):
-        super().__init__()
-        self.evaluations = self.sweeps = self.stage_evaluations = 0
+        super().__init__(logging.INFO)
+        self.evaluations = self.sweeps = self.stage_evaluations = self.stage_sweeps = 0
+        self.full, self._last_stage = [], None
 
     def emit(self, record):
         msg = record.getMessage()
-        if msg.startswith("ML-II on a subsample"):
-            self.stage_evaluations = self.evaluations
+        m = self.STAGES.match(msg)
+        if m:
+            self._last_stage = f"ML-II on a subsample of {m.group(1).split(', ')[-1]} rows"
+        elif self._last_stage and msg.startswith(self._last_stage):
+            self._last_stage = None
         elif msg.startswith("ML-II step"):
+            sweeps = int(msg.split("after ")[1].split()[0]) if "after" in msg else 0
             self.evaluations += 1
-            if "after" in msg:
-                self.sweeps += int(msg.split("after ")[1].split()[0])
+            self.sweeps += sweeps
+            if self._last_stage:
+                self.stage_evaluations += 1
+                self.stage_sweeps += sweeps
+            else:
+                step = msg.split()[2].rstrip(":")
+                self.full.append((int(step) if step.isdigit() else 0, sweeps,
+                                  record.created))
+
+    def full_data(self):
+        """(evaluations on the full data, their EP sweeps per evaluation)."""
+        n = self.evaluations - self.stage_evaluations
+        return n, (self.sweeps - self.stage_sweeps) / max(1, n)
+
+    def later_seconds(self):
+        """Seconds of each full-data evaluation after the first of its run (from the
+        record before it)."""
+        return [b[2] - a[2] for a, b in zip(self.full, self.full[1:]) if b[0] > 1]
+
+    def counts(self):
+        """"evaluations N [+ M on subsamples], EP sweeps S [+ T]" for a report line."""
+        n, sweeps = self.evaluations - self.stage_evaluations, self.sweeps - self.stage_sweeps
+        if not self.stage_evaluations:
+            return f"evaluations {n}, EP sweeps {sweeps}"
+        return (f"evaluations {n} + {self.stage_evaluations} on subsamples, EP sweeps "
+                f"{sweeps} + {self.stage_sweeps}")
 
 
 def counted_fit(X, y, kernel=None, **params):
-    """``(fitted EPGaussianProcessClassifier, _Steps)``, ConvergenceWarnings silenced."""
+    """``(fitted EPGaussianProcessClassifier, Steps)``, ConvergenceWarnings silenced."""
     log = logging.getLogger("fastep")
-    steps, level = _Steps(), log.level
+    steps, level = Steps(), log.level
     log.addHandler(steps)
     log.setLevel(logging.INFO)
     try:
@@ -65,7 +102,9 @@ def fit(X, y, **params):
 
 
 class _Counts:
-    """``track_`` of one cached fit's (evaluations, sweeps per evaluation, quality)."""
+    """``track_`` of one cached fit's (evaluations on the full data, their sweeps per
+    evaluation, quality); the subsample stages' evaluations, each a small fraction of
+    one on the full data, apart (:meth:`Steps.full_data`)."""
 
     def track_evaluations(self, counts):
         return counts[0]
@@ -142,8 +181,7 @@ class DigitsFitCounts(_Counts):
         bench.setup(None)
         clf, steps = bench._fit(None)
         from sklearn.metrics import log_loss
-        return (steps.evaluations, steps.sweeps / max(1, steps.evaluations),
-                log_loss(bench.yte, clf.predict_proba(bench.Xte)))
+        return steps.full_data() + (log_loss(bench.yte, clf.predict_proba(bench.Xte)),)
 
     def track_log_loss(self, counts):
         return counts[2]
@@ -203,8 +241,7 @@ class LargeNFitCounts(_Counts):
         clf, steps = bench._fit(bench.X, bench.y, bench.Z)
         p = clf.predict_proba(bench.Xt)[:, 1]
         p = np.clip(np.where(bench.yt == 1, p, 1.0 - p), 1e-300, 1.0)
-        return steps.evaluations, steps.sweeps / max(1, steps.evaluations), \
-            float(-np.mean(np.log(p)))
+        return steps.full_data() + (float(-np.mean(np.log(p))),)
 
     def track_test_nlpd(self, counts):
         return counts[2]

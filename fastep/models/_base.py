@@ -292,13 +292,15 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
         prior = hyperprior_terms(getattr(self, "hyperprior", None), latent.theta_names,
                                  latent.theta.size, owner)
         if self.optimizer is not None and latent.theta.size:
+            latent.check_memory()
             precondition = None
             # not where ML-II moves the inducing inputs: theta is then large (m x d
             # entries) and its optimum one of many local ones, which the stages would change
-            if (latent.sparse and not latent.config.optimize_inducing and sites is None
-                    and self.optimizer == "L-BFGS-B" and subsample_stages(latent.X.shape[0])):
-                latent, precondition = staged_start(latent, self.optimizer, rng, owner,
-                                                    self.max_iter_optimizer, prior)
+            if (not (latent.sparse and latent.config.optimize_inducing) and sites is None
+                    and self.optimizer == "L-BFGS-B"
+                    and subsample_stages(latent.X.shape[0], dense=not latent.sparse)):
+                latent, precondition, sites = staged_start(
+                    latent, self.optimizer, rng, owner, self.max_iter_optimizer, prior)
             with latent.reuse():
                 latent, sites = maximize_evidence(
                     latent, self.optimizer, self.n_restarts_optimizer, rng, sites, owner,

@@ -207,11 +207,16 @@ class LatentGP:
             gz = []
         return np.concatenate([gk, gl] + gz)
 
+    def check_memory(self):
+        """A :class:`~fastep.exceptions.DenseMemoryError` where dense ML-II's matrices
+        would not fit (before any work: also before the subsample stages)."""
+        if not self.sparse:
+            self.config.backend.check_dense_memory(self.X.shape[0], DENSE_MLII_MATRICES)
+
     def evidence(self, sites=None, tol=None):
         """``(log Z, its gradient in theta, the EP result)``, EP run to ``tol`` (None, or
         anything tighter than the configured tolerance: that one)."""
-        if not self.sparse:
-            self.config.backend.check_dense_memory(self.X.shape[0], DENSE_MLII_MATRICES)
+        self.check_memory()
         result = self.run(sites, tol=None if tol is None else max(tol, self.config.tol),
                           keep_gram=True)
         return result.log_marginal_likelihood, self.gradient(result), result

@@ -212,6 +212,46 @@ def test_subsample_stages_grow_by_eight_to_the_full_data():
     assert _mlii.subsample_stages(10_000_000) == [19_531, 156_250]   # at most 200,000
 
 
+def test_dense_subsample_stages_grow_by_four_from_1000_rows():
+    assert _mlii.subsample_stages(999, dense=True) == []
+    assert _mlii.subsample_stages(1_000, dense=True) == [250]
+    assert _mlii.subsample_stages(1_257, dense=True) == [78, 314]      # digits
+    assert _mlii.subsample_stages(5_000, dense=True) == [78, 312, 1_250]
+
+
+def test_seeded_sites_are_one_ep_update_from_the_subsample_predictive():
+    """seed_sites against a dense NumPy predictive and quadrature tilted moments: on the
+    subsample's rows its sites, on the others tau = 1/v_hat - 1/v, nu = m_hat/v_hat - m/v
+    from the tilted moments of Phi(y f) N(f | m, v), (m, v) the subsample's predictive."""
+    from scipy import integrate
+    from fastep.models._latent import EPConfig, LatentGP
+    from fastep.backend import resolve
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(120, 2))
+    y = np.where(np.sin(2.0 * X[:, 0]) + 0.3 * rng.normal(size=120) > 0, 1.0, -1.0)
+    kernel = RBF(2.0, 0.8)
+    problem = LatentGP(X, y, kernel, Probit(), EPConfig(resolve("cpu", "test")))
+    idx = np.sort(rng.choice(120, 40, replace=False))
+    sub = problem.rows(idx)
+    fit = sub.run()
+    tau, nu = _mlii.seed_sites(problem, sub, None, idx)
+    np.testing.assert_array_equal(tau[idx], fit.site_tau)
+    np.testing.assert_array_equal(nu[idx], fit.site_nu)
+    K, Ks = kernel(X[idx]), kernel(X[idx], X)
+    A = K + np.diag(1.0 / fit.site_tau)                 # probit sites: tau > 0
+    m = Ks.T @ np.linalg.solve(A, fit.site_nu / fit.site_tau)
+    v = kernel.diag(X) - np.einsum("ij,ij->j", Ks, np.linalg.solve(A, Ks))
+    rest = np.setdiff1d(np.arange(120), idx)
+    for i in rest[:25]:
+        sd = np.sqrt(v[i])
+        w = lambda f, k: f ** k * stats.norm.cdf(y[i] * f) * stats.norm.pdf(f, m[i], sd)
+        z0, z1, z2 = (integrate.quad(w, m[i] - 12 * sd, m[i] + 12 * sd, args=(k,),
+                                     epsabs=0, epsrel=1e-12)[0] for k in range(3))
+        mean, var = z1 / z0, z2 / z0 - (z1 / z0) ** 2
+        assert tau[i] == pytest.approx(1.0 / var - 1.0 / v[i], rel=1e-6)
+        assert nu[i] == pytest.approx(mean / var - m[i] / v[i], rel=1e-6, abs=1e-9)
+
+
 class _Quadratic:
     """A stand-in ML-II problem on ``rows`` rows with a known, strongly correlated Hessian:
     log Z(theta) = -(rows / 8) (c + (theta - t0)^T A (theta - t0) / 2), a sum over rows."""
@@ -338,6 +378,41 @@ def test_staged_ml2_ends_at_the_optimum_of_ml2_on_the_full_data(monkeypatch, lik
     assert abs(a - b) <= 1e-6 * abs(b)
     # the evidence is flat along some directions: the parameters agree less closely
     np.testing.assert_allclose(staged.kernel_.theta, plain.kernel_.theta, atol=0.05)
+
+
+def test_staged_dense_ml2_ends_at_the_optimum_of_ml2_on_the_full_data(monkeypatch):
+    """Dense ML-II from 1,000 rows runs on subsamples of n/16 and n/4 rows first, each
+    stage's curvature preconditioning the next run (the last stage's the full data's,
+    whose first EP starts from the seeded sites), and ends where ML-II from the given
+    start ends (1e-6 relative)."""
+    rng = np.random.default_rng(5)
+    n = 1200
+    X = rng.normal(size=(n, 2))
+    y = (np.sin(1.5 * X[:, 0]) + 0.5 * X[:, 1] + 0.5 * rng.normal(size=n) > 0).astype(int)
+    make = lambda: EPGaussianProcessClassifier(RBF(1.0, 1.0), random_state=0)
+    staged_rows = _mlii.subsample_stages(n, dense=True)
+    assert staged_rows == [75, 300]
+    monkeypatch.setattr(_mlii, "DENSE_STAGED_MIN_ROWS", n + 1)
+    plain = make().fit(X, y)
+    monkeypatch.setattr(_mlii, "DENSE_STAGED_MIN_ROWS", 1000)
+    seen = []
+    real = _mlii.maximize_evidence
+
+    def spy(problem, *args, **kwargs):
+        seen.append((problem.X.shape[0], args[3], args[8] if len(args) > 8 else
+                     kwargs.get("precondition")))
+        return real(problem, *args, **kwargs)
+    monkeypatch.setattr(_mlii, "maximize_evidence", spy)
+    from fastep.models import _base
+    monkeypatch.setattr(_base, "maximize_evidence", spy)
+    staged = make().fit(X, y)
+    assert [rows for rows, _, _ in seen] == [75, 300, n]
+    (_, _, h0), (_, _, h1), (_, sites, h2) = seen
+    assert h0 is None and h1 is not None and h2 is not None and h2 is not h1
+    assert sites is not None and sites[0].shape == (n,)
+    a, b = staged.log_marginal_likelihood_value_, plain.log_marginal_likelihood_value_
+    assert abs(a - b) <= 1e-6 * abs(b)
+    np.testing.assert_allclose(staged.kernel_.theta, plain.kernel_.theta, atol=0.02)
 
 
 def test_default_kernel_starts_ml_ii_at_the_median_distance(three_classes):
