@@ -19,8 +19,7 @@ Tables (bundled with scikit-learn and statsmodels; X standardised on the trainin
 It also prints, for every fastep fit, the ML-II evidence evaluations and the EP sweeps
 they ran (on the full data, + those on the subsamples of a staged fit: dense from 1,000
 rows, so digits), the time of one full-data evaluation after the first in units of one
-EP sweep timed at the same n in the same run (not of the ``n_jobs`` fit, whose problems'
-records interleave), and, with ``--check-evidence``,
+EP sweep timed at the same n in the same run, and, with ``--check-evidence``,
 the final log evidence of the default fit against one whose ML-II evaluations all ran
 EP at the estimator's tight tolerance (relative gap).
 
@@ -135,8 +134,7 @@ def classification(table, args):
         extra = ""
         if log is not None:
             extra = f"{log.counts()}, warnings {log.n_warnings}"
-            if "n_jobs" not in name:                # parallel problems' records interleave
-                results.setdefault("later", []).extend(log.later_seconds())
+            results.setdefault("later", []).extend(log.later_seconds())
         results[name] = seconds
         row(name, seconds, metric, extra)
         return p

@@ -33,8 +33,8 @@ class Steps(logging.Handler):
     (``fastep.models._mlii.staged_start``: from its "ML-II on subsamples of ..." record to
     the one of its last subsample, curvature evaluations included) count also as
     ``stage_evaluations`` and ``stage_sweeps``; the others, on the full data, are kept
-    as ``full``: (step, sweeps, time) tuples.  Not for fits whose problems run in
-    parallel (``n_jobs``), whose records interleave."""
+    as ``full``: (step, sweeps, time) tuples (the records of ``n_jobs`` worker processes
+    come back one job after another, ``fastep.models._jobs``)."""
 
     STAGES = re.compile(r"ML-II on subsamples of ([\d, ]+) rows first")
 
@@ -103,14 +103,19 @@ def fit(X, y, **params):
 
 class _Counts:
     """``track_`` of one cached fit's (evaluations on the full data, their sweeps per
-    evaluation, quality); the subsample stages' evaluations, each a small fraction of
-    one on the full data, apart (:meth:`Steps.full_data`)."""
+    evaluation, quality, evaluations on subsamples): the subsample stages' evaluations,
+    each a small fraction of one on the full data, apart (:meth:`Steps.full_data`;
+    before 0.3's dense stages and the sparse fit's tracks of 2026-11-27 they counted in
+    ``track_evaluations``)."""
 
     def track_evaluations(self, counts):
         return counts[0]
 
     def track_sweeps_per_evaluation(self, counts):
         return counts[1]
+
+    def track_subsample_evaluations(self, counts):
+        return counts[3]
 
 
 class MLIIFit:
@@ -181,7 +186,8 @@ class DigitsFitCounts(_Counts):
         bench.setup(None)
         clf, steps = bench._fit(None)
         from sklearn.metrics import log_loss
-        return steps.full_data() + (log_loss(bench.yte, clf.predict_proba(bench.Xte)),)
+        return steps.full_data() + (log_loss(bench.yte, clf.predict_proba(bench.Xte)),
+                                    steps.stage_evaluations)
 
     def track_log_loss(self, counts):
         return counts[2]
@@ -241,7 +247,7 @@ class LargeNFitCounts(_Counts):
         clf, steps = bench._fit(bench.X, bench.y, bench.Z)
         p = clf.predict_proba(bench.Xt)[:, 1]
         p = np.clip(np.where(bench.yt == 1, p, 1.0 - p), 1e-300, 1.0)
-        return steps.full_data() + (float(-np.mean(np.log(p))),)
+        return steps.full_data() + (float(-np.mean(np.log(p))), steps.stage_evaluations)
 
     def track_test_nlpd(self, counts):
         return counts[2]

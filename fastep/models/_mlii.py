@@ -90,18 +90,20 @@ def staged_start(problem, optimizer, rng, owner, max_iter, prior):
     """A start for ML-II on a large problem (sparse from 50,000 rows, dense from 1,000),
     and a preconditioner for it: the optimum of ML-II on random subsamples of its rows,
     grown stage by stage (:func:`subsample_stages`; each stage starts from the last one's
-    optimum, with a loose :data:`STAGE_TOL`), and the curvature of log Z per row at the first stage's optimum
-    (:func:`curvature`; not for more than :data:`CURVATURE_MAX_PARAMS` parameters, nor
-    where its evaluations failed: then the next stage tries; dense problems at every
-    stage's), with which the later stages and the caller's full-data run are
-    preconditioned (:func:`maximize_evidence`).
+    optimum, with a loose :data:`STAGE_TOL`; a parameter a stage leaves at a bound goes
+    on from where it was, as the full data's optimum may be inside and L-BFGS-B does not
+    leave a flat bound), and the curvature of log Z per row (:func:`curvature`; not for
+    more than :data:`CURVATURE_MAX_PARAMS` parameters): at the first stage's optimum
+    (sparse; where its evaluations failed, the next stage's), at every stage's (dense; the
+    last one that succeeded is kept), with which the later stages and the caller's
+    full-data run are preconditioned (:func:`maximize_evidence`).
 
     At n = 10^5 and more an evidence evaluation costs many EP passes over the data, and
     ML-II from a poor start takes 15-25 of them; on a subsample of 1/8 of the rows the same
     walk costs 1/8 as much (dense EP, O(n^3): a stage of n/4 rows costs 1/64).  log Z is
     a sum over rows (plus terms that do not grow with n), so its Hessian per row is about
-    the same on a subsample as on the whole: with it the
-    full-data run's first L-BFGS-B step is a Newton step, and the run (the caller's, to
+    the same on a subsample as on the whole: with it the full-data run's first L-BFGS-B
+    step is a Newton step, and the run (the caller's, to
     the estimator's own tolerance, so that the returned evidence is the full data's
     optimum) takes few evaluations.  Warnings of the stages (a parameter at a bound, the
     iteration budget) are left to the full-data run.  Returns ``(problem at the last
@@ -116,10 +118,11 @@ def staged_start(problem, optimizer, rng, owner, max_iter, prior):
     sizes = subsample_stages(n, dense=not problem.sparse)
     _LOG.info("ML-II on subsamples of %s rows first, then on all %d",
               ", ".join(str(k) for k in sizes), n)
+    bounds = np.asarray(problem.bounds, dtype=float)
     for size in sizes:
         idx = np.sort(rng.choice(n, size, replace=False))
         sub = problem.rows(idx).with_theta(theta)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), sub.reuse():
             warnings.simplefilter("ignore", ConvergenceWarning)
             sub, sites = maximize_evidence(sub, optimizer, 0, rng, None, owner, max_iter,
                                            STAGE_TOL, prior, hessian)
@@ -127,8 +130,10 @@ def staged_start(problem, optimizer, rng, owner, max_iter, prior):
             # of the full data's); dense: on every stage (the last, n/4 rows, costs 1/64),
             # the full-data run preconditioned by the last (fewer evaluations on digits)
             if theta.size <= CURVATURE_MAX_PARAMS and (hessian is None or not problem.sparse):
-                hessian = curvature(sub, sites)
-        theta = sub.theta
+                found = curvature(sub, sites)
+                hessian = hessian if found is None else found
+        at_lo, at_hi = at_bounds(sub.theta, bounds)
+        theta = np.where(at_lo | at_hi, theta, sub.theta)
         _LOG.info("ML-II on a subsample of %d rows: theta %s", size,
                   np.array2string(theta, precision=3))
     problem = problem.with_theta(theta)
@@ -138,12 +143,12 @@ def staged_start(problem, optimizer, rng, owner, max_iter, prior):
 
 def seed_sites(problem, sub, sites, idx):
     """EP sites ``(tau, nu)`` for all rows of ``problem`` from a fit of its rows ``idx``
-    (``sub``, warm-started from its ``sites``, at the same theta): those sites on the rows
+    (``sub``, warm-started from its ``sites``, at its own theta): those sites on the rows
     ``idx``; on the others one undamped EP update (the CPU's parallel site loop, from no
     site) with ``sub``'s latent predictive as the marginal, so as the cavity; zero where
     that is not a finite non-negative precision.  None for data outside memory (dask),
     where the fit failed, or for a problem without sites (Laplace)."""
-    if not isinstance(problem.X, np.ndarray):
+    if sites is None or not isinstance(problem.X, np.ndarray):
         return None
     try:
         with warnings.catch_warnings():

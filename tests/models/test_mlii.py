@@ -233,8 +233,11 @@ def test_seeded_sites_are_one_ep_update_from_the_subsample_predictive():
     problem = LatentGP(X, y, kernel, Probit(), EPConfig(resolve("cpu", "test")))
     idx = np.sort(rng.choice(120, 40, replace=False))
     sub = problem.rows(idx)
-    fit = sub.run()
-    tau, nu = _mlii.seed_sites(problem, sub, None, idx)
+    first = sub.run()
+    stage_sites = (first.site_tau, first.site_nu)
+    assert _mlii.seed_sites(problem, sub, None, idx) is None      # no sites: no seeds
+    tau, nu = _mlii.seed_sites(problem, sub, stage_sites, idx)
+    fit = sub.run(stage_sites)                 # the warm run seed_sites makes, repeated
     np.testing.assert_array_equal(tau[idx], fit.site_tau)
     np.testing.assert_array_equal(nu[idx], fit.site_nu)
     K, Ks = kernel(X[idx]), kernel(X[idx], X)
