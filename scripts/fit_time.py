@@ -29,7 +29,6 @@ Run ``python scripts/fit_time.py`` (all tables, about 10 minutes on 2 cores) or
 from __future__ import annotations
 
 import argparse
-import logging
 import pathlib
 import sys
 import time
@@ -64,20 +63,11 @@ def split(X, y, stratify=True):
 
 def timed_fit(est, X, y, **kw):
     """(fitted estimator, seconds, Steps), warnings kept quiet (counted)."""
-    log = Steps()
-    logger = logging.getLogger("fastep")
-    logger.addHandler(log)
-    old = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            t = time.perf_counter()
-            est.fit(X, y, **kw)
-            seconds = time.perf_counter() - t
-    finally:
-        logger.removeHandler(log)
-        logger.setLevel(old)
+    with Steps.recording() as log, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = time.perf_counter()
+        est.fit(X, y, **kw)
+        seconds = time.perf_counter() - t
     log.n_warnings = len(caught)
     return est, seconds, log
 

@@ -18,7 +18,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import logging
 import pathlib
 import sys
 import time
@@ -45,24 +44,15 @@ def data(n, d=3, seed=0):
 def fit(X, y, **params):
     """(seconds, evaluations (on the full data, "+N" on subsamples), log evidence,
     warnings, estimator) of one classifier fit."""
-    log = logging.getLogger("fastep")
-    counter = Steps()
-    log.addHandler(counter)
-    old = log.level
-    log.setLevel(logging.INFO)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", fastep.ConvergenceWarning)
-            t = time.perf_counter()
-            est = fastep.EPGaussianProcessClassifier(RBF(), **params).fit(X, y)
-            seconds = time.perf_counter() - t
-    finally:
-        log.removeHandler(counter)
-        log.setLevel(old)
+    with Steps.recording() as counter, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", fastep.ConvergenceWarning)
+        t = time.perf_counter()
+        est = fastep.EPGaussianProcessClassifier(RBF(), **params).fit(X, y)
+        seconds = time.perf_counter() - t
     notes = [str(w.message)[:160] for w in caught
              if issubclass(w.category, fastep.ConvergenceWarning)]
-    full = counter.evaluations - counter.stage_evaluations
-    evals = f"{full}+{counter.stage_evaluations}" if counter.stage_evaluations else str(full)
+    full, staged = counter.full_evaluations, counter.stage_evaluations
+    evals = f"{full}+{staged}" if staged else str(full)
     return seconds, evals, float(est.log_marginal_likelihood_value_), notes, est
 
 

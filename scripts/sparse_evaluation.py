@@ -79,7 +79,7 @@ def main():
             _mlii.STAGED_MIN_ROWS = 10 ** 15
         t, (clf, steps) = seconds(lambda: counted_fit(X, y01, RBF(1.0, [1.0] * 4),
                                                       inducing_points=Z))
-        full = steps.evaluations - steps.stage_evaluations
+        full = steps.full_evaluations
         print(f"  default fit: {t:.1f} s, {steps.evaluations} evaluations "
               f"({steps.stage_evaluations} on subsamples), {steps.sweeps} EP sweeps; "
               f"{t / max(1, full) / p:.1f} passes per full-data evaluation (all included); "

@@ -107,7 +107,7 @@ def main():
             print(f"{'staged' if staged else 'plain '} n={args.n}: fit {trace.seconds:7.1f} s "
                   f"({trace.seconds / one_pass:.0f} passes), evaluations "
                   f"{steps.stage_evaluations:2d} on subsamples + "
-                  f"{steps.evaluations - steps.stage_evaluations:2d} on the full data, EP sweeps "
+                  f"{steps.full_evaluations:2d} on the full data, EP sweeps "
                   f"{steps.sweeps:3d}, log Z {value:.6f}, test NLPD {nlpd:.5f}, within "
                   f"{TARGET:g} of it after {reached:.1f} s ({reached / one_pass:.0f} passes), "
                   f"{clf.kernel_}", flush=True)

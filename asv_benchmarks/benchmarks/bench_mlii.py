@@ -4,6 +4,7 @@ the EP sweeps they took (from the estimators' "ML-II step" log records).
 
 Data as in ``scripts/mlii_convergence.py``: X ~ N(0, I_3), noisy labels of a smooth f.
 """
+import contextlib
 import functools
 import importlib
 import inspect
@@ -62,10 +63,31 @@ class Steps(logging.Handler):
                 self.full.append((int(step) if step.isdigit() else 0, sweeps,
                                   record.created))
 
+    @classmethod
+    @contextlib.contextmanager
+    def recording(cls):
+        """A new counter on the ``fastep`` logger (at INFO) for the block."""
+        log, steps = logging.getLogger("fastep"), cls()
+        level = log.level
+        log.addHandler(steps)
+        log.setLevel(logging.INFO)
+        try:
+            yield steps
+        finally:
+            log.removeHandler(steps)
+            log.setLevel(level)
+
+    @property
+    def full_evaluations(self):
+        return self.evaluations - self.stage_evaluations
+
+    @property
+    def full_sweeps(self):
+        return self.sweeps - self.stage_sweeps
+
     def full_data(self):
         """(evaluations on the full data, their EP sweeps per evaluation)."""
-        n = self.evaluations - self.stage_evaluations
-        return n, (self.sweeps - self.stage_sweeps) / max(1, n)
+        return self.full_evaluations, self.full_sweeps / max(1, self.full_evaluations)
 
     def later_seconds(self):
         """Seconds of each full-data evaluation after the first of its run (from the
@@ -74,7 +96,7 @@ class Steps(logging.Handler):
 
     def counts(self):
         """"evaluations N [+ M on subsamples], EP sweeps S [+ T]" for a report line."""
-        n, sweeps = self.evaluations - self.stage_evaluations, self.sweeps - self.stage_sweeps
+        n, sweeps = self.full_evaluations, self.full_sweeps
         if not self.stage_evaluations:
             return f"evaluations {n}, EP sweeps {sweeps}"
         return (f"evaluations {n} + {self.stage_evaluations} on subsamples, EP sweeps "
@@ -83,17 +105,9 @@ class Steps(logging.Handler):
 
 def counted_fit(X, y, kernel=None, **params):
     """``(fitted EPGaussianProcessClassifier, Steps)``, ConvergenceWarnings silenced."""
-    log = logging.getLogger("fastep")
-    steps, level = Steps(), log.level
-    log.addHandler(steps)
-    log.setLevel(logging.INFO)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", fastep.ConvergenceWarning)
-            clf = fastep.EPGaussianProcessClassifier(kernel, **params).fit(X, y)
-    finally:
-        log.removeHandler(steps)
-        log.setLevel(level)
+    with Steps.recording() as steps, warnings.catch_warnings():
+        warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+        clf = fastep.EPGaussianProcessClassifier(kernel, **params).fit(X, y)
     return clf, steps
 
 

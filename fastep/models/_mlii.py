@@ -103,9 +103,8 @@ def staged_start(problem, optimizer, rng, owner, max_iter, prior):
     walk costs 1/8 as much (dense EP, O(n^3): a stage of n/4 rows costs 1/64).  log Z is
     a sum over rows (plus terms that do not grow with n), so its Hessian per row is about
     the same on a subsample as on the whole: with it the full-data run's first L-BFGS-B
-    step is a Newton step, and the run (the caller's, to
-    the estimator's own tolerance, so that the returned evidence is the full data's
-    optimum) takes few evaluations.  Warnings of the stages (a parameter at a bound, the
+    step is a Newton step, and the run (the caller's, to the estimator's own tolerance,
+    so that the returned evidence is the full data's optimum) takes few evaluations.  Warnings of the stages (a parameter at a bound, the
     iteration budget) are left to the full-data run.  Returns ``(problem at the last
     stage's optimum, the Hessian per row or None, EP sites for the full data's first
     evaluation or None)``.  The sites, dense only, are the last stage's own on its rows
@@ -155,8 +154,6 @@ def seed_sites(problem, sub, sites, idx):
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.simplefilter("ignore", EPNumericalWarning)
             result = sub.run(sites)
-            if not hasattr(result, "site_tau"):
-                return None
             m, v = sub.latent(result, problem.X)
             lik, n = problem.likelihood, problem.X.shape[0]
             cpu = resolve("cpu")
