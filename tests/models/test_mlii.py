@@ -330,6 +330,55 @@ def test_preconditioned_run_with_its_optimum_past_a_bound_ends_on_the_bound():
                                atol=1e-4)
 
 
+class _Quartic(_Quadratic):
+    """:class:`_Quadratic` plus ``-(rows / 8) q (theta_0 - t0_0)^4``: its Hessian at the
+    start (where :func:`curvature` takes it) is steeper than at the optimum, as a
+    subsample's was on digits' flat log variance."""
+
+    q = 200.0
+
+    def evidence(self, sites=None, tol=None):
+        value, grad, _ = super().evidence(sites, tol)
+        d, k = self.theta[0] - self.t0[0], self.rows / 8
+        grad = grad.copy()
+        grad[0] -= 4.0 * k * self.q * d ** 3
+        return value - k * self.q * d ** 4, grad, None
+
+
+@pytest.mark.parametrize("steeper", [1.0, 30.0])
+def test_preconditioned_run_stops_where_the_predicted_gain_is_below_tol(monkeypatch, steeper):
+    """A preconditioned run stops at the iterate where the gain still to come, as the
+    curvature (corrected by the curvature along the last step) predicts, is below a tenth
+    of ``tol``, within ``tol`` (relative) of the optimum (found here by Newton's method on
+    the exact derivatives) and never after the ``ftol`` rule alone would stop.  With a
+    curvature 30x too steep (a gain predicted 30x too small; the start's is 4x too steep
+    already) the correction along the last step keeps the stop within ``tol``, and the
+    rule saves the evaluation of a step that gains nothing."""
+    def newton_optimum(p):
+        t = p.theta.copy()
+        for _ in range(100):
+            d, k = t - p.t0, p.rows / 8
+            g = -k * (p.A @ d) - np.array([4.0 * k * p.q * d[0] ** 3, 0.0])
+            H = -k * p.A - np.diag([12.0 * k * p.q * d[0] ** 2, 0.0])
+            t = t - np.linalg.solve(H, g)
+        return p.with_theta(t).evidence()[0]
+
+    best = newton_optimum(_Quartic([1.0, 1.0]))
+    hess = steeper * _mlii.curvature(_Quartic([1.0, 1.0], rows=1), None)
+    counts = {}
+    for rule in ("decrement", "ftol only"):
+        if rule == "ftol only":
+            monkeypatch.setattr(_mlii, "DECREMENT_SHARE", 0.0)
+        log = []
+        problem, _ = _mlii.maximize_evidence(_Quartic([1.0, 1.0], log=log),
+                                             precondition=hess, tol=1e-6)
+        value = problem.evidence()[0]
+        assert best - value <= 1e-6 * abs(best)
+        counts[rule] = len(log)
+    assert counts["decrement"] <= counts["ftol only"] - (steeper > 1.0)
+
+
+
 @pytest.mark.parametrize("likelihood", ["probit", "poisson"])
 def test_staged_ml2_ends_at_the_optimum_of_ml2_on_the_full_data(monkeypatch, likelihood):
     """ML-II started from subsample optima (lowered thresholds, so that a small problem has
