@@ -378,7 +378,6 @@ def test_preconditioned_run_stops_where_the_predicted_gain_is_below_tol(monkeypa
     assert counts["decrement"] <= counts["ftol only"] - (steeper > 1.0)
 
 
-
 @pytest.mark.parametrize("likelihood", ["probit", "poisson"])
 def test_staged_ml2_ends_at_the_optimum_of_ml2_on_the_full_data(monkeypatch, likelihood):
     """ML-II started from subsample optima (lowered thresholds, so that a small problem has
