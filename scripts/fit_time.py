@@ -24,7 +24,10 @@ the final log evidence of the default fit against one whose ML-II evaluations al
 EP at the estimator's tight tolerance (relative gap).
 
 Run ``python scripts/fit_time.py`` (all tables, about 10 minutes on 2 cores) or
-``--tables breast_cancer wine``.  Ratios are fastep / peer in the same run.
+``--tables breast_cancer wine``.  ``--seeds 0 1 2`` also fits the default classifier with
+those ``random_state`` values (the stages' random rows fixed): two versions of fastep
+compare seed by seed (``--tables digits --variants --seeds 0 1 2 3 8 9 10``, once with
+``PYTHONPATH`` set to a worktree of the other version).  Ratios are fastep / peer in the same run.
 """
 from __future__ import annotations
 
@@ -138,6 +141,18 @@ def classification(table, args):
         est, seconds, log = timed_fit(fastep.EPGaussianProcessClassifier(**params), Xtr, ytr)
         report(name, est, seconds, log)
         fitted = fitted or est
+    if args.seeds:
+        # the stages draw random rows: fits with fixed random_state compare two versions
+        # of fastep seed by seed (PYTHONPATH=<worktree> for the other one)
+        seconds, full = [], []
+        for seed in args.seeds:
+            est, t, log = timed_fit(fastep.EPGaussianProcessClassifier(random_state=seed),
+                                    Xtr, ytr)
+            seconds.append(t)
+            full.append(log.full_evaluations)
+            report(f"fastep random_state={seed}", est, t, log)
+        print(f"  over random_state {' '.join(str(s) for s in args.seeds)}: median "
+              f"{np.median(seconds):.2f} s, {sum(full)} full-data evaluations in all")
     if args.check_evidence:
         loose, _mlii.LOOSE_EP_TOL = _mlii.LOOSE_EP_TOL, fitted.tol
         try:
@@ -223,6 +238,9 @@ def main():
                         default=["fastep n_jobs=-1", "fastep hyperprior=None (plain ML-II)",
                                  "fastep CensoredGPRegressor dense"],
                         help="fastep variants besides the default fit")
+    parser.add_argument("--seeds", nargs="*", type=int, default=[],
+                        help="also fit the default classifier with these random_state "
+                             "values (the subsample stages' rows), and print the median")
     parser.add_argument("--check-evidence", action="store_true",
                         help="also fit with tight EP tolerance throughout ML-II")
     args = parser.parse_args()
