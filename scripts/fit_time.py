@@ -144,15 +144,15 @@ def classification(table, args):
     if args.seeds:
         # the stages draw random rows: fits with fixed random_state compare two versions
         # of fastep seed by seed (PYTHONPATH=<worktree> for the other one)
-        seconds, full = [], []
+        times, full = [], 0
         for seed in args.seeds:
             est, t, log = timed_fit(fastep.EPGaussianProcessClassifier(random_state=seed),
                                     Xtr, ytr)
-            seconds.append(t)
-            full.append(log.full_evaluations)
+            times.append(t)
+            full += log.full_evaluations
             report(f"fastep random_state={seed}", est, t, log)
         print(f"  over random_state {' '.join(str(s) for s in args.seeds)}: median "
-              f"{np.median(seconds):.2f} s, {sum(full)} full-data evaluations in all")
+              f"{np.median(times):.2f} s, {full} full-data evaluations in all")
     if args.check_evidence:
         loose, _mlii.LOOSE_EP_TOL = _mlii.LOOSE_EP_TOL, fitted.tol
         try:

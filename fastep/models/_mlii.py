@@ -309,35 +309,36 @@ def _newton_run(neg, theta, C, scale, bounds, options, tol):
     log variance; the share leaves a factor 10 on top of the correction.  On digits
     (``random_state`` 0-3, 8-10) this took 478 full-data evaluations instead of 509, the
     same objectives to 1e-7 (relative)."""
-    state = {"nit": 0, "nfev": 0, "f": None, "point": None, "iterate": None}
+    # "point": (u, objective, gradient) of the last evaluation; "accepted": that of the
+    # last iterate L-BFGS-B accepted (the start first), None where not known
+    state = {"nit": 0, "nfev": 0, "point": None, "accepted": None, "settled": False}
 
     def in_u(u):
         t = theta + C @ u
         inside = np.clip(t, bounds[:, 0], bounds[:, 1])
         value, grad = neg(inside)
         g = (C.T @ np.where(inside == t, grad, 0.0)) / scale
-        if state["nfev"] == 0:                        # the start, for the first step
-            state["f"], state["iterate"] = value / scale, (u.copy(), g)
-        state["nfev"] += 1
         state["point"] = (u.copy(), value / scale, g)
+        if state["nfev"] == 0:
+            state["accepted"] = state["point"]
+        state["nfev"] += 1
         return value / scale, g
 
     def settled(xk):
         state["nit"] += 1
+        last, state["accepted"] = state["accepted"], state["point"]
+        if not np.array_equal(state["point"][0], xk):   # not the last point evaluated
+            state["accepted"] = None
+            return
+        if last is None:
+            return
         u, f, g = state["point"]
-        if not np.array_equal(u, xk):                 # not the last point evaluated
-            state["f"] = state["iterate"] = None
-            return
-        before, state["f"] = state["f"], f
-        last, state["iterate"] = state["iterate"], (u, g)
-        if before is None or last is None:
-            return
         # the curvature along the last step, which is 1 where C is right: below 1 the
         # objective is flatter than C says and the gain to come larger than |g|^2 / 2
-        step, change = u - last[0], g - last[1]
+        step, change = u - last[0], g - last[2]
         along = float(step @ change) / max(float(step @ step), 1e-300)
         size = max(abs(f), 1.0)
-        if (before - f < SETTLED_GAIN * tol * size
+        if (last[1] - f < SETTLED_GAIN * tol * size
                 and 0.5 * float(g @ g) / min(max(along, 1e-3), 1.0)
                 < DECREMENT_SHARE * tol * size):
             state["settled"] = True
@@ -348,9 +349,9 @@ def _newton_run(neg, theta, C, scale, bounds, options, tol):
         res = minimize(in_u, np.zeros_like(theta), jac=True, method="L-BFGS-B",
                        bounds=u_bounds, options=options, callback=settled)
     except StopIteration:
-        if not state.get("settled"):
+        if not state["settled"]:
             raise
-    if not state.get("settled"):
+    if not state["settled"]:
         return res
     u, f, g = state["point"]
     return OptimizeResult(x=u, fun=f, jac=g, nit=state["nit"], nfev=state["nfev"],
