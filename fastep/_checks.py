@@ -8,7 +8,7 @@ something there) finite values.  :func:`float_array` is that check; a failure is
 """
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any, NoReturn, Tuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -170,6 +170,8 @@ def class_labels(y, return_inverse=False, name="y"):
             return classes
         check_classification_targets(y)
         return np.unique(y, return_inverse=return_inverse)
+    except ValueError as exc:
+        _non_finite_targets(exc, y, name)
     except TypeError:
         kinds = sorted({type(v).__name__ for v in np.ravel(np.asarray(y))})
         raise ValueError(f"{name} mixes labels of the types {kinds}, which do not sort "
@@ -184,8 +186,24 @@ def validate_X(estimator: Any, X: ArrayLike, **kwargs: Any) -> np.ndarray:
 
 def validate_X_y(estimator: Any, X: ArrayLike, y: ArrayLike,
                  **kwargs: Any) -> Tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's ``validate_data`` of X and y (typed: the checked arrays)."""
-    return validate_data(estimator, X, y, **kwargs)
+    """scikit-learn's ``validate_data`` of X and y (typed: the checked arrays).  Targets
+    that are not finite get fastep's message (scikit-learn's names neither the row nor the
+    fix): the index of the first, and what to do."""
+    try:
+        return validate_data(estimator, X, y, **kwargs)
+    except ValueError as exc:
+        _non_finite_targets(exc, y, "y")
+
+
+def _non_finite_targets(exc: ValueError, y: Any, name: str) -> NoReturn:
+    """Re-raise scikit-learn's ValueError ``exc`` about ``y``: where it says the targets hold
+    NaN or infinity, as fastep's message, with the index of the first and the fix."""
+    if not str(exc).startswith(("Input y contains", "Input contains")):
+        raise exc
+    fix = f"Remove or impute the targets that are not finite (drop those rows of X and {name})."
+    if np.asarray(y).dtype.kind in "biuf":
+        float_array(y, name, np.ndim(y), fix=fix)           # raises, naming the index
+    raise ValueError(f"{name} must be finite; {exc} {fix}") from None
 
 
 def validate_column(y: ArrayLike, **kwargs: Any) -> np.ndarray:

@@ -257,6 +257,24 @@ def test_sparse_regressor_evidence_with_a_theta_of_the_wrong_length():
             est.log_marginal_likelihood(np.zeros(size), eval_gradient=True)
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_class_labels_name_the_row_and_the_fix(bad):
+    """0.3: a classifier's y with NaN gave scikit-learn's "Input y contains NaN." alone."""
+    X, f, _ = _data()
+    y = (f > 0).astype(float)
+    y[5] = bad
+    for est in (EPGaussianProcessClassifier(optimizer=None),
+                fastep.NestedEPClassifier(optimizer=None),
+                fastep.GWIClassifier(max_iter=5)):
+        with pytest.raises(ValueError, match=r"y must be finite; got (NaN|infinity) at "
+                                             r"index 5\. Remove or impute"):
+            est.fit(X, y)
+    labels = np.array(["a", "b"] * 20, dtype=object)
+    labels[3] = np.nan          # not numbers: scikit-learn's words, and the fix
+    with pytest.raises(ValueError, match="y must be finite; .*Remove or impute"):
+        EPGaussianProcessClassifier(optimizer=None).fit(X[:40], labels)
+
+
 def test_swapped_censoring_limits_at_prediction_are_refused():
     """0.1 returned P(lower) + P(upper) > 1."""
     X, f, _ = _data()
