@@ -195,15 +195,19 @@ def validate_X_y(estimator: Any, X: ArrayLike, y: ArrayLike,
         _non_finite_targets(exc, y, "y")
 
 
+#: The fix a message about targets that are not finite gives (every estimator's).
+TARGETS_FIX = ("Remove or impute the targets that are not finite (drop those rows of X "
+               "and of the targets).")
+
+
 def _non_finite_targets(exc: ValueError, y: Any, name: str) -> NoReturn:
     """Re-raise scikit-learn's ValueError ``exc`` about ``y``: where it says the targets hold
     NaN or infinity, as fastep's message, with the index of the first and the fix."""
     if not str(exc).startswith(("Input y contains", "Input contains")):
         raise exc
-    fix = f"Remove or impute the targets that are not finite (drop those rows of X and {name})."
     if np.asarray(y).dtype.kind in "biuf":
-        float_array(y, name, np.ndim(y), fix=fix)           # raises, naming the index
-    raise ValueError(f"{name} must be finite; {exc} {fix}") from None
+        float_array(y, name, np.ndim(y), fix=TARGETS_FIX)   # raises, naming the index
+    raise ValueError(f"{name} must be finite; {exc} {TARGETS_FIX}") from None
 
 
 def validate_column(y: ArrayLike, **kwargs: Any) -> np.ndarray:

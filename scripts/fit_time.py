@@ -27,7 +27,8 @@ Run ``python scripts/fit_time.py`` (all tables, about 10 minutes on 2 cores) or
 ``--tables breast_cancer wine``.  ``--seeds 0 1 2`` also fits the default classifier with
 those ``random_state`` values (the stages' random rows fixed): two versions of fastep
 compare seed by seed (``--tables digits --variants --seeds 0 1 2 3 8 9 10``, once with
-``PYTHONPATH`` set to a worktree of the other version).  Ratios are fastep / peer in the same run.
+``PYTHONPATH`` set to a worktree of the other version).  Ratios are fastep / peer in the
+same run.
 """
 from __future__ import annotations
 

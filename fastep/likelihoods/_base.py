@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from numba import prange, types
 
-from .._checks import all_finite, float_array
+from .._checks import TARGETS_FIX, all_finite, float_array
 from .._jit import TiltedFn, f8, f8_1d, pjit
 from .._numerics import MIN_VARIANCE
 
@@ -253,7 +253,7 @@ class Likelihood:
         """The float vector ``y`` checked for the values this likelihood models (what both
         :meth:`encode_targets` and :meth:`tilted` accept)."""
         y = float_array(y, "y", 1, allow_nan=self.nan_targets,
-                        fix="Remove or impute the targets that are not finite.")
+                        fix=TARGETS_FIX)
         if self.binary and not np.all(np.abs(y) == 1.0):
             bad = np.unique(y[np.abs(y) != 1.0])[:5]
             raise ValueError(f"{type(self).__name__} expects y in {{-1, +1}}; got values "
