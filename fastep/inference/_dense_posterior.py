@@ -87,20 +87,36 @@ class _Posterior:
                 e[other, xp.arange(k)] = 1.0
                 e = be.solve_lower(L, e, overwrite=True)
                 var[other] = (1.0 - xp.einsum("ij,ij->j", e, e)) / tau_pos[other]
+        neg = xp.flatnonzero(tau < 0.0)
+        if need_cov:
+            sigma_neg = cov[:, neg] if neg.size else None           # Sigma_+[:, neg]
         else:
             self._li = li = be.tri_inverse(L, work[1])
             t_sigma = 1.0 - be.row_sumsq(li.T)                  # tau_i Sigma_ii
             weak = t_sigma < WEAK_SITE
             var = t_sigma / xp.where(weak, 1.0, tau_pos)
+            sigma_neg = None
+            if neg.size:
+                # Sigma_+[:, neg] for the split form, from X = L^-1 S^1/2 K[:, neg] (the
+                # negative sites' own variances need it too: they are weak, s_i = 0): as
+                # S^1/2 Sigma_+ = B^-1 S^1/2 K, row i is (L^-T X)_i / s_i (two dtrmm,
+                # 2 n^2 k flops); on the weak rows K[i, neg] - (L^-1 S^1/2 K e_i)^T X
+                x_neg = be.trmm_lower(li, xp.asfortranarray(s[:, None] * K[:, neg]))
+                var[neg] = kdiag[neg] - xp.einsum("ij,ij->j", x_neg, x_neg)
+                sigma_neg = be.trmm_lower(li, xp.array(x_neg, order="F"), trans=True)
+                sigma_neg /= xp.where(weak, 1.0, s)[:, None]
+                sigma_neg[neg] = K[neg][:, neg] - x_neg.T @ x_neg
+                weak[neg] = False                            # done
             other = xp.flatnonzero(weak)
             for b0 in range(0, int(other.size), WEAK_BLOCK):
                 cols = other[b0:b0 + WEAK_BLOCK]
                 v = be.trmm_lower(li, xp.asfortranarray(s[:, None] * K[:, cols]))
                 var[cols] = kdiag[cols] - xp.einsum("ij,ij->j", v, v)
+                if neg.size:
+                    sigma_neg[cols] = K[cols][:, neg] - v.T @ x_neg
         self.half_logdet = float(xp.sum(xp.log(xp.diagonal(L))))
-        neg = xp.flatnonzero(tau < 0.0)
         if neg.size:
-            self._split_form(neg, var)
+            self._split_form(neg, var, sigma_neg)
         self.var = var
         # mu = Sigma nu.  For sites with s > 0, write nu = s * w: then
         # Sigma nu = K S^1/2 B^-1 w (as (K^-1 + S)^-1 = K S^1/2 B^-1 S^-1/2), free of the
@@ -126,10 +142,12 @@ class _Posterior:
                 "underflows. Add jitter to the kernel diagonal (a WhiteKernel(1e-6)), "
                 "rescale the kernel's variance, or take smaller EP steps (e.g. damping=0.5).")
 
-    def _split_form(self, neg, var):
+    def _split_form(self, neg, var, sigma_neg):
+        """Q with Sigma = Sigma_+ + Q Q^T from ``sigma_neg = Sigma_+[:, neg]`` (overwritten),
+        C's log-determinant, and the variances ``var`` raised by diag(Q Q^T)."""
         be, xp = self.be, self.be.xp
         r = xp.sqrt(-self.tau[neg])
-        p = self._sigma_plus_of(self.K[:, neg])                 # Sigma_+[:, neg]
+        p = sigma_neg
         p *= r
         c = xp.eye(int(neg.size)) - r[:, None] * p[neg, :]
         try:

@@ -726,7 +726,19 @@ def test_anderson_acceleration_reaches_the_same_fixed_point_in_fewer_sweeps(monk
 def _extreme_sites(case, rng):
     """(K, tau, nu): ``scatter``, sites whose tau_i K_ii span 1e-14 .. 1e8 with a zero and
     a negative precision; ``clusters``, near-duplicate inputs, one strong site per cluster
-    pinning its neighbours (tau_i K_ii ~ 1e-4..1 but tau_i Sigma_ii ~ 1e-10)."""
+    pinning its neighbours (tau_i K_ii ~ 1e-4..1 but tau_i Sigma_ii ~ 1e-10);
+    ``negatives``, a third of the sites negative (the split form's Sigma_+[:, neg] read
+    from rows of strong, weak and zero sites alike), the posterior still proper."""
+    if case == "negatives":
+        n = 24
+        X = rng.normal(size=(n, 2))
+        K = RBF(4.0, 1.0)(X) + 1e-6 * np.eye(n)
+        tau = 10.0 ** rng.uniform(-8, 3, n)
+        tau[1] = 0.0
+        tau[::3] = -10.0 ** rng.uniform(-3, -1, 8)
+        nu = rng.normal(size=n) * np.maximum(np.abs(tau), 1e-3)
+        assert np.linalg.eigvalsh(np.linalg.inv(K) + np.diag(tau)).min() > 0   # proper
+        return K, tau, nu
     if case == "scatter":
         n = 14
         X = rng.normal(size=(n, 2))
@@ -744,7 +756,7 @@ def _extreme_sites(case, rng):
     return K, tau, rng.normal(size=16) * tau
 
 
-@pytest.mark.parametrize("case", ["scatter", "clusters"])
+@pytest.mark.parametrize("case", ["scatter", "clusters", "negatives"])
 @pytest.mark.parametrize("need_cov", [False, True], ids=["parallel", "sequential"])
 def test_posterior_marginals_at_extreme_site_precisions_match_40_digits(need_cov, case):
     """The posterior refresh's two forms of var_i (K_ii - |V e_i|^2 and
