@@ -114,9 +114,11 @@ class _Posterior:
                 var[cols] = kdiag[cols] - xp.einsum("ij,ij->j", v, v)
                 if neg.size:
                     sigma_neg[cols] = K[cols][:, neg] - v.T @ x_neg
+            x_neg = None                                     # n x k: free it before the split
         self.half_logdet = float(xp.sum(xp.log(xp.diagonal(L))))
         if neg.size:
             self._split_form(neg, var, sigma_neg)
+            sigma_neg = None                 # Q's own n x k, not it, outlives the split
         self.var = var
         # mu = Sigma nu.  For sites with s > 0, write nu = s * w: then
         # Sigma nu = K S^1/2 B^-1 w (as (K^-1 + S)^-1 = K S^1/2 B^-1 S^-1/2), free of the
