@@ -68,6 +68,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sparse_scaling import make_data  # noqa: E402
 
 N_TEST, TARGET = 20000, 1e-3
+#: asv_benchmarks/, whose benchmarks.bench_mlii holds issue 30's data and pass timing
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "asv_benchmarks")
+
+
+def parse_grid(text):
+    """``"B:G[:LR],..."`` -> ``[(int B, float G[, float LR]), ...]``."""
+    return [tuple(int(v) if i == 0 else float(v) for i, v in enumerate(p.split(":")))
+            for p in text.split(",")]
 PEERS = ["tensorflow-cpu>=2.15", "gpflow>=2.9", "tf-keras"]
 
 
@@ -201,8 +210,7 @@ def run_fastep_learnt(path):
     import fastep
     from fastep.kernels import RBF
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), "asv_benchmarks"))
+    sys.path.insert(0, BENCHMARKS)
     from benchmarks.bench_mlii import pass_seconds
 
     d = np.load(path)
@@ -290,12 +298,10 @@ def learnt(a):
     """Issue 30's end-to-end comparison with the hyperparameters learnt (``--learn-kernel``)."""
     import tempfile
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), "asv_benchmarks"))
+    sys.path.insert(0, BENCHMARKS)
     from benchmarks.bench_mlii import rff_probit_data
 
-    grid = [tuple(t(v) for t, v in zip((int, float, float), p.split(":")))
-            for p in a.grid.split(",")]
+    parse_grid(a.grid)                 # a malformed --grid fails now, not after the fits
     print(f"issue 30's probit problem, d = 4, ARD, m = {a.m} fixed inducing inputs, kernel "
           f"learnt; seconds to a test NLPD within {TARGET} of fastep's final one "
           f"({N_TEST} test points); GPflow {a.epochs} epochs per BATCH:GAMMA:LR", flush=True)
@@ -308,8 +314,7 @@ def learnt(a):
             np.savez(path, X=X, y=y, Xt=Xt, yt=yt, Z=Z)
             del X, y
             f = child(sys.executable, ["--child", "fastep-learnt", path])
-            g = child(a.peers_python, ["--child", "gpflow-learnt", path, "--grid",
-                                       ",".join(":".join(map(str, p)) for p in grid),
+            g = child(a.peers_python, ["--child", "gpflow-learnt", path, "--grid", a.grid,
                                        "--epochs", str(a.epochs)])
         target = f["nlpd"] + TARGET
         timed = [(gpflow_time_to(target, r), r) for r in g["runs"]]
@@ -384,10 +389,9 @@ def main():
         if method == "fastep-learnt":
             out = run_fastep_learnt(arg)
         elif method == "gpflow-learnt":
-            out = run_gpflow_learnt(arg, [tuple(t(v) for t, v in zip(
-                (int, float, float), p.split(":"))) for p in a.grid.split(",")], a.epochs)
+            out = run_gpflow_learnt(arg, parse_grid(a.grid), a.epochs)
         else:
-            grid = [(int(b), float(g)) for b, g in (p.split(":") for p in a.grid.split(","))]
+            grid = parse_grid(a.grid)
             out = (run_fastep(int(arg), a.m) if method == "fastep"
                    else run_gpflow(int(arg), a.m, grid, a.epochs))
         print(json.dumps(out))
