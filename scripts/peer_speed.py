@@ -333,6 +333,10 @@ def learnt(a):
               + f" after {seconds:.1f} s ({epochs:.1f} epochs; {best['kernel']}); "
               f"GPflow / fastep {seconds / f['seconds']:.2f}")
         for (s, e, v, r), run in timed:
+            if not run["trace"]:
+                print(f"   GPflow {run['batch']}:{run['gamma']:g}:{run['lr']:g}: no timed "
+                      f"step (the first, untimed, was all of --epochs)", flush=True)
+                continue
             last = run["trace"][-1]
             print(f"   GPflow {run['batch']}:{run['gamma']:g}:{run['lr']:g}: "
                   + (f"diverged (NaN) after {last['epochs']:.2f} epochs" if not np.isfinite(v)
