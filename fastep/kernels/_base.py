@@ -17,6 +17,10 @@ terms of those operations, and so runs on every backend::
     _contract_all(be, X, Y, G)       sum G dK/dtheta_p for every parameter entry (host)
     _diag_contract_all(be, X, g)     sum_i g_i dk(x_i, x_i)/dtheta_p (host)
     _input_contract(be, X, Y, G)     d/dX sum G K(X, Y) with Y given (host, shape of X)
+
+and, where ``_uses_gram``, ``_contract_gram(be, X, Y, G, K)``: ``_contract_all`` given
+``K = K(X, Y)`` (the stationary kernels, whose derivatives are K times functions of the
+inputs: a caller that holds K spares the kernel values).
 """
 from __future__ import annotations
 
@@ -133,6 +137,10 @@ class Kernel:
     _input_contract: Callable[..., Any]
     _contract_all: Callable[..., Any]
     _diag_contract_all: Callable[..., Any]
+    #: Whether the kernel contracts from its Gram matrix (``_contract_gram(be, X, Y, G,
+    #: K)``, see :meth:`gradient_contract`).
+    _uses_gram = False
+    _contract_gram: Callable[..., Any]
 
     # --- hyperparameter plumbing -------------------------------------------------
     def _leaf_params(self):
@@ -190,15 +198,28 @@ class Kernel:
         return self._diag(be, _as_2d(X, "X", be))
 
     def gradient_contract(self, X: ArrayLike, G: ArrayLike, Y: Optional[ArrayLike] = None,
-                          backend: Any = None) -> np.ndarray:
+                          backend: Any = None, gram: Optional[ArrayLike] = None) -> np.ndarray:
         """``sum_jk G_jk dK_jk / dtheta_p`` for every free log-hyperparameter (host array).
 
-        ``K = self(X, Y)``; ``G`` is any weight matrix of the shape of ``K``.
+        ``K = self(X, Y)``; ``G`` is any weight matrix of the shape of ``K``.  ``gram``:
+        K itself, where the caller has it; a kernel whose derivatives are its values
+        times functions of the inputs (the stationary kernels) then computes no kernel
+        value again, the others ignore it.
         """
         be = HOST if backend is None else backend
-        X, Y, G = _contract_args(be, X, Y, G)
-        full = np.asarray(self._contract_all(be, X, Y, G), dtype=np.float64)
-        return full[self._free_mask()]
+        if gram is None or not self._uses_gram:
+            X, Y, G = _contract_args(be, X, Y, G)
+            full = self._contract_all(be, X, Y, G)
+        else:
+            if Y is not None and _f_ordered(G):
+                # a sum over every entry: as well G^T against K(Y, X) = K^T, which are
+                # C-ordered where G and K are F-ordered (not copied)
+                X, Y, G, gram = Y, X, G.T, gram.T
+            X, Y, G = _contract_args(be, X, Y, G)
+            gram = float_array(gram, "gram", 2, G.shape, xp=be.xp,
+                               fix="gram is K(X, Y), of the shape of G.")
+            full = self._contract_gram(be, X, Y, G, gram)
+        return np.asarray(full, dtype=np.float64)[self._free_mask()]
 
     def diag_gradient_contract(self, X: ArrayLike, g: ArrayLike,
                                backend: Any = None) -> np.ndarray:
@@ -253,6 +274,12 @@ class Kernel:
         return {"type": type(self).__name__,
                 "params": {p.name: p.value.tolist() for p in self._params},
                 "bounds": {p.name: p.bounds for p in self._params}}
+
+
+def _f_ordered(a: Any) -> bool:
+    """Whether ``a`` is an F-ordered (not C-ordered) array, NumPy's or CuPy's."""
+    flags = getattr(a, "flags", None)
+    return flags is not None and flags.f_contiguous and not flags.c_contiguous
 
 
 def _contract_args(be: Any, X: ArrayLike, Y: Optional[ArrayLike], G: ArrayLike

@@ -58,6 +58,21 @@ def shape_grad(kind, r2):
     return (5.0 / 3.0) * (1.0 + _SQRT5 * r) * math.exp(-_SQRT5 * r)
 
 
+@jit("f8(i8, f8)")
+def shape_ratio(kind, r2):
+    """h(r) / g(r), so that dk/d log l_d = k * (h / g)(r) * scaled_diff_d^2: a contraction
+    given K needs no exponential (0 at r = 0 for Matern12, whose scaled differences are 0
+    there)."""
+    if kind == RBF:
+        return 1.0
+    r = math.sqrt(r2)
+    if kind == MATERN12:
+        return 1.0 / r if r > 0.0 else 0.0
+    if kind == MATERN32:
+        return 3.0 / (1.0 + _SQRT3 * r)
+    return (5.0 / 3.0) * (1.0 + _SQRT5 * r) / (1.0 + _SQRT5 * r + (5.0 / 3.0) * r2)
+
+
 @jit(inline="always")
 def scaled_sqdist(x1, i, x2, j, inv_ls):
     """r^2 = sum_d ((x1[i, d] - x2[j, d]) / l_d)^2 (shared by the CPU loops and their GPU
@@ -108,6 +123,28 @@ def contract_one(xa, a, xb, g, inv_ls, variance, kind, out):
 
 
 @jit(inline="always")
+def gram_contract_one(xa, a, xb, g, k, inv_ls, kind, out):
+    """:func:`contract_one` given the kernel values (``k[a, b] = K_ab``): ``out[a, 0] =
+    sum_b G_ab K_ab``, ``out[a, 1 + c] = sum_b G_ab K_ab (h / g)(r) t_c^2``
+    (:func:`shape_ratio`), with no kernel value computed again.  Shared by the CPU loop
+    and its GPU twin (``xa = x2``, ``g = G^T``, ``k = K^T``)."""
+    for c in range(xa.shape[1]):
+        out[a, 1 + c] = 0.0
+    acc0 = 0.0
+    for b in range(xb.shape[0]):
+        w = g[a, b] * k[a, b]
+        if w == 0.0:
+            continue
+        acc0 += w
+        if kind != RBF:
+            w *= shape_ratio(kind, scaled_sqdist(xa, a, xb, b, inv_ls))
+        for c in range(xa.shape[1]):
+            t = (xa[a, c] - xb[b, c]) * inv_ls[c]
+            out[a, 1 + c] += w * t * t
+    out[a, 0] = acc0
+
+
+@jit(inline="always")
 def input_contract_one(x1, i, x2, g, inv_ls, variance, kind, out):
     """``out[i, c] = sum_j G_ij dK(x1_i, x2_j)/dx1_ic`` for one row i (shared by the CPU
     loop and its GPU twin), using dk/dx1_c = -variance h(r) t_c / l_c with
@@ -130,6 +167,14 @@ def stationary_contract(x1, x2, inv_ls, variance, kind, g, out_rows):
     out_rows[i, 1 + c] = sum_j G_ij dK_ij/d log l_c.  Each row owns its output."""
     for i in prange(x1.shape[0]):
         contract_one(x1, i, x2, g, inv_ls, variance, kind, out_rows)
+
+
+@pjit
+def stationary_gram_contract(x1, x2, inv_ls, kind, g, k, out_rows):
+    """Row-wise contraction given ``k = K(x1, x2)`` (:func:`gram_contract_one`).  Each row
+    owns its output."""
+    for i in prange(x1.shape[0]):
+        gram_contract_one(x1, i, x2, g, k, inv_ls, kind, out_rows)
 
 
 @pjit
@@ -200,6 +245,8 @@ class HostGram:
         ``variance * g(r(x1_i, x2_j))`` (``x2=None``: x1 against itself);
     ``stationary_contract(x1, x2, inv_ls, variance, kind, G)``
         host vector ``[sum G dK/dlog variance, sum G dK/dlog l_1, ...]``;
+    ``stationary_gram_contract(x1, x2, inv_ls, kind, G, K)``
+        the same, given ``K = K(x1, x2)`` (no kernel value computed again);
     ``stationary_input_contract(x1, x2, inv_ls, variance, kind, G)``
         host array ``d/dx1 sum G K(x1, x2)`` (shape of x1);
     ``isotropic_gram(D, inv_l, variance, kind)``, ``isotropic_contract(D, inv_l,
@@ -238,6 +285,12 @@ class HostGram:
         rows = np.empty((d2.shape[0], 2))
         isotropic_contract(d2, float(inv_ls) ** 2, float(variance), kind,
                            np.ascontiguousarray(g, dtype=float), rows)
+        return rows.sum(axis=0)
+
+    def stationary_gram_contract(self, x1, x2, inv_ls, kind, g, k):
+        rows = np.empty((x1.shape[0], 1 + x1.shape[1]))
+        stationary_gram_contract(x1, x2, inv_ls, kind, np.ascontiguousarray(g, dtype=float),
+                                 np.ascontiguousarray(k, dtype=float), rows)
         return rows.sum(axis=0)
 
     def stationary_input_contract(self, x1, x2, inv_ls, variance, kind, g):

@@ -48,12 +48,26 @@ class _Stationary(_VarianceLengthscale):
     def _diag(self, be, X):
         return be.xp.full(X.shape[0], self.variance)
 
+    _uses_gram = True
+
     def _contract_all(self, be, X, Y, G):
         D = self._distances(be, X, Y)
         if D is not None:
             return np.asarray(be.isotropic_contract(D, 1.0 / self._params[1].value[0],
                                                     self.variance, self._kind, G), dtype=float)
-        out = np.asarray(be.stationary_contract(X, Y, *self._args(be, X), G), dtype=float)
+        return self._per_parameter(be.stationary_contract(X, Y, *self._args(be, X), G))
+
+    def _contract_gram(self, be, X, Y, G, K):
+        """The contraction given ``K = self(X, Y)``: dK/d log variance = K and dK/d log l_d
+        = K (h / g)(r) t_d^2 (:func:`fastep.kernels.gram.shape_ratio`), no exponential."""
+        inv_ls, _, kind = self._args(be, X)
+        return self._per_parameter(be.stationary_gram_contract(
+            X, X if Y is None else Y, inv_ls, kind, G, K))
+
+    def _per_parameter(self, out):
+        """The contraction per feature ``[variance, l_1, ..., l_d]`` per parameter entry
+        (one lengthscale: the features' sum)."""
+        out = np.asarray(out, dtype=float)
         if self._params[1].value.size == 1:
             return np.array([out[0], out[1:].sum()])
         return out

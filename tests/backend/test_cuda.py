@@ -331,6 +331,10 @@ def test_stationary_gram_and_contractions_equal_cpu(gpu, kind):
     rows = np.empty((x2.shape[0], 1 + x2.shape[1]))
     host_gram.stationary_contract(x2, x1, inv_ls, 1.7, kind, np.ascontiguousarray(g.T), rows)
     assert_twin(gpu[f"gram/{kind}/contract"], rows)
+    K = gpu[f"gram/{kind}/cross"]                  # the contraction given K, as the GPU had it
+    host_gram.stationary_gram_contract(x2, x1, inv_ls, kind, np.ascontiguousarray(g.T),
+                                       np.ascontiguousarray(K.T), rows)
+    assert_twin(gpu[f"gram/{kind}/from_gram"], rows)
     dx = np.empty(x1.shape)
     host_gram.stationary_input_contract(x1, x2, inv_ls, 1.7, kind, g, dx)
     assert_twin(gpu[f"gram/{kind}/input"], dx)
@@ -338,8 +342,9 @@ def test_stationary_gram_and_contractions_equal_cpu(gpu, kind):
 
 @pytest.mark.parametrize("name", list(cc.composite_kernels()))
 def test_every_kernel_on_the_cuda_backend_equals_cpu(gpu, name):
-    """Each kernel's own backend methods (Gram, diagonal, the three contractions) for sums,
-    products, linear, constant, white, ARD and fixed parameters.  The contraction totals
+    """Each kernel's own backend methods (Gram, diagonal, the three contractions, the
+    contraction given K) for sums, products, linear, constant, white, ARD and fixed
+    parameters.  The contraction totals
     are sums over many terms of both signs, summed per column on the GPU and per row on
     the CPU: error relative to the contraction of |G| (the same sum, terms positive)."""
     k = cc.composite_kernels()[name]
@@ -349,8 +354,9 @@ def test_every_kernel_on_the_cuda_backend_equals_cpu(gpu, name):
     assert_twin(gpu[f"api/{name}/diag"], k.diag(X))
     assert_twin(gpu[f"api/{name}/dK"], k.gradient_contract(X, G),
                 scale=np.abs(k.gradient_contract(X, np.abs(G))) + 1e-300)
-    assert_twin(gpu[f"api/{name}/dKxy"], k.gradient_contract(X, Gc, Y),
-                scale=np.abs(k.gradient_contract(X, np.abs(Gc), Y)) + 1e-300)
+    for key in ("dKxy", "dKxy_gram", "dKxy_gram_f"):         # the last two given K itself
+        assert_twin(gpu[f"api/{name}/{key}"], k.gradient_contract(X, Gc, Y),
+                    scale=np.abs(k.gradient_contract(X, np.abs(Gc), Y)) + 1e-300)
     dz = k.input_gradient_contract(Y, Gc.T, X)
     assert_twin(gpu[f"api/{name}/dZ"], dz, scale=np.max(np.abs(dz)) + 1e-300)
     assert_twin(gpu[f"api/{name}/ddiag"], k.diag_gradient_contract(X, G[0]),

@@ -199,8 +199,11 @@ def run_fixed_kernels(res, rng):
         ck.stationary_contract(x1, x2, inv_ls, 1.7, kind, g, cols)
         dx = np.empty((23, 3))
         ck.stationary_input_contract(x1, x2, inv_ls, 1.7, kind, np.ascontiguousarray(g.T), dx)
+        from_gram = np.empty((19, 4))             # the contraction given K (the one above)
+        ck.stationary_gram_contract(x1, x2, inv_ls, kind, g, cross, from_gram)
         res.update({f"gram/{kind}/cross": cross, f"gram/{kind}/sym": sym,
-                    f"gram/{kind}/contract": cols, f"gram/{kind}/input": dx})
+                    f"gram/{kind}/contract": cols, f"gram/{kind}/input": dx,
+                    f"gram/{kind}/from_gram": from_gram})
 
 
 def robustmax_inputs(rng):
@@ -269,6 +272,13 @@ def run_gram_api(res, backend, rng):
         res[f"api/{name}/diag"] = backend.to_host(k.diag(X, backend=backend))
         res[f"api/{name}/dK"] = k.gradient_contract(X, G, backend=backend)
         res[f"api/{name}/dKxy"] = k.gradient_contract(X, Gc, Y, backend=backend)
+        # given K itself (sparse EP's gradient passes the K(X, Z) its run kept), as a device
+        # array, and F-ordered as that pass's weights are
+        K_d = k(X, Y, backend=backend)
+        res[f"api/{name}/dKxy_gram"] = k.gradient_contract(X, Gc, Y, backend=backend, gram=K_d)
+        res[f"api/{name}/dKxy_gram_f"] = k.gradient_contract(
+            X, backend.asarray(np.asfortranarray(Gc)), Y, backend=backend,
+            gram=backend.xp.asfortranarray(K_d))
         res[f"api/{name}/dZ"] = k.input_gradient_contract(Y, Gc.T, X, backend=backend)
         res[f"api/{name}/ddiag"] = k.diag_gradient_contract(X, G[0], backend=backend)
 
@@ -554,6 +564,7 @@ def compile_ptx(cc=(9, 0)):
              "_col_sumsq_kernel": (a2a, a1), "_projection_marginals_kernel": (a2a, a1, a1, a1),
              "_stationary_gram_kernel": (a2, a2, a1, f8, i8s, a2),
              "_stationary_contract_kernel": (a2, a2, a1, f8, i8s, a2a, a2),
+             "_stationary_gram_contract_kernel": (a2, a2, a1, i8s, a2a, a2a, a2),
              "_stationary_input_contract_kernel": (a2, a2, a1, f8, i8s, a2a, a2),
              "_prob_largest_all_kernel": (a2, a2, a1, a1, a2),
              "_prob_largest_grad_kernel": (a2, a2, i8, a1, a1, a1, a2, a2)}

@@ -180,10 +180,14 @@ def test_gram_and_gradient_from_reused_distances(name):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_cross_and_diag_gradient_contract_match_fd(name):
-    """K(X, Y) and diag K(X): the contractions inducing-point models need."""
+    """K(X, Y) and diag K(X): the contractions inducing-point models need; also given K
+    itself (``gram``, as sparse EP's gradient passes the K(X, Z) its run kept; the
+    stationary kernels then compute no kernel value), in both memory orders, with a row
+    of Y equal to one of X (r = 0, where Matern12's h / g is 1/r)."""
     k = CASES[name][0]()
     rng = np.random.default_rng(8)
-    G, g = rng.normal(size=(9, 5)), rng.normal(size=9)
+    Yr = np.vstack([Y, X[2]])
+    G, g = rng.normal(size=(9, 6)), rng.normal(size=9)
     h = 1e-5
     fd_cross, fd_diag = np.empty(k.n_dims), np.empty(k.n_dims)
     for p in range(k.n_dims):
@@ -191,9 +195,14 @@ def test_cross_and_diag_gradient_contract_match_fd(name):
         tp[p] += h
         tm[p] -= h
         kp, km = k.clone_with_theta(tp), k.clone_with_theta(tm)
-        fd_cross[p] = np.sum(G * (kp(X, Y) - km(X, Y))) / (2 * h)
+        fd_cross[p] = np.sum(G * (kp(X, Yr) - km(X, Yr))) / (2 * h)
         fd_diag[p] = g @ (kp.diag(X) - km.diag(X)) / (2 * h)
-    np.testing.assert_allclose(k.gradient_contract(X, G, Y), fd_cross, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(k.gradient_contract(X, G, Yr), fd_cross, rtol=1e-6, atol=1e-9)
+    K = k(X, Yr)
+    for order in ("C", "F"):
+        got = k.gradient_contract(X, np.asarray(G, order=order), Yr,
+                                  gram=np.asarray(K, order=order))
+        np.testing.assert_allclose(got, fd_cross, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(k.diag_gradient_contract(X, g), fd_diag, rtol=1e-6, atol=1e-9)
 
 

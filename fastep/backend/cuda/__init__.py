@@ -245,6 +245,11 @@ class CUDABackend(Backend):
         self._ck.stationary_contract(x1, x2, inv_ls, variance, kind, g, cols)
         return self.to_host(self.xp.sum(cols, axis=0))
 
+    def stationary_gram_contract(self, x1, x2, inv_ls, kind, g, k):
+        cols = self._empty((x2.shape[0], 1 + x1.shape[1]))
+        self._ck.stationary_gram_contract(x1, x2, inv_ls, kind, g, k, cols)
+        return self.to_host(self.xp.sum(cols, axis=0))
+
     def stationary_input_contract(self, x1, x2, inv_ls, variance, kind, g):
         out = self._empty(x1.shape)
         self._ck.stationary_input_contract(x1, x2, inv_ls, variance, kind,

@@ -37,7 +37,8 @@ from numba import cuda, float64
 from numba.core.registry import CPUDispatcher
 
 from ..._sites import cavity, damped_site, power_cavity, power_site_evidence, store_site
-from ...kernels.gram import contract_one, input_contract_one, scaled_sqdist, shape
+from ...kernels.gram import (contract_one, gram_contract_one, input_contract_one,
+                              scaled_sqdist, shape)
 from ...likelihoods import robustmax as _rm
 
 #: Threads per block of 1-D kernels, and the side of a 2-D block.
@@ -270,6 +271,7 @@ def projection_marginals(g, beta, mean, var):
 _d_shape = device_function(shape)
 _d_sqdist = device_function(scaled_sqdist)
 _d_contract_one = device_function(contract_one)
+_d_gram_contract_one = device_function(gram_contract_one)
 _d_input_contract_one = device_function(input_contract_one)
 
 
@@ -304,6 +306,20 @@ def stationary_contract(x1, x2, inv_ls, variance, kind, g, out_cols):
     thread owns a column of G, so a warp reads contiguous memory."""
     _stationary_contract_kernel[_launch_1d(x2.shape[0])](
         x1, x2, inv_ls, float(variance), int(kind), g.T, out_cols)
+
+
+@cuda.jit
+def _stationary_gram_contract_kernel(x1, x2, inv_ls, kind, gt, kt, out_cols):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for j in range(start, x2.shape[0], stride):
+        _d_gram_contract_one(x2, j, x1, gt, kt, inv_ls, kind, out_cols)
+
+
+def stationary_gram_contract(x1, x2, inv_ls, kind, g, k, out_cols):
+    """:func:`stationary_contract` given ``k = K(x1, x2)`` (``gram.gram_contract_one`` of
+    ``x2``'s row j against x1 with ``G^T`` and ``K^T``); a thread owns a column of G."""
+    _stationary_gram_contract_kernel[_launch_1d(x2.shape[0])](
+        x1, x2, inv_ls, int(kind), g.T, k.T, out_cols)
 
 
 @cuda.jit

@@ -103,7 +103,9 @@ def gradient_second(c, Xc, y, extra, tau, nu, gram=None):
     GVt = G @ V.T
     G_uf = be.trmm_lower(c.L_inv, G, trans=True)    # L_uu^-T G (in G's storage)
     with be.compiled():
-        d_theta = (c.kernel.gradient_contract(c.Z_d, G_uf, Xc, backend=be)
+        # with the kept K(X_c, Z), a stationary kernel contracts without its exponentials
+        d_theta = (c.kernel.gradient_contract(c.Z_d, G_uf, Xc, backend=be,
+                                              gram=None if gram is None else gram.T)
                    + c.kernel.diag_gradient_contract(Xc, g_d, backend=be))
         d_Z = (c.kernel.input_gradient_contract(c.Z_d, G_uf, Xc, backend=be)
                if c.inputs else 0.0)
