@@ -117,6 +117,7 @@ class _SweepPart:
         self.chunks = list(_chunks(n, chunk_size))[index::n_workers]
         self.serial = n_workers > 1
         self.buffer = xp.empty((m, min(n, chunk_size)), order="F")
+        self.spare = None                  # a second such buffer, for a cold first sweep
         self.P_G, self.b_G = xp.zeros((m, m), order="F"), xp.zeros(m)
 
     def sweep(self, ctx, q, tau, nu, new_tau, new_nu, first, damping, chunks=None, sums=True):
@@ -141,7 +142,11 @@ class _SweepPart:
                 xp.copyto(At, K.T)
             if first and ctx.cold and not q.prior:
                 # d_i = K_ii - |V_i|^2 with V = L_uu^-1 K_uf (q has moved off the prior)
-                V = be.trmm_lower(ctx.L_uu_inv, xp.array(At, order="F"))
+                if self.spare is None:
+                    self.spare = xp.empty_like(self.buffer, order="F")
+                V = self.spare[:, : c1 - c0]
+                xp.copyto(V, At)
+                V = be.trmm_lower(ctx.L_uu_inv, V)
                 ctx.resid[sl] = xp.maximum(kdiag - xp.einsum("ij,ij->j", V, V), 0.0)
             G = be.trmm_lower(q.R_inv, At)
             ctx.mean[sl], ctx.var[sl] = be.projection_marginals(G, q.beta)
