@@ -532,6 +532,16 @@ class SklearnKernel(Kernel):
     """
 
     def __init__(self, kernel: Any) -> None:
+        shape, expected = np.shape(kernel.bounds), (kernel.n_dims, 2)
+        if shape != expected:
+            # scikit-learn itself fails later with "too many values to unpack"
+            raise ValueError(
+                f"kernel: the scikit-learn kernel {kernel!r} has hyperparameter bounds of "
+                f"shape {shape}; expected {expected}, one (low, high) pair per "
+                f"hyperparameter. A list of per-feature values passed as a *_bounds "
+                f"argument is the usual cause (scikit-learn's RBF(1.0, [1.0] * 4) sets "
+                f"length_scale_bounds): pass RBF(length_scale=[1.0] * 4), or use "
+                f"fastep.kernels.RBF(variance, lengthscale).")
         self.kernel = kernel
         self._params = []
 

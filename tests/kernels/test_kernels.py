@@ -389,3 +389,16 @@ def test_sparse_evidence_gradient_with_moving_inducing_inputs(kernel):
                     - clf.log_marginal_likelihood(theta - h * e)) / (2 * h)
                    for e in np.eye(theta.size)])
     np.testing.assert_allclose(grad, fd, rtol=1e-4, atol=1e-6)
+
+
+def test_sklearn_kernel_with_per_feature_bounds_names_the_cause():
+    """scikit-learn's RBF(1.0, [1.0] * 4) takes the list as length_scale_bounds: its bounds
+    are (1, 4), and scikit-learn's own estimators fail with "too many values to unpack".
+    Wrapping it names the kernel argument, the shape and the fix."""
+    import fastep
+    with pytest.raises(ValueError, match=r"kernel: .*shape \(1, 4\).*expected \(1, 2\)"
+                       r".*length_scale=\[1.0\] \* 4"):
+        as_kernel(sk.RBF(1.0, [1.0] * 4))
+    Xc = RNG.normal(size=(20, 4))
+    with pytest.raises(ValueError, match="length_scale_bounds"):
+        fastep.EPGaussianProcessClassifier(sk.RBF(1.0, [1.0] * 4)).fit(Xc, Xc[:, 0] > 0)
