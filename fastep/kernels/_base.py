@@ -211,13 +211,15 @@ class Kernel:
             X, Y, G = _contract_args(be, X, Y, G)
             full = self._contract_all(be, X, Y, G)
         else:
-            if Y is not None and _f_ordered(G):
-                # a sum over every entry: as well G^T against K(Y, X) = K^T, which are
-                # C-ordered where G and K are F-ordered (not copied)
-                X, Y, G, gram = Y, X, G.T, gram.T
-            X, Y, G = _contract_args(be, X, Y, G)
-            gram = float_array(gram, "gram", 2, G.shape, xp=be.xp,
-                               fix="gram is K(X, Y), of the shape of G.")
+            X, Y = _inputs(be, X, Y)
+            shape = (X.shape[0], X.shape[0] if Y is None else Y.shape[0])
+            # a sum over every entry: as well G^T against K(Y, X) = K^T, which are
+            # C-ordered where G and K are F-ordered (so not copied)
+            swap = Y is not None and _f_ordered(G)
+            G, gram = (_weights(be, a, name, shape, swap) for a, name in ((G, "G"),
+                                                                        (gram, "gram")))
+            if swap:
+                X, Y = Y, X
             full = self._contract_gram(be, X, Y, G, gram)
         return np.asarray(full, dtype=np.float64)[self._free_mask()]
 
@@ -279,7 +281,24 @@ class Kernel:
 def _f_ordered(a: Any) -> bool:
     """Whether ``a`` is an F-ordered (not C-ordered) array, NumPy's or CuPy's."""
     flags = getattr(a, "flags", None)
-    return flags is not None and flags.f_contiguous and not flags.c_contiguous
+    return bool(getattr(flags, "f_contiguous", False)
+                and not getattr(flags, "c_contiguous", True))
+
+
+def _weights(be: Any, a: ArrayLike, name: str, shape: Tuple[int, int], transpose: bool
+             ) -> np.ndarray:
+    """``a`` (of the shape of K(X, Y)) checked, or its transpose checked (``transpose``:
+    C-ordered where ``a`` is F-ordered, so not copied); a message about a bad ``a``
+    speaks of it as given."""
+    fix = f"{name} has the shape of K(X, Y)."
+    if not transpose:
+        return float_array(a, name, 2, shape, xp=be.xp, fix=fix)
+    a = be.xp.asarray(a)
+    try:
+        return float_array(a.T, name, 2, shape[::-1], xp=be.xp, fix=fix)
+    except ValueError:
+        float_array(a, name, 2, shape, xp=be.xp, fix=fix)   # raises in a's own terms
+        raise
 
 
 def _contract_args(be: Any, X: ArrayLike, Y: Optional[ArrayLike], G: ArrayLike

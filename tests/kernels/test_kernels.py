@@ -402,3 +402,21 @@ def test_sklearn_kernel_with_per_feature_bounds_names_the_cause():
     Xc = RNG.normal(size=(20, 4))
     with pytest.raises(ValueError, match="length_scale_bounds"):
         fastep.EPGaussianProcessClassifier(sk.RBF(1.0, [1.0] * 4)).fit(Xc, Xc[:, 0] > 0)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_gradient_contract_given_gram_checks_it_as_given(order):
+    """A bad ``gram`` (or G, X, Y) is named as the caller passed it, also where an
+    F-ordered G makes the contraction run on the transposes."""
+    k = RBF(1.2, ARD)
+    G = np.asarray(np.random.default_rng(3).normal(size=(9, 5)), order=order)
+    K = k(X, Y)
+    with pytest.raises(ValueError, match=r"gram must be an array of shape \(9, 5\); got shape "
+                                         r"\(5, 9\)"):
+        k.gradient_contract(X, G, Y, gram=K.T)
+    bad = K.copy()
+    bad[1, 3] = np.nan
+    with pytest.raises(ValueError, match=r"gram must be finite; got NaN at index \(1, 3\)"):
+        k.gradient_contract(X, G, Y, gram=bad)
+    with pytest.raises(ValueError, match=r"Y must have the 3 feature"):
+        k.gradient_contract(X, G, Y[:, :2], gram=K)
