@@ -218,6 +218,13 @@ def test_progress_bars_on_a_terminal_and_quiet_in_a_pipe(tmp_path, monkeypatch, 
     assert "ML-II steps" in shown and "EP sweeps" in shown and "fastep predict" in shown
 
 
+def _assert_no_client_left(distributed):
+    """``fastep fit --scheduler`` closed the clients it opened: none is left as the default,
+    for a later dask computation in this process to find without a scheduler."""
+    with pytest.raises(ValueError):
+        distributed.default_client()
+
+
 def test_fit_on_a_dask_scheduler(tmp_path):
     """``--scheduler ADDRESS`` fits sparse EP on that cluster; the saved model predicts
     as the same fit in this process does."""
@@ -230,7 +237,7 @@ def test_fit_on_a_dask_scheduler(tmp_path):
                                   dashboard_address=None) as cluster:
         assert main(["fit", str(train), "-o", str(tmp_path / "d.npz"), "--scheduler",
                      cluster.scheduler_address, *args]) == 0
-        distributed.get_client().close()
+        _assert_no_client_left(distributed)
     assert main(["fit", str(train), "-o", str(tmp_path / "s.npz"), *args]) == 0
     a, b = load_model(tmp_path / "d.npz"), load_model(tmp_path / "s.npz")
     np.testing.assert_allclose(a.inducing_points_, b.inducing_points_)
@@ -261,7 +268,7 @@ def test_scheduler_workers_read_the_table(tmp_path, capsys, kind):
                          "--scheduler", cluster.scheduler_address, *args,
                          "--upper", "0.2"]) == 2
             assert "outside [--lower -0.5, --upper 0.2]" in capsys.readouterr().err
-        distributed.get_client().close()
+        _assert_no_client_left(distributed)
     assert main(["fit", str(tmp_path / "train.npy"), "-o", str(tmp_path / "s.npz"),
                  *args]) == 0
     a, b = load_model(tmp_path / "d.npz"), load_model(tmp_path / "s.npz")
