@@ -211,16 +211,15 @@ class Kernel:
             X, Y, G = _contract_args(be, X, Y, G)
             full = self._contract_all(be, X, Y, G)
         else:
-            X, Y = _inputs(be, X, Y)
-            shape = (X.shape[0], X.shape[0] if Y is None else Y.shape[0])
+            A, B = _inputs(be, X, Y)
+            shape = (A.shape[0], A.shape[0] if B is None else B.shape[0])
             # a sum over every entry: as well G^T against K(Y, X) = K^T, which are
             # C-ordered where G and K are F-ordered (so not copied)
-            swap = Y is not None and _f_ordered(G)
-            G, gram = (_weights(be, a, name, shape, swap) for a, name in ((G, "G"),
-                                                                        (gram, "gram")))
-            if swap:
-                X, Y = Y, X
-            full = self._contract_gram(be, X, Y, G, gram)
+            swap = B is not None and _f_ordered(G)
+            W, K = (_weights(be, a, name, shape, swap) for a, name in ((G, "G"),
+                                                                     (gram, "gram")))
+            full = (self._contract_gram(be, B, A, W, K) if swap else
+                    self._contract_gram(be, A, B, W, K))
         return np.asarray(full, dtype=np.float64)[self._free_mask()]
 
     def diag_gradient_contract(self, X: ArrayLike, g: ArrayLike,
@@ -293,11 +292,11 @@ def _weights(be: Any, a: ArrayLike, name: str, shape: Tuple[int, int], transpose
     fix = f"{name} has the shape of K(X, Y)."
     if not transpose:
         return float_array(a, name, 2, shape, xp=be.xp, fix=fix)
-    a = be.xp.asarray(a)
+    arr: Any = be.xp.asarray(a)
     try:
-        return float_array(a.T, name, 2, shape[::-1], xp=be.xp, fix=fix)
+        return float_array(arr.T, name, 2, shape[::-1], xp=be.xp, fix=fix)
     except ValueError:
-        float_array(a, name, 2, shape, xp=be.xp, fix=fix)   # raises in a's own terms
+        float_array(arr, name, 2, shape, xp=be.xp, fix=fix)   # raises in a's own terms
         raise
 
 
@@ -593,7 +592,7 @@ class SklearnKernel(Kernel):
         return be.asarray(self.kernel.diag(be.to_host(X)))
 
     def gradient_contract(self, X: ArrayLike, G: ArrayLike, Y: Optional[ArrayLike] = None,
-                          backend: Any = None) -> np.ndarray:
+                          backend: Any = None, gram: Optional[ArrayLike] = None) -> np.ndarray:
         if Y is not None:
             raise ValueError(_SKLEARN_SPARSE)
         be = HOST if backend is None else backend
