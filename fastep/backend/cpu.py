@@ -34,6 +34,7 @@ from .._linalg import (BLOCK_THRESHOLD, SMALL_N, blas_threads_for, cholesky_inpl
 from .._sites import (SiteBuffers, SiteData, cavity, damped_site, power_cavity,
                       power_site_evidence, site_from_derivatives, store_site)
 from ..exceptions import NotPositiveDefiniteError
+from .._memory import mapped_empty
 from ..kernels.gram import HostGram
 from ..likelihoods import robustmax
 from ._base import Backend
@@ -493,7 +494,9 @@ class CPUBackend(HostGram, Backend):
     def gram_cache(self, X, n, m, budget):
         """In memory only for an in-memory ndarray X (not a memmap) whose ``8 n m`` bytes
         fit the budget."""
-        return np.empty((n, m)) if type(X) is np.ndarray and 8 * n * m <= budget else None
+        if type(X) is not np.ndarray or 8 * n * m > budget:
+            return None
+        return mapped_empty((n, m))
 
 
     def __reduce__(self):

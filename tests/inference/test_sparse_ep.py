@@ -445,12 +445,18 @@ def test_gradient_without_the_inputs_is_the_same_gradient(data):
     np.testing.assert_array_equal(part[2], full[2])
 
 
-def test_kept_gram_matrix_gives_the_same_warm_run_and_gradient(data):
+@pytest.mark.parametrize("mapped", [False, True])
+def test_kept_gram_matrix_gives_the_same_warm_run_and_gradient(data, monkeypatch, mapped):
     """ML-II's evaluations: a warm start's pass fills the Gram cache that the sweeps and the
     gradient then read (``keep_gram``); the run, its log Z and the gradient equal those of
-    a run without a cache and a gradient that computes every kernel value."""
+    a run without a cache and a gradient that computes every kernel value.  ``mapped``:
+    the cache is mapped at once (:func:`fastep._memory.mapped_empty`, as a large one is)."""
+    import mmap
+    from fastep import _memory
     from fastep.backend import resolve
     from fastep.inference.sparse_ep import run_sparse_ep
+    if mapped:
+        monkeypatch.setattr(_memory, "MAPPED_MIN_BYTES", 0)
     X, _, yb, _, Z = data
     k, lik, be = RBF(1.5, 1.1), Probit(), resolve("cpu")
     start = sparse_ep(RBF(1.2, 0.9), Z, X, yb, lik, tol=1e-3)
@@ -460,6 +466,10 @@ def test_kept_gram_matrix_gives_the_same_warm_run_and_gradient(data):
             for cache in (0, 2 ** 31)}
     kept, plain = runs[2 ** 31], runs[0]
     assert plain._gram is None and kept._gram.shape == (X.shape[0], Z.shape[0])
+    root = kept._gram
+    while isinstance(root, np.ndarray):
+        root = root.base
+    assert (isinstance(root, memoryview) and isinstance(root.obj, mmap.mmap)) == mapped
     np.testing.assert_allclose(kept._gram, k(X, Z), rtol=1e-14)
     assert kept.n_iter == plain.n_iter
     assert kept.log_marginal_likelihood == pytest.approx(plain.log_marginal_likelihood,
