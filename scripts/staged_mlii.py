@@ -2,6 +2,7 @@
 
     python scripts/staged_mlii.py --n 100000 --repeats 2
     python scripts/staged_mlii.py --n 1000000 --variants staged     # one of the two only
+    python scripts/staged_mlii.py --n 1000000 --variants staged --device cuda   # on a GPU
 
 The data are the fit-time issue's large-n probit problem (``rff_probit_data`` of
 ``asv_benchmarks/benchmarks/bench_mlii.py``: d = 4, ARD, m = 256 inducing inputs drawn from
@@ -71,10 +72,10 @@ class Trajectory:
         return next((t for t, v in self.points if v - final <= TARGET), self.seconds)
 
 
-def fit(X, y, Z, Xt, yt, staged):
+def fit(X, y, Z, Xt, yt, staged, device):
     _mlii.STAGED_MIN_ROWS = 50_000 if staged else 10 ** 15
     with Trajectory(X.shape[0], Xt, yt) as trace:
-        clf, steps = counted_fit(X, y, RBF(1.0, [1.0] * 4), inducing_points=Z)
+        clf, steps = counted_fit(X, y, RBF(1.0, [1.0] * 4), inducing_points=Z, device=device)
     p = clf.predict_proba(Xt)[:, 1]
     nlpd = -np.mean(np.log(np.clip(np.where(yt == 1, p, 1.0 - p), 1e-300, 1.0)))
     return clf, trace, steps, nlpd
@@ -86,20 +87,23 @@ def main():
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--variants", nargs="+", choices=["staged", "plain"],
                     default=["staged", "plain"])
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where the fits and the timed pass run")
     args = ap.parse_args()
     X, y = rff_probit_data(args.n, seed=0)
     Xt, yt = rff_probit_data(20_000, seed=1)
     Z = X[np.random.default_rng(1).choice(args.n, 256, replace=False)]
-    fastep.EPGaussianProcessClassifier(RBF(1.0, [1.0] * 4), inducing_points=Z[:64]).fit(
-        X[:2000], y[:2000])                                      # compile / load the cache
-    one_pass = pass_seconds(X, y.astype(float) * 2.0 - 1.0, Z)
-    print(f"n = {args.n:,}: one parallel pass {one_pass:.2f} s", flush=True)
+    fastep.EPGaussianProcessClassifier(RBF(1.0, [1.0] * 4), inducing_points=Z[:64],
+                                       device=args.device).fit(X[:2000], y[:2000])   # compile
+    one_pass = pass_seconds(X, y.astype(float) * 2.0 - 1.0, Z, args.device)
+    print(f"n = {args.n:,}: one parallel pass {one_pass:.2f} s (device={args.device})",
+          flush=True)
     times = {True: [], False: []}
     objective = []
     for r in range(args.repeats):
         order = (True, False) if r % 2 == 0 else (False, True)
         for staged in (v for v in order if ("staged" if v else "plain") in args.variants):
-            clf, trace, steps, nlpd = fit(X, y, Z, Xt, yt, staged)
+            clf, trace, steps, nlpd = fit(X, y, Z, Xt, yt, staged, args.device)
             value = clf.log_marginal_likelihood_value_
             objective.append(value)
             times[staged].append(trace.seconds)

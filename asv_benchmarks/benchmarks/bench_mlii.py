@@ -281,11 +281,11 @@ def seconds(fn):
     return time.perf_counter() - t, out
 
 
-def pass_seconds(X, y, Z):
+def pass_seconds(X, y, Z, device="cpu"):
     """Seconds of one parallel sparse EP pass over ``(X, y)`` with inducing inputs ``Z``
-    (probit, ``KERNEL_B``): (6 sweeps - 2 sweeps) / 4, so that the Gram cache's first
-    pass and the setup cancel."""
-    be = resolve("cpu")
+    (probit, ``KERNEL_B``) on ``device``: (6 sweeps - 2 sweeps) / 4, so that the Gram
+    cache's first pass and the setup cancel."""
+    be = resolve(device)
 
     def run(sweeps):                 # a fixed number of sweeps: not converged, on purpose
         with warnings.catch_warnings():
