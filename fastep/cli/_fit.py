@@ -206,56 +206,61 @@ def cmd_fit(args):
     """``fastep fit``: read the table, fit the model, save it.  A client opened for
     ``--scheduler`` is closed when the fit ends (a call of :func:`fastep.cli.main` in
     a Python process leaves no default client behind)."""
+    with contextlib.ExitStack() as stack:
+        return _fit_table(args, stack)
+
+
+def _fit_table(args, stack):
+    """:func:`cmd_fit` within ``stack``, which closes what it opens."""
     import fastep
     from fastep.io import column_names, read_dask, read_table
 
-    with contextlib.ExitStack() as stack:
-        _check_output(args.output)
-        names = column_names(args.data)
-        data_columns = _row_data_columns(args, names)
-        features, target = _columns(args, names, set(data_columns.values()))
-        if args.scheduler:
-            if args.model in ("multiclass", "nested"):
-                raise ValueError(f"--scheduler runs sparse EP on Dask for --model classifier, "
-                                 f"censored, annotators or regression; --model {args.model} fits "
-                                 f"in this process (drop --scheduler).")
-            client = stack.enter_context(_connect(args.scheduler))  # workers read DATA, once
-            X, T = client.persist([read_dask(args.data, features), read_dask(args.data, target)])
+    _check_output(args.output)
+    names = column_names(args.data)
+    data_columns = _row_data_columns(args, names)
+    features, target = _columns(args, names, set(data_columns.values()))
+    if args.scheduler:
+        if args.model in ("multiclass", "nested"):
+            raise ValueError(f"--scheduler runs sparse EP on Dask for --model classifier, "
+                             f"censored, annotators or regression; --model {args.model} fits "
+                             f"in this process (drop --scheduler).")
+        client = stack.enter_context(_connect(args.scheduler))  # workers read DATA, once
+        X, T = client.persist([read_dask(args.data, features), read_dask(args.data, target)])
+    else:
+        X, T = read_table(args.data, features), read_table(args.data, target)
+    _check_features(X, [names[j] for j in features])
+    args.n_rows = X.shape[0]
+    y = _targets(args, T)
+    data = _row_data(args, names, data_columns)
+    m = _needs_inducing(X.shape[0], args, dense_matrices(np.unique(y).size)
+                        if args.model == "nested" else None)
+    if args.scheduler and not m:
+        m = AUTO_INDUCING if X.shape[0] > AUTO_INDUCING else max(1, X.shape[0] // 2)
+        print(f"fastep fit: --scheduler runs sparse EP; using {m} inducing points (set "
+              "--n-inducing to choose)", file=sys.stderr)
+    est = _estimator(args, X.shape[1], m)
+    print(f"fastep fit: {MODELS[args.model][0]} on {X.shape[0]} rows, {X.shape[1]} features"
+          f"{f', {m} inducing points' if m else ''}"
+          f"{f' on the Dask cluster at {args.scheduler}' if args.scheduler else ''}",
+          file=sys.stderr)
+    t0 = time.perf_counter()
+    progress = _FitProgress()
+    try:
+        est.fit(X, y, **data)
+    finally:
+        progress.close()
+    named = _named(args.data, names)
+    if named is not None:
+        fitted = [named[j] for j in features]
+        if len(set(fitted)) == len(fitted) and all(fitted):
+            est.feature_columns_ = fitted     # fastep predict finds them by name
         else:
-            X, T = read_table(args.data, features), read_table(args.data, target)
-        _check_features(X, [names[j] for j in features])
-        args.n_rows = X.shape[0]
-        y = _targets(args, T)
-        data = _row_data(args, names, data_columns)
-        m = _needs_inducing(X.shape[0], args, dense_matrices(np.unique(y).size)
-                            if args.model == "nested" else None)
-        if args.scheduler and not m:
-            m = AUTO_INDUCING if X.shape[0] > AUTO_INDUCING else max(1, X.shape[0] // 2)
-            print(f"fastep fit: --scheduler runs sparse EP; using {m} inducing points (set "
-                  "--n-inducing to choose)", file=sys.stderr)
-        est = _estimator(args, X.shape[1], m)
-        print(f"fastep fit: {MODELS[args.model][0]} on {X.shape[0]} rows, {X.shape[1]} features"
-              f"{f', {m} inducing points' if m else ''}"
-              f"{f' on the Dask cluster at {args.scheduler}' if args.scheduler else ''}",
-              file=sys.stderr)
-        t0 = time.perf_counter()
-        progress = _FitProgress()
-        try:
-            est.fit(X, y, **data)
-        finally:
-            progress.close()
-        named = _named(args.data, names)
-        if named is not None:
-            fitted = [named[j] for j in features]
-            if len(set(fitted)) == len(fitted) and all(fitted):
-                est.feature_columns_ = fitted     # fastep predict finds them by name
-            else:
-                print("fastep fit: the feature columns' names are blank or repeated, so the model "
-                      "keeps none: fastep predict will need a table of exactly its features, in "
-                      "order, or --features.", file=sys.stderr)
-        fastep.save_model(est, args.output)
-        lz = getattr(est, "log_marginal_likelihood_value_", None)
-        print(f"fitted in {time.perf_counter() - t0:.2f} s"
-              f"{f', log evidence {lz:.4f}' if lz is not None else ''}; saved {args.output}",
-              file=sys.stderr)
-        return 0
+            print("fastep fit: the feature columns' names are blank or repeated, so the model "
+                  "keeps none: fastep predict will need a table of exactly its features, in "
+                  "order, or --features.", file=sys.stderr)
+    fastep.save_model(est, args.output)
+    lz = getattr(est, "log_marginal_likelihood_value_", None)
+    print(f"fitted in {time.perf_counter() - t0:.2f} s"
+          f"{f', log evidence {lz:.4f}' if lz is not None else ''}; saved {args.output}",
+          file=sys.stderr)
+    return 0

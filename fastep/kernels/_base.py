@@ -211,13 +211,11 @@ class Kernel:
             X, Y, G = _contract_args(be, X, Y, G)
             full = self._contract_all(be, X, Y, G)
         else:
-            A, B = _inputs(be, X, Y)
-            shape = (A.shape[0], A.shape[0] if B is None else B.shape[0])
             # a sum over every entry: as well G^T against K(Y, X) = K^T, which are
             # C-ordered where G and K are F-ordered (so not copied)
-            swap = B is not None and _f_ordered(G)
-            W, K = (_weights(be, a, name, shape, swap) for a, name in ((G, "G"),
-                                                                     (gram, "gram")))
+            swap = Y is not None and _f_ordered(G)
+            A, B, W = _contract_args(be, X, Y, G, transpose=swap)
+            K = _weights(be, gram, "gram", _gram_shape(A, B), swap)
             full = (self._contract_gram(be, B, A, W, K) if swap else
                     self._contract_gram(be, A, B, W, K))
         return np.asarray(full, dtype=np.float64)[self._free_mask()]
@@ -300,11 +298,17 @@ def _weights(be: Any, a: ArrayLike, name: str, shape: Tuple[int, int], transpose
         raise
 
 
-def _contract_args(be: Any, X: ArrayLike, Y: Optional[ArrayLike], G: ArrayLike
+def _gram_shape(X: np.ndarray, Y: Optional[np.ndarray]) -> Tuple[int, int]:
+    """The shape of K(X, Y) (Y None: K(X, X))."""
+    return X.shape[0], X.shape[0] if Y is None else Y.shape[0]
+
+
+def _contract_args(be: Any, X: ArrayLike, Y: Optional[ArrayLike], G: ArrayLike,
+                   transpose: bool = False
                    ) -> Tuple[np.ndarray, Optional[np.ndarray], np.ndarray]:
+    """Checked X, Y and G (``transpose``: G^T, see :func:`_weights`)."""
     X, Y = _inputs(be, X, Y)
-    shape = (X.shape[0], X.shape[0] if Y is None else Y.shape[0])
-    return X, Y, float_array(G, "G", 2, shape, xp=be.xp, fix="G has the shape of K(X, Y).")
+    return X, Y, _weights(be, G, "G", _gram_shape(X, Y), transpose)
 
 
 def _fmt(v):
