@@ -164,12 +164,14 @@ _VP = ctypes.c_void_p
 _NOGIL: dict = {}
 
 
-def _blas_fn(name, n_args):
-    if name not in _NOGIL:
+def _blas_fn(name, n_args, module="scipy.linalg.cython_blas"):
+    """SciPy's BLAS (or, with ``module="scipy.linalg.cython_lapack"``, LAPACK) routine
+    ``name`` of ``n_args`` pointer arguments as a ctypes function (made once)."""
+    if (module, name) not in _NOGIL:
         from numba.extending import get_cython_function_address
         proto = ctypes.CFUNCTYPE(None, *([_VP] * n_args))
-        _NOGIL[name] = proto(get_cython_function_address("scipy.linalg.cython_blas", name))
-    return _NOGIL[name]
+        _NOGIL[module, name] = proto(get_cython_function_address(module, name))
+    return _NOGIL[module, name]
 
 
 def _ints(*values):
@@ -197,6 +199,75 @@ def trmm_lower_nogil(L, B, trans=False):
         _blas_fn("dtrmm", 11)(b"L", b"L", b"T" if trans else b"N", b"N", mm, cc,
                               ctypes.byref(one), L.ctypes.data, lda, B.ctypes.data, ldb)
     return B
+
+
+#: Blocks of at most this many rows are factorised and inverted by LAPACK itself in
+#: :func:`cholesky_inverse_inplace`.
+INVERSE_LEAF = 128
+_LAPACK = "scipy.linalg.cython_lapack"
+
+
+def cholesky_inverse_inplace(a, what="the matrix"):
+    """``L^-1`` of the Cholesky factor ``L`` of the F-contiguous SPD matrix ``a``, in place:
+    on return ``a``'s lower triangle holds ``L^-1`` (its strict upper triangle is left as
+    it was); returns ``diag(L)``.
+
+    The recursive block algorithm (Toledo 1997 for the factorisation; the block inverse of
+    LAPACK's ``dtrtri``), fused: with ``a = [[A11, .], [A21, A22]]``, invert the factor of
+    ``A11`` (recursively, giving ``M11 = L11^-1``), then ``L21 = A21 M11^T`` (``dtrmm``),
+    ``A22 <- A22 - L21 L21^T`` (``dsyrk``), invert the factor of ``A22`` (``M22``), and
+    ``L^-1``'s lower-left block ``-M22 L21 M11`` (two ``dtrmm``).  The flops are those of
+    ``dpotrf`` + ``dtrtri`` (2/3 n^3), but almost all of them in ``dtrmm``/``dsyrk`` on
+    half-size blocks, which OpenBLAS runs near its matrix-product speed: at n = 1,257 on
+    2 cores 13.4 ms against 9.4 + 11.1 ms (one thread: 20.7 against 15.5 + 22.4 ms;
+    ``scripts/ep_floor.py``).  Blocks of at most :data:`INVERSE_LEAF` rows go to
+    ``dpotrf`` and ``dtrtri``.  Raises :class:`NotPositiveDefiniteError` naming ``what``
+    where ``a`` is not positive definite (``a`` is then overwritten in part).
+    """
+    _check_f64("a", a)
+    n = a.shape[0]
+    if a.shape != (n, n):
+        raise ValueError(f"a must be square; got shape {a.shape}")
+    diag = np.empty(n)
+    _cholesky_inverse_block(a, 0, n, diag, what)
+    return diag
+
+
+def _cholesky_inverse_block(a, lo, hi, diag, what):
+    """:func:`cholesky_inverse_inplace` of ``a[lo:hi, lo:hi]`` (its Schur complement
+    already formed there)."""
+    n, m = a.shape[0], hi - lo
+    step = ctypes.sizeof(ctypes.c_double)
+
+    def at(i, j):                                   # address of a[i, j] (F order)
+        return ctypes.c_void_p(a.ctypes.data + step * (i + j * n))
+
+    if m <= INVERSE_LEAF:
+        info = ctypes.c_int(0)
+        mm, ld = _ints(m, n)
+        _blas_fn("dpotrf", 5, _LAPACK)(b"L", mm, at(lo, lo), ld, ctypes.byref(info))
+        if info.value > 0:
+            raise NotPositiveDefiniteError(
+                f"{what} is not positive definite (Cholesky failed at pivot "
+                f"{lo + info.value}).")
+        diag[lo:hi] = np.diagonal(a)[lo:hi]
+        _blas_fn("dtrtri", 6, _LAPACK)(b"L", b"N", mm, at(lo, lo), ld, ctypes.byref(info))
+        if info.value != 0:  # pragma: no cover - a successful Cholesky factor is regular
+            raise NotPositiveDefiniteError(f"dtrtri failed (info {info.value}) on {what}.")
+        return
+    h = lo + m // 2
+    _cholesky_inverse_block(a, lo, h, diag, what)             # a11 -> M11
+    rows, cols, ld = _ints(hi - h, h - lo, n)
+    one, minus = ctypes.c_double(1.0), ctypes.c_double(-1.0)
+    trmm, syrk = _blas_fn("dtrmm", 11), _blas_fn("dsyrk", 10)
+    # L21 = A21 L11^-T = A21 M11^T
+    trmm(b"R", b"L", b"T", b"N", rows, cols, ctypes.byref(one), at(lo, lo), ld, at(h, lo), ld)
+    syrk(b"L", b"N", rows, cols, ctypes.byref(minus), at(h, lo), ld, ctypes.byref(one),
+         at(h, h), ld)
+    _cholesky_inverse_block(a, h, hi, diag, what)             # a22 -> M22
+    # (L^-1)21 = -M22 L21 M11
+    trmm(b"R", b"L", b"N", b"N", rows, cols, ctypes.byref(one), at(lo, lo), ld, at(h, lo), ld)
+    trmm(b"L", b"L", b"N", b"N", rows, cols, ctypes.byref(minus), at(h, h), ld, at(h, lo), ld)
 
 
 def syrk_lower_nogil(alpha, A, C):

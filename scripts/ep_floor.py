@@ -12,7 +12,12 @@ K = RBF(variance=1, lengthscale=1)(X), nothing added to K), this prints the medi
 * the floor: ``L = scipy.linalg.cholesky(K + I, lower=True)`` plus
   ``scipy.linalg.lapack.dtrtri(L, lower=1)`` (L^-1), the LAPACK work of one posterior
   refresh of a parallel sweep, timed with the BLAS threads as configured and with one
-  thread (threadpoolctl); the faster of the two is the floor.  (Up to 0.3 the refresh
+  thread (threadpoolctl); the faster of the two is the floor;
+* fastep's own factor-and-invert, :func:`fastep._linalg.cholesky_inverse_inplace` on a
+  copy of ``K + I`` (the same flops as the floor, in a recursion of ``dtrmm``/``dsyrk``
+  calls that OpenBLAS runs faster than ``dpotrf`` + ``dtrtri``; what a parallel sweep's
+  refresh has run since 0.3), with the BLAS threads as configured ("fused"), and its
+  ratio to the floor.  (Up to 0.3 the refresh
   formed V = L^-1 S^1/2 K, and the floor had ``solve_triangular(L, K)``, n x n right-hand
   side, in place of ``dtrtri``: about 1.5x this floor at n = 4,000.  A sequential sweep
   still forms V, so its limit below is the old 3 x that floor, 4.5 x this one);
@@ -40,6 +45,7 @@ import scipy.linalg
 import scipy.linalg.lapack
 
 import fastep
+from fastep._linalg import cholesky_inverse_inplace
 from fastep.kernels import RBF
 from fastep.likelihoods import Probit
 
@@ -123,7 +129,10 @@ def measure(n, repeats, skl):
         with threadpool_limits(1, user_api="blas"):
             floor()
 
-    tasks = {"floor_mt": floor, "floor_1t": floor_1thread,
+    def fused():
+        cholesky_inverse_inplace(np.array(A, order="F"))
+
+    tasks = {"floor_mt": floor, "floor_1t": floor_1thread, "fused": fused,
              "fit": lambda: fastep.EPGaussianProcessClassifier(
                  RBF(1.0, 1.0), optimizer=None, tol=1e-4).fit(X, y)}
     for m in ("parallel", "sequential"):
@@ -182,11 +191,13 @@ def main(argv=None):
           f"{numba.threading_layer()}), numpy {np.__version__}, scipy {scipy.__version__}")
     print("floor = scipy.linalg.cholesky(K + I, lower=True) + scipy.linalg.lapack.dtrtri(L, "
           "lower=1), measured in this process with the\n"
-          "        BLAS threads as configured and with one thread; the faster of the two")
+          "        BLAS threads as configured and with one thread; the faster of the two\n"
+          "fused = fastep._linalg.cholesky_inverse_inplace(K + I) (the same flops), threads "
+          "as configured")
     print(f"times in ms, median of {args.repeats} interleaved runs; "
           "sweep = (t[max_iter=6] - t[max_iter=2]) / 4; fit = classifier fit (Gram + EP)")
-    cols = ["n", "par sweep", "seq sweep", "fit", "sweeps", "floor(mt)", "floor(1t)", "sklearn",
-            "par/floor", "seq/floor", "fit/floor", "fit/sklearn"]
+    cols = ["n", "par sweep", "seq sweep", "fit", "sweeps", "floor(mt)", "floor(1t)", "fused",
+            "sklearn", "par/floor", "seq/floor", "fit/floor", "fit/sklearn", "fused/floor"]
     print("".join(f"{c:>12}" for c in cols))
 
     for n in sorted(args.sizes):
@@ -197,8 +208,9 @@ def main(argv=None):
         sk = (f"{1e3 * t['sklearn']:12.1f}", f"{t['fit'] / t['sklearn']:12.2f}") \
             if "sklearn" in t else (f"{'n/a':>12}",) * 2
         print(f"{n:12d}" + "".join(ms) + f"{t['sweeps']:12d}{1e3 * t['floor_mt']:12.1f}"
-              f"{1e3 * t['floor_1t']:12.1f}" + sk[0]
-              + "".join(f"{r:12.2f}" for r in ratios.values()) + sk[1], flush=True)
+              f"{1e3 * t['floor_1t']:12.1f}{1e3 * t['fused']:12.1f}" + sk[0]
+              + "".join(f"{r:12.2f}" for r in ratios.values()) + sk[1]
+              + f"{t['fused'] / t['floor']:12.2f}", flush=True)
 
     if args.likelihoods:
         print("\none parallel EP sweep per likelihood (ms, median of interleaved runs) and its "

@@ -150,6 +150,16 @@ class Backend(abc.ABC):
             self.xp.fill_diagonal(eye, 1.0)
         return self.solve_lower(L, eye, overwrite=True)
 
+    def cholesky_inverse(self, a: XArray, what: str,
+                         out: Optional[XArray] = None) -> Tuple[XArray, XArray]:
+        """``(L^-1, diag(L))`` of the Cholesky factor ``a = L L^T`` of the SPD ``a``
+        (overwritten; only its lower triangle is read), ``L^-1`` zero above the diagonal:
+        what a parallel EP refresh needs (:mod:`fastep.inference._dense_posterior`), not
+        ``L``.  ``out``: an (n, n) buffer it may use.  Raises
+        :class:`~fastep.exceptions.NotPositiveDefiniteError` naming ``what``."""
+        L = self.cholesky(a, what)
+        return self.tri_inverse(L, out), self.xp.diagonal(L).copy()
+
     def inverse_from_tri(self, li: XArray) -> XArray:
         """``(L L^T)^-1 = L^-T L^-1`` as a full symmetric matrix, from ``li = L^-1``."""
         return li.T @ li
@@ -177,6 +187,15 @@ class Backend(abc.ABC):
     def trmm_lower(self, L: XArray, B: XArray, trans: bool = False) -> XArray:
         """``L B`` (or ``L^T B``) for lower-triangular L; may overwrite B (F-ordered)."""
         raise NotImplementedError
+
+    def tri_matvec(self, L: XArray, z: XArray, trans: bool = False) -> XArray:
+        """``L z`` (or ``L^T z``) for lower-triangular L (zero above the diagonal) and a
+        vector z."""
+        return L.T @ z if trans else L @ z
+
+    def sym_matvec(self, K: XArray, z: XArray) -> XArray:
+        """``K z`` for a symmetric K and a vector z."""
+        return K @ z
 
     def add_gram(self, C: XArray, A: XArray) -> None:
         """``C += A A^T`` (the lower triangle at least)."""

@@ -26,11 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numba
 import numpy as np
 from numba import prange, types
-from scipy.linalg import cho_solve, lapack
+from scipy.linalg import blas, cho_solve, lapack
 
 from .._jit import TiltedFn, f8, f8_1d, jit, pjit
 from .._linalg import (BLOCK_THRESHOLD, SMALL_N, blas_threads_for, cholesky_inplace,
-                       solve_lower_inplace, syrk_lower_nogil, trmm_lower_nogil)
+                       cholesky_inverse_inplace, solve_lower_inplace, syrk_lower_nogil,
+                       trmm_lower_nogil)
 from .._sites import (SiteBuffers, SiteData, cavity, damped_site, power_cavity,
                       power_site_evidence, site_from_derivatives, store_site)
 from ..exceptions import NotPositiveDefiniteError
@@ -393,6 +394,17 @@ class CPUBackend(HostGram, Backend):
         select(n).zero_upper(f)
         return f
 
+    def cholesky_inverse(self, a, what, out=None):
+        n = a.shape[0]
+        if n > BLOCK_THRESHOLD:         # where dpotrf is blocked (_linalg)
+            return super().cholesky_inverse(a, what, out)
+        f = a.T if a.flags.c_contiguous else a        # symmetric: the transpose is a
+        if not f.flags.f_contiguous:
+            f = np.asfortranarray(a)
+        diag = cholesky_inverse_inplace(f, what)
+        select(n).zero_upper(f)
+        return f, diag
+
     @staticmethod
     def _inverse_upper(li):
         """``L^-T L^-1`` (dlauum, on a copy of ``li``) in the upper triangle of a
@@ -412,6 +424,20 @@ class CPUBackend(HostGram, Backend):
 
     def trmm_lower(self, L, B, trans=False):
         return trmm_lower_nogil(L, B, trans)
+
+    # Matrix-vector products of the dense refresh in SciPy's BLAS, whose pool runs its
+    # factorisations (NumPy's is held to one thread there, one_blas_pool): dtrmv reads
+    # half of L, and both run threaded (n = 1,257: 0.22 ms for L^T L z against 0.87 ms,
+    # 0.18 ms for K z against 0.44 ms).
+    def tri_matvec(self, L, z, trans=False):
+        if not L.flags.f_contiguous:
+            return super().tri_matvec(L, z, trans)
+        return blas.dtrmv(L, z, lower=1, trans=int(trans))
+
+    def sym_matvec(self, K, z):
+        if K.flags.c_contiguous:
+            return blas.dgemv(1.0, K.T, z)            # symmetric: K^T = K, F-ordered
+        return blas.dgemv(1.0, K, z) if K.flags.f_contiguous else K @ z
 
     def gradient_direction(self, V, SV, SUSV, mv, r, a, w, b, tau, gd, serial=False):
         loops = SERIAL if serial else select(V.shape[1])

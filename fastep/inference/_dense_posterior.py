@@ -18,9 +18,12 @@ No square root of a negative number is taken, and ``C`` is positive definite
 exactly when the EP posterior is a proper Gaussian (otherwise a clear error).
 
 A parallel sweep reads only the marginals, which the refresh takes from ``L^-1``
-(``dtrtri``, n^3/3 flops) rather than from ``V``: ``var_i = (1 - (B^-1)_ii) / tau_i``
-(with ``K_ii - |V e_i|^2`` where that cancels, :data:`WEAK_SITE`) and ``mu = K S^1/2
-B^-1 w``; the sequential schedule keeps ``V`` for its full ``Sigma``.
+(n^3/3 flops more than ``L``) rather than from ``V``: ``var_i = (1 - (B^-1)_ii) /
+tau_i`` (with ``K_ii - |V e_i|^2`` where that cancels, :data:`WEAK_SITE`) and ``mu = K
+S^1/2 B^-1 w``.  It never needs ``L`` itself: the backend makes ``L^-1`` and ``diag(L)``
+(for ``log|B|``) in one pass (``cholesky_inverse``; on the CPU a recursive block
+algorithm of ``dtrmm``/``dsyrk`` calls, :func:`fastep._linalg.cholesky_inverse_inplace`).
+The sequential schedule keeps ``L`` and ``V`` for its full ``Sigma``.
 """
 from __future__ import annotations
 
@@ -53,28 +56,35 @@ class _Posterior:
                     "diagonal: EP needs every latent value uncertain. Add jitter to the "
                     "kernel diagonal (a WhiteKernel(1e-6)) or rescale the kernel's variance.")
             self.L = self._li = None
+            self.at_prior = True
             self.var = kdiag.copy()
             self.mean = xp.zeros(n)
             self.half_logdet = 0.0
             self.cov = K.copy() if need_cov else None
             return
         B = be.build_b(K, s, work[0])
+        # Two forms of var_i, each cancelling where the other does not:
+        # K_ii - |V e_i|^2 (V = L^-1 S^1/2 K) where Sigma_ii << K_ii (tau_i K_ii large), and
+        # (1 - (B^-1)_ii) / tau_i (S^1/2 Sigma S^1/2 = I - B^-1) where tau_i Sigma_ii << 1.
+        # Parallel sweeps need only the marginals: B^-1's diagonal from L^-1 (made with
+        # the factor, be.cholesky_inverse: n^3/3 flops more, against the n^3 of V), the
+        # other form on the sites with tau_i Sigma_ii below WEAK_SITE.
+        # The sequential sweeps' full Sigma = K - V^T V needs V (dtrsm) and L, not L^-1.
+        what = "B = I + S^1/2 K S^1/2"
         try:
-            L = be.cholesky(B, "B = I + S^1/2 K S^1/2")
+            if need_cov:
+                L, li = be.cholesky(B, what), None
+                l_diag = xp.diagonal(L)
+            else:
+                L, (li, l_diag) = None, be.cholesky_inverse(B, what, work[1])
         except NotPositiveDefiniteError as exc:
             raise NotPositiveDefiniteError(
                 "EP posterior refresh failed: B = I + S^1/2 K S^1/2 is not positive definite, "
                 "so K is not a valid covariance matrix. Add jitter to the kernel's diagonal "
                 "(e.g. a WhiteKernel(1e-6)) or check K for NaN/negative eigenvalues.") from exc
         del B
-        # Two forms of var_i, each cancelling where the other does not:
-        # K_ii - |V e_i|^2 (V = L^-1 S^1/2 K) where Sigma_ii << K_ii (tau_i K_ii large), and
-        # (1 - (B^-1)_ii) / tau_i (S^1/2 Sigma S^1/2 = I - B^-1) where tau_i Sigma_ii << 1.
-        # Parallel sweeps need only the marginals: B^-1's diagonal from L^-1 (dtrtri, n^3/3
-        # flops against the n^3 of V), the other form on the sites with tau_i Sigma_ii below
-        # WEAK_SITE.
-        # The sequential sweeps' full Sigma = K - V^T V needs V (dtrsm) and not L^-1.
-        self.L, self._li = L, None
+        self.L, self._li, self.at_prior = L, li, False
+        self.half_logdet = float(xp.sum(xp.log(l_diag)))
         if need_cov:
             vt = be.solve_lower(L, be.scale_columns(K, s, work[1]).T, overwrite=True).T
             cov = vt @ vt.T
@@ -91,7 +101,6 @@ class _Posterior:
         if need_cov:
             sigma_neg = cov[:, neg] if neg.size else None           # Sigma_+[:, neg]
         else:
-            self._li = li = be.tri_inverse(L, work[1])
             t_sigma = 1.0 - be.row_sumsq(li.T)                  # tau_i Sigma_ii
             weak = t_sigma < WEAK_SITE
             var = t_sigma / xp.where(weak, 1.0, tau_pos)
@@ -101,7 +110,7 @@ class _Posterior:
                 # negative sites' own variances need it too: they are weak, s_i = 0): as
                 # S^1/2 Sigma_+ = B^-1 S^1/2 K, row i is (L^-T X)_i / s_i (two dtrmm,
                 # 2 n^2 k flops); on the weak rows K[i, neg] - (L^-1 S^1/2 K e_i)^T X
-                x_neg = be.trmm_lower(li, xp.asfortranarray(s[:, None] * K[:, neg]))
+                x_neg = be.trmm_lower(li, (K[neg] * s).T)
                 var[neg] = kdiag[neg] - xp.einsum("ij,ij->j", x_neg, x_neg)
                 sigma_neg = be.trmm_lower(li, xp.array(x_neg, order="F"), trans=True)
                 sigma_neg /= xp.where(weak, 1.0, s)[:, None]
@@ -110,12 +119,11 @@ class _Posterior:
             other = xp.flatnonzero(weak)
             for b0 in range(0, int(other.size), WEAK_BLOCK):
                 cols = other[b0:b0 + WEAK_BLOCK]
-                v = be.trmm_lower(li, xp.asfortranarray(s[:, None] * K[:, cols]))
+                v = be.trmm_lower(li, (K[cols] * s).T)
                 var[cols] = kdiag[cols] - xp.einsum("ij,ij->j", v, v)
                 if neg.size:
                     sigma_neg[cols] = K[cols][:, neg] - v.T @ x_neg
             x_neg = None                                     # n x k: free it before the split
-        self.half_logdet = float(xp.sum(xp.log(xp.diagonal(L))))
         if neg.size:
             self._split_form(neg, var, sigma_neg)
             sigma_neg = None                 # Q's own n x k, not it, outlives the split
@@ -126,7 +134,7 @@ class _Posterior:
         # the plain form.
         pos = s > 0.0
         w = xp.where(pos, nu / xp.where(pos, s, 1.0), 0.0)
-        mean = K @ (s * self._binv(w))
+        mean = be.sym_matvec(K, s * self._binv(w))
         rest = xp.where(pos, 0.0, nu)
         if bool(xp.any(rest != 0.0)):
             mean += self._sigma_plus(rest)
@@ -178,7 +186,7 @@ class _Posterior:
         if z.ndim == 2:
             w = self.be.trmm_lower(self._li, self.be.xp.array(z, order="F"))
             return self.be.trmm_lower(self._li, w, trans=True)
-        return self._li.T @ (self._li @ z)
+        return self.be.tri_matvec(self._li, self.be.tri_matvec(self._li, z), trans=True)
 
     def _sigma_plus(self, z):
         """Sigma_+ z (the posterior covariance of the positive sites) for a vector or an
@@ -187,7 +195,7 @@ class _Posterior:
 
     def _sigma_plus_of(self, kz):
         """Sigma_+ z = K z - K S^1/2 B^-1 S^1/2 K z from ``kz = K z``."""
-        if self.L is None:
+        if self.at_prior:
             return kz
         sv = self.s if kz.ndim == 1 else self.s[:, None]
         return kz - self.K @ (sv * self._binv(sv * kz))
@@ -201,18 +209,17 @@ class _Posterior:
 
     def apply_r(self, z):
         """R @ z with R = (K + S^-1)^-1 = S^1/2 B^-1 S^1/2 (B form) or S - S Sigma S."""
-        if self.L is None:
+        if self.at_prior:
             return self.be.xp.zeros_like(z)
         if self.Q is None:
-            sz = self.s[:, None] * z
-            return self.s[:, None] * self.be.cho_solve(self.L, sz)
+            return self.s[:, None] * self._binv(self.s[:, None] * z)
         tz = self.tau[:, None] * z
         return tz - self.tau[:, None] * self.apply_cov(tz)
 
     def dense_r(self):
         """R as a dense (n, n) array."""
         xp = self.be.xp
-        if self.L is None:
+        if self.at_prior:
             return xp.zeros((self.n, self.n))
         if self.Q is not None:
             return self.apply_r(xp.eye(self.n))

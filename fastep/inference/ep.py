@@ -141,7 +141,7 @@ class EPResult(EPResultBase):
         be = post.be
         with be.threads_for(self.mean.shape[0], one_pool=post.Q is None):
             b = be.asarray(self.b)
-            if post.Q is None and post.L is not None:           # B form: one pass
+            if post.Q is None and not post.at_prior:            # B form: one pass
                 return be.gradient_weights(post.li, post.s, b)
             return be.weights_from_r(post.dense_r(), b)
 

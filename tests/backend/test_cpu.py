@@ -38,6 +38,63 @@ def test_cholesky_solves_and_inverses_equal_the_dense_formulas(n):
                                    rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.parametrize("n", [1, 5, 128, 129, 300, 701])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_cholesky_inverse_equals_the_inverse_of_numpys_factor(n, order):
+    """The fused factor-and-invert (a recursion of dtrmm/dsyrk above 128 rows) against
+    NumPy's Cholesky and inverse, on sizes at and either side of the recursion's leaf, in
+    both memory orders; the buffer given is overwritten and returned."""
+    a = _spd(n, n + 1)
+    buf = np.array(a, order=order)
+    li, l_diag = CPU.cholesky_inverse(buf, "a")
+    L = np.linalg.cholesky(a)
+    np.testing.assert_allclose(li, np.linalg.inv(L), rtol=1e-9, atol=1e-11)
+    np.testing.assert_array_equal(np.triu(li, 1), 0.0)
+    np.testing.assert_allclose(l_diag, np.diagonal(L), rtol=1e-12)
+    assert np.shares_memory(li, buf)
+
+
+def test_cholesky_inverse_of_an_ill_conditioned_b_keeps_the_digits_trtri_keeps():
+    """B = I + S^1/2 K S^1/2 with site precisions over 8 decades and a smooth K (condition
+    about 1e9): the fused result is as close to the exact L^-1 (from the factor in
+    extended precision, by forward substitution) as SciPy's dpotrf + dtrtri is."""
+    rng = np.random.default_rng(3)
+    n = 300
+    x = np.sort(rng.uniform(0, 10, n))
+    K = 5.0 * np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2) + 1e-8 * np.eye(n)
+    s = np.sqrt(10.0 ** rng.uniform(-6, 2, n))
+    B = np.eye(n) + s[:, None] * K * s[None, :]
+    L = sl.cholesky(B, lower=True)
+    trtri = sl.lapack.dtrtri(L, lower=1)[0]
+    # the exact inverse of the (double) factor L, column by column in long double
+    Ll = L.astype(np.longdouble)
+    exact = np.zeros((n, n), dtype=np.longdouble)
+    for j in range(n):
+        e = np.zeros(n, dtype=np.longdouble)
+        e[j] = 1.0
+        for i in range(j, n):
+            exact[i, j] = (e[i] - Ll[i, j:i] @ exact[j:i, j]) / Ll[i, i]
+    fused = CPU.cholesky_inverse(np.array(B, order="F"), "B")[0]
+    scale = np.abs(exact).max()
+    err_fused = float(np.abs(fused - exact).max() / scale)
+    err_trtri = float(np.abs(np.tril(trtri) - exact).max() / scale)
+    # the fused one refactors B: it differs from L^-1 by the factor's own rounding too
+    assert err_fused < max(100 * err_trtri, 1e-12), (err_fused, err_trtri)
+
+
+def test_tri_and_sym_matvecs_equal_the_dense_products():
+    rng = np.random.default_rng(4)
+    n = 50
+    L = np.asfortranarray(np.tril(rng.normal(size=(n, n))))
+    K = _spd(n, 5)
+    z = rng.normal(size=n)
+    np.testing.assert_allclose(CPU.tri_matvec(L, z), L @ z, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(CPU.tri_matvec(L, z, trans=True), L.T @ z, rtol=1e-12,
+                               atol=1e-12)
+    for k in (K, np.asfortranarray(K)):
+        np.testing.assert_allclose(CPU.sym_matvec(k, z), K @ z, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("n", [6, 400])
 def test_gradient_weights_are_half_of_b_b_minus_r(n):
     """G = (b b^T - diag(s) B^-1 diag(s)) / 2 from L^-1, B = L L^T."""
@@ -72,6 +129,11 @@ def test_rank_updates_and_products_equal_the_dense_formulas():
 def test_a_matrix_that_is_not_positive_definite_is_named():
     with pytest.raises(fastep.NotPositiveDefiniteError, match="the test matrix"):
         CPU.cholesky(np.array([[1.0, 2.0], [2.0, 1.0]], order="F"), "the test matrix")
+    # the fused factor-and-invert names it, and the pivot, also deep in its recursion
+    a = _spd(300, 2)
+    a[250, 250] = -1.0
+    with pytest.raises(fastep.NotPositiveDefiniteError, match=r"the test matrix .*pivot 251"):
+        CPU.cholesky_inverse(np.array(a, order="F"), "the test matrix")
 
 
 @pytest.mark.parametrize("loop", ["parallel_sites", "power_sites"])
