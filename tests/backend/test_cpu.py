@@ -54,6 +54,23 @@ def test_cholesky_inverse_equals_the_inverse_of_numpys_factor(n, order):
     assert np.shares_memory(li, buf)
 
 
+@pytest.mark.parametrize("n", [1, 128, 129, 301])
+def test_tri_gram_is_lt_l_in_the_lower_triangle_and_leaves_the_upper(n):
+    """fastep._linalg.tri_gram_inplace (dlauum's job, recursive above 128 rows) against
+    NumPy's L^T L; the strict upper triangle is not touched."""
+    from fastep._linalg import tri_gram_inplace
+    rng = np.random.default_rng(n)
+    a = np.asfortranarray(rng.normal(size=(n, n)))
+    L = np.tril(a)
+    upper = np.triu(a, 1).copy()
+    out = tri_gram_inplace(a)
+    assert out is a
+    np.testing.assert_allclose(np.tril(a), np.tril(L.T @ L), rtol=1e-10, atol=1e-10)
+    np.testing.assert_array_equal(np.triu(a, 1), upper)
+    with pytest.raises(ValueError, match="F-contiguous"):
+        tri_gram_inplace(np.ascontiguousarray(np.eye(3)[:, :2]))
+
+
 def test_cholesky_inverse_of_an_ill_conditioned_b_keeps_the_digits_trtri_keeps():
     """B = I + S^1/2 K S^1/2 with site precisions over 8 decades and a smooth K (condition
     about 1e9): the fused result is as close to the exact L^-1 (from the factor in
