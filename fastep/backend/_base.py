@@ -150,12 +150,15 @@ class Backend(abc.ABC):
             self.xp.fill_diagonal(eye, 1.0)
         return self.solve_lower(L, eye, overwrite=True)
 
-    def cholesky_inverse(self, a: XArray, what: str,
-                         out: Optional[XArray] = None) -> Tuple[XArray, XArray]:
+    def cholesky_inverse(self, a: XArray, what: str, out: Optional[XArray] = None,
+                         recursive: bool = True) -> Tuple[XArray, XArray]:
         """``(L^-1, diag(L))`` of the Cholesky factor ``a = L L^T`` of the SPD ``a``
         (overwritten; only its lower triangle is read), ``L^-1`` zero above the diagonal:
         what a parallel EP refresh needs (:mod:`fastep.inference._dense_posterior`), not
-        ``L``.  ``out``: an (n, n) buffer it may use.  Raises
+        ``L``.  ``out``: an (n, n) buffer it may use.  ``recursive=False``: the
+        factorisation and the triangular inverse one after the other, where a backend
+        has a faster recursive form of both together (the CPU's) that is less accurate on
+        an ill-conditioned ``a``.  Raises
         :class:`~fastep.exceptions.NotPositiveDefiniteError` naming ``what``."""
         L = self.cholesky(a, what)
         return self.tri_inverse(L, out), self.xp.diagonal(L).copy()

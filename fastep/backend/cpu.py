@@ -394,9 +394,9 @@ class CPUBackend(HostGram, Backend):
         select(n).zero_upper(f)
         return f
 
-    def cholesky_inverse(self, a, what, out=None):
+    def cholesky_inverse(self, a, what, out=None, recursive=True):
         n = a.shape[0]
-        if n > BLOCK_THRESHOLD:         # where dpotrf is blocked (_linalg)
+        if n > BLOCK_THRESHOLD or not recursive:   # above: where dpotrf is blocked (_linalg)
             return super().cholesky_inverse(a, what, out)
         f = a.T if a.flags.c_contiguous else a        # symmetric: the transpose is a
         if not f.flags.f_contiguous:

@@ -33,13 +33,23 @@ from ..exceptions import NotPositiveDefiniteError
 #: Where tau_i Sigma_ii = 1 - (B^-1)_ii falls below this, a parallel refresh takes the site's
 #: posterior variance as K_ii - |L^-1 S^1/2 K e_i|^2 (n^2 flops per site, in blocks of
 #: WEAK_BLOCK columns) rather than (1 - (B^-1)_ii) / tau_i, which loses
-#: log10(1 / (tau_i Sigma_ii)) digits to cancellation: at most 6 here, a relative error
-#: of the variance below about 3e-10, far inside any EP tolerance.  (On digits' class 3 at
-#: its ML-II kernel, the two forms differ by at most 3.8e-12, 3.7e-11, 2.5e-10 and 3.5e-8
-#: where tau_i Sigma_ii is in [1e-4, 1e-2), [1e-5, 1e-4), [1e-6, 1e-5) and [1e-8, 1e-6);
-#: 82 of its 1,257 sites are below 1e-6, 302 below 1e-4, the bound up to 0.3, and each
-#: costs an n^2 column of dtrmm.)
+#: log10(1 / (tau_i Sigma_ii)) digits to cancellation, on top of the absolute error of
+#: (B^-1)_ii itself, which grows with B's condition number (at most 1 + T, T =
+#: sum_i tau_i K_ii): WEAK_SITE where T <= WELL_CONDITIONED, else WEAK_SITE_ILL.  (On
+#: digits, T is about 1e3 and the variances of the sites in [1e-6, 1e-4) agree with a
+#: long-double refresh to 9.3e-10; 164 of its 1,257 sites are in that band at variance
+#: 1e5, each an n^2 column of dtrmm more with the bound at 1e-4.)
 WEAK_SITE = 1e-6
+WEAK_SITE_ILL = 1e-4
+#: T above which the refresh keeps the weak sites of WEAK_SITE_ILL ...
+WELL_CONDITIONED = 1e4
+#: ... and above which it takes L^-1 from LAPACK's dpotrf + dtrtri rather than from the
+#: backend's recursive factor-and-invert (``cholesky_inverse(..., recursive=False)``),
+#: whose explicit inverses of the diagonal blocks lose more digits on an ill-conditioned
+#: B: the absolute error of diag(B^-1) against a long-double reference was 8.5e-15,
+#: 2.4e-12, 4.3e-10, 2.4e-7 (dtrtri: 1.0e-14, 1.5e-12, 8.4e-11, 9.6e-9) at T = 2.8e3,
+#: 2.7e5, 2.8e7, 2.3e9 (n = 500).
+RECURSIVE_MAX_T = 1e6
 WEAK_BLOCK = 256
 
 
@@ -61,13 +71,16 @@ class _Posterior:
                     "diagonal: EP needs every latent value uncertain. Add jitter to the "
                     "kernel diagonal (a WhiteKernel(1e-6)) or rescale the kernel's variance.")
             self.L = self._li = None
-            self.at_prior = True
             self.var = kdiag.copy()
             self.mean = xp.zeros(n)
             self.half_logdet = 0.0
             self.cov = K.copy() if need_cov else None
             return
+        # B (and, on the CPU, the L^-1 made from it) lives in work[0], which an earlier
+        # posterior of the same run may hold: a caller builds a new posterior only once it
+        # is done with the old one (even where this one fails)
         B = be.build_b(K, s, work[0])
+        trace = float(xp.sum(tau_pos * kdiag))      # cond(B) <= 1 + trace
         # Two forms of var_i, each cancelling where the other does not:
         # K_ii - |V e_i|^2 (V = L^-1 S^1/2 K) where Sigma_ii << K_ii (tau_i K_ii large), and
         # (1 - (B^-1)_ii) / tau_i (S^1/2 Sigma S^1/2 = I - B^-1) where tau_i Sigma_ii << 1.
@@ -81,14 +94,15 @@ class _Posterior:
                 L, li = be.cholesky(B, what), None
                 l_diag = xp.diagonal(L)
             else:
-                L, (li, l_diag) = None, be.cholesky_inverse(B, what, work[1])
+                L, (li, l_diag) = None, be.cholesky_inverse(B, what, work[1],
+                                                            recursive=trace <= RECURSIVE_MAX_T)
         except NotPositiveDefiniteError as exc:
             raise NotPositiveDefiniteError(
                 "EP posterior refresh failed: B = I + S^1/2 K S^1/2 is not positive definite, "
                 "so K is not a valid covariance matrix. Add jitter to the kernel's diagonal "
                 "(e.g. a WhiteKernel(1e-6)) or check K for NaN/negative eigenvalues.") from exc
         del B
-        self.L, self._li, self.at_prior = L, li, False
+        self.L, self._li = L, li
         self.half_logdet = float(xp.sum(xp.log(l_diag)))
         if need_cov:
             vt = be.solve_lower(L, be.scale_columns(K, s, work[1]).T, overwrite=True).T
@@ -107,7 +121,7 @@ class _Posterior:
             sigma_neg = cov[:, neg] if neg.size else None           # Sigma_+[:, neg]
         else:
             t_sigma = 1.0 - be.row_sumsq(li.T)                  # tau_i Sigma_ii
-            weak = t_sigma < WEAK_SITE
+            weak = t_sigma < (WEAK_SITE if trace <= WELL_CONDITIONED else WEAK_SITE_ILL)
             var = t_sigma / xp.where(weak, 1.0, tau_pos)
             sigma_neg = None
             if neg.size:
@@ -175,6 +189,11 @@ class _Posterior:
         self.Q = xp.ascontiguousarray(be.solve_lower(lc, p.T, overwrite=True).T)
         self.half_logdet += float(xp.sum(xp.log(xp.diagonal(lc))))
         var += xp.einsum("ij,ij->i", self.Q, self.Q)
+
+    @property
+    def at_prior(self):
+        """True where there are no sites (the posterior is the prior)."""
+        return self.L is None and self._li is None
 
     @property
     def li(self):

@@ -782,3 +782,59 @@ def test_posterior_marginals_at_extreme_site_precisions_match_40_digits(need_cov
     if need_cov:
         want_cov = np.array([[float(Sigma[i, j]) for j in range(n)] for i in range(n)])
         np.testing.assert_allclose(post.cov, want_cov, atol=1e-9 * float(np.abs(want_cov).max()))
+
+
+def _long_double_marginals(K, tau):
+    """Posterior variances diag((K^-1 + S)^-1) from a Cholesky factor of B = I + S^1/2 K
+    S^1/2 and its inverse computed in long double (np.longdouble, 64-bit mantissa on
+    x86): (1 - (B^-1)_ii) / tau_i where tau_i Sigma_ii >= 1e-3, else K_ii - |L^-1 S^1/2 K
+    e_i|^2, each where it keeps its digits."""
+    n = K.shape[0]
+    s = np.sqrt(tau).astype(np.longdouble)
+    Kl = K.astype(np.longdouble)
+    A = np.eye(n, dtype=np.longdouble) + s[:, None] * Kl * s[None, :]
+    L = np.zeros_like(A)
+    for j in range(n):
+        L[j, j] = np.sqrt(A[j, j])
+        L[j + 1:, j] = A[j + 1:, j] / L[j, j]
+        A[j + 1:, j + 1:] -= np.outer(L[j + 1:, j], L[j + 1:, j])
+    li = np.zeros_like(A)
+    for i in range(n):
+        row = -L[i, :i] @ li[:i, :]
+        row[i] += 1.0
+        li[i, :] = row / L[i, i]
+    t = 1.0 - (li ** 2).sum(0)
+    v = li @ (s[:, None] * Kl)
+    var = np.where(t >= 1e-3, t / tau.astype(np.longdouble), np.diagonal(Kl) - (v ** 2).sum(0))
+    return var.astype(float), t.astype(float)
+
+
+@pytest.mark.parametrize("scale, rtol", [(1e2, 3e-9), (1e4, 5e-10), (1e8, 3e-5)])
+def test_parallel_refresh_above_the_recursion_leaf_matches_a_long_double_refresh(scale, rtol):
+    """The parallel refresh at n = 300 (the CPU's recursive factor-and-invert, and its
+    LAPACK fallback) against a long-double one, with site precisions over 8 decades on a
+    smooth kernel: sum_i tau_i K_ii about 1.5e3 (recursive; the variance form (1 -
+    (B^-1)_ii) / tau_i from tau_i Sigma_ii = 1e-6), 1.5e5 (recursive; from 1e-4) and
+    1.5e9 (dpotrf + dtrtri; from 1e-4).  The tolerances are 5-10 times the largest relative
+    errors measured (3.6e-10, 5.0e-11, 6.0e-6; B's condition number is up to about
+    4e8), and below those of the recursive form with the 1e-6 bound throughout
+    (3.6e-10, 9.3e-10, 6.8e-5), which fails the last two."""
+    from fastep.inference import _dense_posterior as dp
+    rng = np.random.default_rng(0)
+    n = 300
+    x = np.sort(rng.uniform(0, 10, n))
+    K = np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2 / 0.25) + 1e-10 * np.eye(n)
+    tau = 10.0 ** rng.uniform(-8, 0, n) * scale
+    nu = rng.normal(size=n) * tau
+    trace = float(tau @ np.diag(K))
+    regime = ("recursive, 1e-6" if trace <= dp.WELL_CONDITIONED else
+              "recursive, 1e-4" if trace <= dp.RECURSIVE_MAX_T else "lapack, 1e-4")
+    assert regime == {1e2: "recursive, 1e-6", 1e4: "recursive, 1e-4",
+                      1e8: "lapack, 1e-4"}[scale]
+    be = fastep.backend.resolve("cpu")
+    post = dp._Posterior(be, K, np.diag(K).copy(), tau, nu, False, be.dense_work(n))
+    want, t = _long_double_marginals(K, tau)
+    assert np.sum((t > 1e-6) & (t < 1e-4)) >= 10        # the band the bound moved over
+    np.testing.assert_allclose(post.var, want, rtol=rtol)
+
+
