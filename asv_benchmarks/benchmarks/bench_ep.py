@@ -62,6 +62,32 @@ class EPFit:
         fit(self.K, self.y, method)
 
 
+class FactorAndInverse:
+    """What a parallel sweep's refresh factors and inverts, B = I + K (RBF(1, 1) on the
+    seeded inputs, n x n): fastep's recursive factor-and-invert
+    (``fastep._linalg.cholesky_inverse_inplace``) against LAPACK's ``dpotrf`` +
+    ``dtrtri`` on the same matrix, in the same run (their ratio is the recursion's gain;
+    ``scripts/ep_floor.py`` prints it)."""
+
+    params = ([1000, 2000, 4000],)
+    param_names = ["n"]
+    number = 1
+    repeat = (3, 10, 30.0)
+
+    def setup(self, n):
+        X, _ = make_data(n)
+        self.B = np.asfortranarray(RBF(1.0, 1.0)(X) + np.eye(n))
+
+    def time_recursive(self, n):
+        from fastep._linalg import cholesky_inverse_inplace
+        cholesky_inverse_inplace(self.B.copy(order="F"))
+
+    def time_lapack(self, n):
+        from scipy.linalg import lapack
+        L = lapack.dpotrf(self.B.copy(order="F"), lower=1, overwrite_a=1, clean=0)[0]
+        lapack.dtrtri(L, lower=1, overwrite_c=1)
+
+
 class EPConvergence:
     """Log evidence and sweep count of the fits timed in :class:`EPFit` (computed once)."""
 
