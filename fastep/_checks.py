@@ -180,19 +180,56 @@ def class_labels(y, return_inverse=False, name="y"):
 
 
 def validate_X(estimator: Any, X: ArrayLike, **kwargs: Any) -> np.ndarray:
-    """scikit-learn's ``validate_data`` of X alone (typed: the checked array)."""
-    return validate_data(estimator, X, **kwargs)
+    """scikit-learn's ``validate_data`` of X alone (typed: the checked array); X that is
+    not finite or not 2-d gets fastep's message (:func:`_bad_inputs`)."""
+    try:
+        return validate_data(estimator, X, **kwargs)
+    except ValueError as exc:
+        _bad_inputs(exc, X)
 
 
 def validate_X_y(estimator: Any, X: ArrayLike, y: ArrayLike,
                  **kwargs: Any) -> Tuple[np.ndarray, np.ndarray]:
     """scikit-learn's ``validate_data`` of X and y (typed: the checked arrays).  Targets
     that are not finite get fastep's message (scikit-learn's names neither the row nor the
-    fix): the index of the first, and what to do."""
+    fix): the index of the first, and what to do; so does X (:func:`_bad_inputs`)."""
     try:
         return validate_data(estimator, X, y, **kwargs)
     except ValueError as exc:
+        if str(exc).startswith(("Input X contains", "Expected 2D array")):
+            _bad_inputs(exc, X)
         _non_finite_targets(exc, y, "y")
+
+
+#: The fix a message about inputs that are not finite gives.
+INPUTS_FIX = ("Remove or impute those rows (e.g. sklearn.impute.SimpleImputer in a "
+              "pipeline before the estimator).")
+
+
+def _bad_inputs(exc: ValueError, X: Any) -> NoReturn:
+    """Re-raise scikit-learn's ValueError ``exc`` about X: where X holds NaN or infinity,
+    as fastep's message with the row and column of the first such entry and the fix;
+    where X is 1-d (or a scalar), naming X, its shape and the two reshapes, without
+    scikit-learn's dump of the values."""
+    msg = str(exc)
+    if msg.startswith("Input X contains"):
+        what = "NaN" if "NaN" in msg else "infinity"
+        where = ""
+        if not is_dask_array(X):
+            a = np.asarray(X)
+            if a.dtype.kind in "biuf" and a.ndim == 2:
+                bad = np.isnan(a) if what == "NaN" else np.isinf(a)
+                if bad.any():
+                    row, col = _first(bad)
+                    where = f" at row {row}, column {col}"
+        raise ValueError(f"X must be finite; got {what}{where}. {INPUTS_FIX}") from None
+    if msg.startswith("Expected 2D array"):
+        shape = tuple(np.shape(X)) if not is_dask_array(X) else tuple(X.shape)
+        kind = "a scalar" if not shape else f"a 1-d array of shape {shape}"
+        raise ValueError(f"X must be a 2-d array (n_samples, n_features); got {kind}. "
+                         f"Reshape your data: X.reshape(-1, 1) if it is one feature, "
+                         f"X.reshape(1, -1) if it is one sample.") from None
+    raise exc
 
 
 #: The fix a message about targets that are not finite gives (every estimator's).

@@ -396,6 +396,31 @@ def _predictions(est, X):
     return out
 
 
+@pytest.mark.parametrize("bad, word", [(np.nan, "NaN"), (np.inf, "infinity")])
+@pytest.mark.parametrize("name", list(_estimators()))
+def test_non_finite_or_1d_inputs_name_x_the_entry_and_the_fix(name, bad, word):
+    """0.3: X with NaN or infinity gave scikit-learn's "Input X contains NaN." (with an
+    advertisement for another estimator and no row), a 1-d X its dump of every value;
+    now X, the row and column of the first bad entry, and the fix, at fit and predict."""
+    make, X, y = _estimators()[name]
+    Xb = X.copy()
+    Xb[7, 1] = bad
+    est = make(optimizer=None) if name != "gwi" else make()
+    with pytest.raises(ValueError, match=rf"X must be finite; got {word} at row 7, column 1\."
+                                         r" Remove or impute"):
+        est.fit(Xb, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X, y)
+    with pytest.raises(ValueError, match=rf"X must be finite; got {word} at row 7, column 1"):
+        est.predict(Xb)
+    with pytest.raises(ValueError, match=r"X must be a 2-d array \(n_samples, n_features\); "
+                                         r"got a 1-d array of shape \(2,\)\. Reshape your "
+                                         r"data: X.reshape\(-1, 1\)") as info:
+        est.predict(X[0])
+    assert "array=[" not in str(info.value)
+
+
 class _Interrupt:
     """A scikit-learn-style optimiser that is interrupted (as by Ctrl-C) at its third
     evaluation."""
