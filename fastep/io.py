@@ -10,6 +10,7 @@ Parquet needs pyarrow, Zarr zarr and a Dask read of CSV or Parquet dask.datafram
 """
 from __future__ import annotations
 
+import difflib
 import os
 
 import numpy as np
@@ -105,9 +106,20 @@ def resolve_columns(spec, names, option):
         elif item.lstrip("-").isdigit() and -len(names) <= int(item) < len(names):
             out.append(int(item) % len(names))
         else:
-            raise ValueError(f"{option} {item!r}: no such column; the table has "
-                             f"{', '.join(names[:20])}{' ...' if len(names) > 20 else ''}.")
+            close = difflib.get_close_matches(item, names, n=3)
+            hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise ValueError(f"{option} {item!r}: no such column.{hint} The table has "
+                             f"{column_list(names)}.")
     return out
+
+
+def column_list(names, most=20):
+    """``names`` joined for a message: all of them, or the first ``most`` and how many
+    more there are."""
+    names = [str(n) for n in names]
+    more = len(names) - most
+    return (f"{len(names)} columns: " if len(names) > 1 else "the column ") + \
+        ", ".join(names[:most]) + (f" and {more} more" if more > 0 else "")
 
 
 def read_table(path, columns=None):

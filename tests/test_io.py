@@ -47,3 +47,16 @@ def test_read_dask_reads_what_read_table_reads(tmp_path, monkeypatch, in_process
         np.testing.assert_array_equal(got.compute(), read_table(tmp_path / name, columns),
                                       err_msg=name)
         monkeypatch.chdir(tmp_path)
+
+
+def test_column_lists_in_messages_say_how_many_they_leave_out():
+    """A missing --target among 32 columns: the near match first, then the first 20 names
+    and how many more (0.3 cut the list at 20 with no count, hiding the near match)."""
+    from fastep.io import column_list, resolve_columns
+    names = ["mean radius", "diagnosis"] + [f"c{i}" for i in range(30)]
+    assert column_list(names).startswith("32 columns: mean radius, diagnosis, c0")
+    assert column_list(names).endswith("c17 and 12 more")
+    assert column_list(["a"]) == "the column a"
+    with pytest.raises(ValueError, match=r"--target 'diagnosys': no such column\. Did you "
+                                         r"mean 'diagnosis'\? The table has 32 columns: "):
+        resolve_columns("diagnosys", names, "--target")

@@ -176,9 +176,16 @@ def _targets(args, T):
     if args.model in ("classifier", "multiclass", "nested", "ordinal"):
         labels = distinct_values(y)
         if not np.all(np.isfinite(labels)):
-            raise ValueError(f"--target: {int(np.sum(~np.isfinite(y)))} rows have no finite "
-                             "label (empty, not a number or infinite); drop them or choose "
-                             "another column.")
+            bad, n = int(np.sum(~np.isfinite(y))), int(y.shape[0])
+            if bad == n:
+                raise ValueError(f"--target: none of the {n} rows holds a number (text "
+                                 "labels, or an empty column); the command line reads "
+                                 "integer class labels: map text labels to 0, 1, ... in "
+                                 "the table (or fit in Python, whose estimators take text "
+                                 "labels), or choose another column.")
+            raise ValueError(f"--target: {bad} of {n} rows have no finite label (empty, "
+                             "not a number or infinite); drop them or choose another "
+                             "column.")
         if np.all(labels == np.round(labels)):
             y = y.astype(np.int64)            # integer labels keep their names (p_1, not p_1.0)
         k = labels.size

@@ -115,7 +115,7 @@ def _predict_columns(args, est, names):
     as the model's features (a model fitted on a table with a header), else, for tables
     without names, all of DATA's columns when there are exactly as many as the model's
     features (positions are a guess only when nothing else is possible)."""
-    from fastep.io import resolve_columns
+    from fastep.io import column_list, resolve_columns
     if args.features:
         return resolve_columns(args.features, names, "--features")
     d, fitted = est.n_features_in_, getattr(est, "feature_columns_", None)
@@ -123,10 +123,11 @@ def _predict_columns(args, est, names):
     if fitted is not None and named is not None:
         missing = [f for f in fitted if f not in named]
         if missing:
-            raise ValueError(f"DATA has no column {', '.join(map(repr, missing[:5]))}, "
-                             f"which the model was fitted on (its features: "
-                             f"{', '.join(map(str, fitted[:20]))}); name DATA's feature "
-                             "columns, in the model's order, with --features.")
+            raise ValueError(f"DATA has no column {', '.join(map(repr, missing[:5]))}"
+                             f"{f' (and {len(missing) - 5} more)' if len(missing) > 5 else ''}"
+                             f", which the model was fitted on (its {column_list(fitted)}); "
+                             "name DATA's feature columns, in the model's order, with "
+                             "--features.")
         twice = [f for f in fitted if named.count(f) > 1]
         if twice:
             raise ValueError(f"DATA has more than one column named "

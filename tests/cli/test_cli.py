@@ -142,6 +142,8 @@ def test_parquet_and_zarr_tables(tmp_path, fmt):
 
 BAD = [
     ("classifier", ["--target", "nope"], "--target 'nope': no such column"),
+    ("classifier", ["--target", "labl"], "--target 'labl': no such column. Did you mean "
+                                         "'label'\\?"),
     ("classifier", ["--target", "yreg"], "--target holds"),
     ("multiclass", ["--target", "x1", "--features", "x2"], "--target holds"),
     ("nested", ["--target", "x1", "--features", "x2"], "--target holds"),
@@ -288,7 +290,12 @@ def test_scheduler_feature_and_label_checks_on_dask_columns(in_process_dask):
         _check_features(da.from_array(X, chunks=10), ["a", "b"])
     args = type("Args", (), {"model": "classifier", "lower": None, "upper": None})()
     T = da.from_array(np.r_[np.zeros(20), np.ones(19), np.inf][:, None], chunks=10)
-    with pytest.raises(ValueError, match="1 rows have no finite label"):
+    with pytest.raises(ValueError, match="1 of 40 rows have no finite label"):
+        _targets(args, T)
+    # text labels read as NaN in every row: said so, with the fix
+    T = da.from_array(np.full((40, 1), np.nan), chunks=10)
+    with pytest.raises(ValueError, match="none of the 40 rows holds a number .*text labels.*"
+                                         "map text labels to 0, 1"):
         _targets(args, T)
 
 
