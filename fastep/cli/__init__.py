@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 import numpy as np
 
@@ -98,9 +99,9 @@ def main(argv=None):
                    "events); predict writes the median time")
     p.add_argument("--likelihood", default="student_t", choices=list(REGRESSION_LIKELIHOODS),
                    help="regression: the noise model (poisson, negative_binomial and their "
-                   "zero_inflated_ forms: counts; weibull, log_logistic, log_normal: survival "
-                   "times, with --event; "
-                   "predict then also writes y_mean, E[y]; tobit: censored at --lower / "
+                   "zero_inflated_ forms: counts, for which predict also writes y_mean, "
+                   "E[y]; weibull, log_logistic, log_normal: survival times, with --event, "
+                   "for which predict also writes t_median; tobit: censored at --lower / "
                    "--upper or the limit columns)")
     p.add_argument("--kernel", choices=["rbf", "matern32", "matern52"], default="rbf")
     p.add_argument("--lengthscale", type=_positive(float),
@@ -139,8 +140,15 @@ def main(argv=None):
     p.set_defaults(func=cmd_bench)
     args = parser.parse_args(argv)
     _show_compile_notice()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        # a command's warnings in its own voice, not Python's "path:line: Category" form
+        print(f"fastep {args.command}: warning: {message}", file=sys.stderr)
+
     try:
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = show
+            return args.func(args)
     except (ValueError, TypeError, OSError, MemoryError) as exc:
         print(f"fastep {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -561,3 +561,21 @@ def test_event_column_applies_to_survival_likelihoods_only(tmp_path, capsys):
     assert code != 0
     assert "--event applies to --model regression with a survival likelihood" in \
         capsys.readouterr().err
+
+
+def test_a_commands_warnings_are_printed_in_its_own_voice(monkeypatch, capsys, tmp_path):
+    """0.3 printed a fit's ConvergenceWarning in Python's form, with the script's path and
+    line ("/venv/bin/fastep:8: ConvergenceWarning: ...") and the source line after it."""
+    import warnings
+
+    import fastep.cli as cli
+
+    def warns(args):
+        warnings.warn("ML-II ended at a bound", fastep.ConvergenceWarning)
+        return 0
+
+    monkeypatch.setattr(cli, "cmd_fit", warns)
+    assert cli.main(["fit", str(tmp_path / "t.csv"), "-o", str(tmp_path / "m.npz")]) == 0
+    err = capsys.readouterr().err
+    assert "fastep fit: warning: ML-II ended at a bound" in err
+    assert "ConvergenceWarning" not in err and "warnings.warn" not in err
