@@ -157,6 +157,12 @@ def distinct_values(y):
     return np.unique(y)
 
 
+def label_text(label: Any) -> str:
+    """A class label as a message shows it: ``'yes'`` or ``3``, not NumPy's
+    ``np.str_('yes')`` or ``np.int64(3)``."""
+    return repr(label.item() if isinstance(label, np.generic) else label)
+
+
 def class_labels(y, return_inverse=False, name="y"):
     """The sorted distinct class labels of a NumPy or dask vector, checked as scikit-learn
     checks classification targets (``check_classification_targets``), and with

@@ -750,3 +750,18 @@ def test_tobit_power_ep_at_an_observed_value_is_exact_far_in_the_tail():
                                [-0.25 * 638005.2121717741 ** 2 + 0.25 * math.log(2 * math.pi)
                                 - 0.5 * math.log(2 * math.pi * 2.0) - 0.5 * math.log(0.5),
                                 0.5 * 638005.2121717741, -0.5], rtol=1e-12)
+
+
+def test_one_class_and_bad_scale_messages_show_values_not_numpy_reprs():
+    """0.3 showed "got only one class: np.str_('yes')" and "got np.float64(-1.0)", with no
+    fix (found by a new-user trial)."""
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    for y, shown in ((np.array(["yes"] * 20), "'yes'"), (np.zeros(20, dtype=int), "0")):
+        with pytest.raises(ValueError, match=rf"got only one class, {shown}\. Fit on data "
+                                             r"with examples of every class") as info:
+            EPGaussianProcessClassifier().fit(X, y)
+        assert "np." not in str(info.value)
+    with pytest.raises(ValueError, match=r"got -1\.0 at index 1 of 2\. .*pass a value > 0"):
+        fastep.kernels.RBF(1.0, np.array([1.0, -1.0]))
+    with pytest.raises(ValueError, match=r"'variance' must be positive and finite; got nan"):
+        fastep.kernels.RBF(float("nan"), 1.0)

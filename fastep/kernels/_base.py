@@ -84,8 +84,13 @@ class Hyperparameter:
                              f"values {value.tolist()}. Only lengthscales take one value per "
                              f"input column (ARD).")
         if not np.all(np.isfinite(value)) or np.any(value <= 0):
+            bad = ~(np.isfinite(value) & (value > 0))
+            i = int(np.flatnonzero(bad)[0])
+            where = f"{value[i].item()!r}" if value.size == 1 else \
+                f"{value[i].item()!r} at index {i} of {value.size}"
             raise ValueError(f"The kernel parameter '{name}' must be positive and finite; "
-                             f"got {value.tolist() if value.size > 1 else value[0]!r}.")
+                             f"got {where}. It is a scale (a lengthscale or variance is "
+                             f"often near 1 for standardised data): pass a value > 0.")
         self.name = name
         self.value = value
         self.bounds: Union[str, Tuple[float, float]]

@@ -11,7 +11,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..typing import (Array, ArrayLike, ArrayOrStd, HyperpriorLike, KernelLike,
                        OptimizerLike, RandomStateLike)
-from .._checks import class_labels, validate_X_y
+from .._checks import class_labels, label_text, validate_X_y
 from .._dask import is_dask_array
 from ..backend import resolve
 from ..likelihoods import Likelihood, Logistic, Probit
@@ -202,7 +202,8 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
             classes = class_labels(y)
         if classes.size < 2:
             raise ValueError(f"EPGaussianProcessClassifier requires at least 2 classes in y; "
-                             f"got only one class: {classes[0]!r}.")
+                             f"got only one class, {label_text(classes[0])}. Fit on data "
+                             f"with examples of every class.")
         backend = resolve(self.device, type(self).__name__)
         config = self._ep_config(backend)
         rng = as_generator(self.random_state)

@@ -8,7 +8,7 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ..typing import Array, ArrayLike, KernelLike, OptimizerLike, RandomStateLike
-from .._checks import class_labels, validate_X_y
+from .._checks import class_labels, label_text, validate_X_y
 from .._dask import is_dask_array
 from ..backend import resolve
 from ..likelihoods import OrdinalProbit
@@ -127,7 +127,8 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
             counts = np.bincount(levels.astype(np.int64), minlength=classes.size)
         if classes.size < 2:
             raise ValueError(f"OrdinalGPClassifier requires at least 2 classes (ordered "
-                             f"levels) in y; got only one class: {classes[0]!r}.")
+                             f"levels) in y; got only one class, {label_text(classes[0])}. "
+                             f"Fit on data with examples of every level.")
         if self.cut_points is None:
             cuts = initial_cut_points(counts)
         else:
