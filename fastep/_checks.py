@@ -202,9 +202,31 @@ def validate_X_y(estimator: Any, X: ArrayLike, y: ArrayLike,
     try:
         return validate_data(estimator, X, y, **kwargs)
     except ValueError as exc:
-        if str(exc).startswith(("Input X contains", "Expected 2D array")):
+        msg = str(exc)
+        if msg.startswith(("Input X contains", "Expected 2D array", "X has ")):
             _bad_inputs(exc, X)
+        if msg.startswith("Found input variables with inconsistent numbers of samples"):
+            same_rows(X, y)
         _non_finite_targets(exc, y, "y")
+
+
+def same_rows(X: Any, y: Any) -> None:
+    """A ValueError naming X, y and their row counts unless they have as many rows
+    (scikit-learn's ``check_consistent_length`` names neither)."""
+    if _rows(X) != _rows(y):
+        raise ValueError(f"X and y must have the same number of rows; got {_rows(X)} and "
+                         f"{_rows(y)}. Pass the targets of exactly the rows of X.")
+
+
+def _rows(a: Any) -> Any:
+    """The number of rows of an array-like, for a message (``?`` where it has none)."""
+    shape = getattr(a, "shape", None)
+    if shape is None:
+        try:
+            shape = np.shape(a)
+        except (TypeError, ValueError):
+            return "?"
+    return shape[0] if len(shape) else "?"
 
 
 #: The fix a message about inputs that are not finite gives.
@@ -229,6 +251,9 @@ def _bad_inputs(exc: ValueError, X: Any) -> NoReturn:
                     row, col = _first(bad)
                     where = f" at row {row}, column {col}"
         raise ValueError(f"X must be finite; got {what}{where}. {INPUTS_FIX}") from None
+    if msg.startswith("X has ") and "features, but" in msg:
+        raise ValueError(f"{msg.rstrip('.')}. Pass X with the columns the model was fitted "
+                         f"on, in the same order.") from None
     if msg.startswith("Expected 2D array"):
         shape = tuple(np.shape(X)) if not is_dask_array(X) else tuple(X.shape)
         kind = "a scalar" if not shape else f"a 1-d array of shape {shape}"

@@ -765,3 +765,20 @@ def test_one_class_and_bad_scale_messages_show_values_not_numpy_reprs():
         fastep.kernels.RBF(1.0, np.array([1.0, -1.0]))
     with pytest.raises(ValueError, match=r"'variance' must be positive and finite; got nan"):
         fastep.kernels.RBF(float("nan"), 1.0)
+
+
+def test_row_mismatches_and_feature_counts_name_x_y_and_the_fix():
+    """0.3 gave scikit-learn's "Found input variables with inconsistent numbers of
+    samples: [20, 19]" (naming neither X nor y) and "X has 2 features, but ... is
+    expecting 3" with no fix (found by a new-user trial)."""
+    X = np.random.default_rng(0).normal(size=(20, 3))
+    y = np.r_[np.zeros(10), np.ones(10)]
+    for est in (EPGaussianProcessClassifier(), fastep.EPGaussianProcessRegressor(),
+                CensoredGPRegressor(lower=0.0)):
+        with pytest.raises(ValueError, match=r"X and y must have the same number of rows; "
+                                             r"got 20 and 19\. Pass the targets"):
+            est.fit(X, y[:-1])
+    est = EPGaussianProcessClassifier(optimizer=None).fit(X, y)
+    with pytest.raises(ValueError, match=r"X has 2 features, but .* expecting 3 .*Pass X "
+                                         r"with the columns the model was fitted on"):
+        est.predict_proba(X[:, :2])

@@ -7,9 +7,8 @@ from numbers import Real
 import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_consistent_length
 
-from .._checks import validate_X, validate_column
+from .._checks import same_rows, validate_X, validate_column
 from ..typing import Array, ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, RandomStateLike
 from .._dask import is_dask_array, scalar_data
 from ..backend import resolve
@@ -145,7 +144,7 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         else:
             X = validate_X(self, X, dtype=np.float64)
             y = validate_column(y, dtype=np.float64, warn=True)  # NaN allowed: interval-censored
-            check_consistent_length(X, y)
+            same_rows(X, y)
             y, lo_arr, up_arr = check_censored_data(y, lo, up)
         if self.inference == "laplace" and (self.device != "cpu" or self.n_inducing is not None
                                             or self.inducing_points is not None):

@@ -9,9 +9,9 @@ import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.metrics import r2_score
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.validation import check_consistent_length, check_is_fitted
+from sklearn.utils.validation import check_is_fitted
 
-from .._checks import validate_X, validate_column
+from .._checks import same_rows, validate_X, validate_column
 from ..typing import Array, ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, RandomStateLike
 from .._caller import user_stacklevel
 from .._dask import is_dask_array, scalar_data
@@ -206,7 +206,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         else:
             X = validate_X(self, X, dtype=np.float64)
             y = validate_column(y, dtype=np.float64, warn=True)  # NaN allowed: Tobit intervals
-            check_consistent_length(X, y)
+            same_rows(X, y)
             likelihood = self._data(self._make_likelihood(), X.shape[0], data)
             y = likelihood.encode_targets(y)
             X = np.ascontiguousarray(X)
