@@ -359,14 +359,16 @@ class CPUBackend(HostGram, Backend):
         """Reused buffers: a sweep then allocates (and page-faults) nothing n x n."""
         return np.empty((n, n)), np.empty((n, n))
 
-    def cholesky(self, a, what):
+    @staticmethod
+    def _fortran_symmetric(a):
+        """The symmetric ``a`` as an F-ordered array LAPACK may overwrite: itself, its
+        transpose (the same matrix) where it is C-ordered, else an F-ordered copy."""
         if a.flags.f_contiguous:
-            f = a
-        elif a.flags.c_contiguous:
-            f = a.T                      # symmetric: the transpose is the same matrix
-        else:
-            f = np.asfortranarray(a)
-        return cholesky_inplace(f, what)
+            return a
+        return a.T if a.flags.c_contiguous else np.asfortranarray(a)
+
+    def cholesky(self, a, what):
+        return cholesky_inplace(self._fortran_symmetric(a), what)
 
     def solve_lower(self, L, B, trans=False, overwrite=False):
         vector = B.ndim == 1
@@ -398,9 +400,7 @@ class CPUBackend(HostGram, Backend):
         n = a.shape[0]
         if n > BLOCK_THRESHOLD or not recursive:   # above: where dpotrf is blocked (_linalg)
             return super().cholesky_inverse(a, what, out)
-        f = a.T if a.flags.c_contiguous else a        # symmetric: the transpose is a
-        if not f.flags.f_contiguous:
-            f = np.asfortranarray(a)
+        f = self._fortran_symmetric(a)
         diag = cholesky_inverse_inplace(f, what)
         select(n).zero_upper(f)
         return f, diag

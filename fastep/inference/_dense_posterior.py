@@ -80,7 +80,6 @@ class _Posterior:
         # posterior of the same run may hold: a caller builds a new posterior only once it
         # is done with the old one (even where this one fails)
         B = be.build_b(K, s, work[0])
-        trace = float(xp.sum(tau_pos * kdiag))      # cond(B) <= 1 + trace
         # Two forms of var_i, each cancelling where the other does not:
         # K_ii - |V e_i|^2 (V = L^-1 S^1/2 K) where Sigma_ii << K_ii (tau_i K_ii large), and
         # (1 - (B^-1)_ii) / tau_i (S^1/2 Sigma S^1/2 = I - B^-1) where tau_i Sigma_ii << 1.
@@ -94,6 +93,7 @@ class _Posterior:
                 L, li = be.cholesky(B, what), None
                 l_diag = xp.diagonal(L)
             else:
+                trace = float(xp.sum(tau_pos * kdiag))      # cond(B) <= 1 + trace
                 L, (li, l_diag) = None, be.cholesky_inverse(B, what, work[1],
                                                             recursive=trace <= RECURSIVE_MAX_T)
         except NotPositiveDefiniteError as exc:
