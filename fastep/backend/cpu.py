@@ -241,6 +241,38 @@ def evidence_site_terms(log_z, mu_cav, var_cav, mean, var):
     return acc
 
 
+# an m x 1 (or 1 x c) G is both F- and C-contiguous, and Numba types it as C
+@jit([i8(f8[::1, :], f8_1d), i8(f8[:, ::1], f8_1d)], nogil=True)
+def split_by_sign(G, tau):
+    """The columns of the F-ordered m x c ``G`` reordered in place, those with tau_j >= 0
+    first, times sqrt(tau_j), then the others, times sqrt(-tau_j); returns how many come
+    first (p), so that ``G diag(tau) G^T = G_+ G_+^T - G_- G_-^T`` with ``G_+ = G[:, :p]``,
+    ``G_- = G[:, p:]``: two dsyrk on contiguous blocks for a sum whose weights have both
+    signs (the change of sites in a chunk-sequential block, the gradient's d psi / d v),
+    without gathering columns into new arrays (whose first touch cost about a third of
+    the chunk's dsyrk).  Runs without the GIL, in the streamed passes' worker threads."""
+    m, c = G.shape
+    t = tau.copy()
+    i, j = 0, c - 1
+    while True:
+        while i <= j and t[i] >= 0.0:
+            i += 1
+        while i <= j and t[j] < 0.0:
+            j -= 1
+        if i >= j:
+            break
+        for r in range(m):
+            G[r, i], G[r, j] = G[r, j], G[r, i]
+        t[i], t[j] = t[j], t[i]
+        i += 1
+        j -= 1
+    for k in range(c):
+        s = math.sqrt(abs(t[k]))
+        for r in range(m):
+            G[r, k] *= s
+    return i
+
+
 PARALLEL_MIN_N = 2048
 
 
@@ -448,13 +480,13 @@ class CPUBackend(HostGram, Backend):
 
     def accumulate(self, P, b, G, tau, nu):
         b += G @ nu
-        if np.all(tau >= 0):
-            G *= np.sqrt(tau)
-            syrk_lower_nogil(1.0, G, P)
-            return
-        for sign, part in ((1.0, tau > 0), (-1.0, tau < 0)):
-            if np.any(part):
-                syrk_lower_nogil(sign, G[:, part] * np.sqrt(sign * tau[part]), P)
+        if not G.flags.f_contiguous:
+            G = np.asfortranarray(G)
+        tau = np.ascontiguousarray(tau, dtype=np.float64)
+        split = split_by_sign(G, tau)
+        syrk_lower_nogil(1.0, G[:, :split], P)
+        if split < G.shape[1]:
+            syrk_lower_nogil(-1.0, G[:, split:], P)
 
     # --- EP site loops --------------------------------------------------------------
     def site_inputs(self, likelihood, y, extra):

@@ -131,6 +131,25 @@ def test_rank_updates_and_products_equal_the_dense_formulas():
     np.testing.assert_allclose(var, np.sum(G * G, axis=0), rtol=1e-12)
 
 
+@pytest.mark.parametrize("signs", ["mixed", "negative", "zeros", "c_ordered"])
+def test_a_rank_update_with_weights_of_both_signs_equals_the_dense_formula(signs):
+    """``accumulate`` with some weights negative (a chunk-sequential block's change of
+    sites, the gradient's d psi / d v) splits G's columns by sign in place
+    (:func:`fastep.backend.cpu.split_by_sign`) for two dsyrk."""
+    rng = np.random.default_rng(3)
+    m, c = 7, 53
+    G = rng.normal(size=(m, c))
+    tau = {"mixed": rng.normal(size=c), "negative": -rng.uniform(0.1, 1, c),
+           "zeros": np.where(rng.random(c) < 0.5, 0.0, rng.normal(size=c)),
+           "c_ordered": rng.normal(size=c)}[signs]
+    nu = rng.normal(size=c)
+    P, b = np.tril(rng.normal(size=(m, m))).copy(order="F"), rng.normal(size=m)
+    want_P, want_b = np.tril(P + G @ np.diag(tau) @ G.T), b + G @ nu
+    CPU.accumulate(P, b, G.copy(order="C" if signs == "c_ordered" else "F"), tau, nu)
+    np.testing.assert_allclose(np.tril(P), want_P, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(b, want_b, rtol=1e-12, atol=1e-12)
+
+
 def test_a_matrix_that_is_not_positive_definite_is_named():
     with pytest.raises(fastep.NotPositiveDefiniteError, match="the test matrix"):
         CPU.cholesky(np.array([[1.0, 2.0], [2.0, 1.0]], order="F"), "the test matrix")
