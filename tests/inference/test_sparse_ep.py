@@ -445,6 +445,44 @@ def test_gradient_without_the_inputs_is_the_same_gradient(data):
     np.testing.assert_array_equal(part[2], full[2])
 
 
+@pytest.mark.parametrize("power", [1.0, 0.5])
+@pytest.mark.parametrize("name", ["probit", "student_t"])
+def test_closing_pass_takes_the_gradients_first_pass(data, name, power):
+    """With ``keep_gram`` (ML-II's evaluations) a chunk-sequential run's closing pass takes
+    the sums of the gradient's first pass (in q's coordinates, :func:`gradient_sums`); the
+    gradient from them equals the two-pass gradient and central differences of log Z, and
+    is taken once.  The parallel schedule has no closing pass and keeps none."""
+    from fastep.backend import resolve
+    from fastep.inference.sparse_ep import run_sparse_ep
+    from fastep.likelihoods import StudentT
+    X, f, yb, _, Z = data
+    y, lik = (yb, Probit()) if name == "probit" else (f + 0.2 * np.cos(3 * X[:, 1]),
+                                                      StudentT(4.0, 0.3))
+    be, k = resolve("cpu"), RBF(1.5, [1.1, 0.8])
+
+    def run(kernel, **kw):
+        return run_sparse_ep(be, kernel, Z, X, y, lik, power, None, 1e-12, 3000, chunk_size=7,
+                             keep_gram=True, **kw)
+    fused = run(k)
+    assert fused._first_pass is not None and fused._first_pass[0] is lik
+    got = sparse_ep_gradient(fused, k, X, y, lik, chunk_size=7, inputs=False)
+    assert fused._first_pass is None and fused._gram is None
+    plain = run(k)
+    plain._first_pass = None
+    want = sparse_ep_gradient(plain, k, X, y, lik, chunk_size=7, inputs=False)
+    for a, b in zip(got[::2], want[::2]):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-10)
+    h, theta = 1e-5, k.theta
+    for i in range(theta.size):
+        ends = []
+        for sign in (1.0, -1.0):
+            kk = k.clone_with_theta(theta + sign * h * np.eye(theta.size)[i])
+            ends.append(run(kk).log_marginal_likelihood)
+        fd = (ends[0] - ends[1]) / (2 * h)
+        assert got[0][i] == pytest.approx(fd, rel=1e-5, abs=1e-6)
+    assert run(k, method="parallel")._first_pass is None
+
+
 @pytest.mark.parametrize("mapped", [False, True])
 def test_kept_gram_matrix_gives_the_same_warm_run_and_gradient(data, monkeypatch, mapped):
     """ML-II's evaluations: a warm start's pass fills the Gram cache that the sweeps and the

@@ -8,7 +8,7 @@ import math
 from .._sweep import StepTurn, halve_towards
 from ._loop import ChunkSequentialSites
 from ._posterior import _InducingPosterior, _on_backend
-from ._sweep import SweepSums, _SweepPart, _sum_parts, warm_rows
+from ._sweep import SweepSums, _SweepPart, _sum_parts, gradient_sums, warm_rows
 
 
 class _LocalSites(ChunkSequentialSites):
@@ -25,6 +25,9 @@ class _LocalSites(ChunkSequentialSites):
         n_workers = be.n_workers(self.n, m, chunk_size)
         self.parts = [_SweepPart(be, k, n_workers, self.n, m, chunk_size)
                       for k in range(n_workers)]
+        # ``gradient``: an evaluation pass also takes the evidence gradient's first-pass
+        # sums (``first_pass``, for one :func:`sparse_ep_gradient`; ML-II's evaluations)
+        self.gradient, self.first_pass = False, None
 
     def warm_pass(self, build):
         """d_i at the given sites, ``K(X, Z)`` into the Gram cache and (``build``) the sums
@@ -53,10 +56,13 @@ class _LocalSites(ChunkSequentialSites):
         ctx, be, xp = self.ctx, self.ctx.be, self.ctx.be.xp
         args = (ctx, _on_backend(be, q, prior=prior), self.tau, self.nu, self.new_tau,
                 self.new_nu, first, damping)
+        gradient = self.gradient and not sums
         skipped = sum(r[0] for r in be.run_all(
-            [functools.partial(part.sweep, *args, sums=sums) for part in self.parts]))
+            [functools.partial(part.sweep, *args, sums=sums, gradient=gradient)
+             for part in self.parts]))
         ok = xp.isfinite(ctx.site_ev)
         out = SweepSums(skipped, float(xp.sum(ctx.site_ev[ok])), math.nan)
+        self.first_pass = gradient_sums(be, self.parts, q.L_P) if gradient else None
         if sums:
             out.P_G, out.b_G = _sum_parts(be, self.parts)
             out.change, out.turn = self.turn(xp, self.tau, self.nu, self.new_tau, self.new_nu)

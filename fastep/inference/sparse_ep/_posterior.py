@@ -62,6 +62,9 @@ class SparseEPResult(EPResultBase):
     #: ``K(X, Z)`` at the run's kernel, kept for one :func:`sparse_ep_gradient`, which drops
     #: it (``run_sparse_ep(keep_gram=True)``, as ML-II's evaluations ask; None otherwise)
     _gram: Optional[Array] = field(default=None, repr=False)
+    #: ``(likelihood, V a, V diag(c) V^T, d/dlog lik)``: the gradient's first pass, taken in
+    #: the closing pass of a chunk-sequential run with ``keep_gram`` (None otherwise)
+    _first_pass: Optional[tuple] = field(default=None, repr=False)
 
     def predict_latent(self, kernel: Kernel, X: ArrayLike) -> Tuple[Array, Array]:
         """Latent predictive mean and variance at X (kernel: the one used in the fit); lazy

@@ -170,7 +170,9 @@ def run_sparse_ep(backend, kernel, Z, X, y, likelihood, power, damping, tol, max
     Power EP, ``method`` the ``schedule``.  The data (Z, X, y, sites, chunk size) are
     checked here.  ``keep_gram``: the result keeps the run's Gram cache ``K(X, Z)`` (where
     it had one) for one :func:`sparse_ep_gradient` at the run's kernel and rows, which then
-    computes no kernel values and drops it."""
+    computes no kernel values and drops it; a chunk-sequential run's closing pass also
+    takes that gradient's first pass (its sums, kept with the result for this
+    ``likelihood``), so the gradient makes one pass over the data instead of two."""
     be, alpha, schedule = backend, power, method
     damping, adaptive = damping_rule(damping)
     robust = (not likelihood.log_concave) if robust is None else robust
@@ -212,6 +214,7 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
     ctx = sweep_context(be, kernel, likelihood, Z, L_uu, Xv, y, extra, alpha, cold=not warm,
                         cache=be.gram_cache(Xv, n, m, gram_cache))
     sites = _LocalSites(ctx, tau, nu, chunk_size)
+    sites.gradient = keep_gram
     ctl = SweepControl("sparse EP", damping, adaptive, tol, max_iter, callback)
     q, ctl, log_ev, skipped = drive(sites, L_uu, q, warm, ctl, schedule, robust)
     mean, var, resid = ctx.mean, ctx.var, ctx.resid
@@ -224,7 +227,9 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
                           cavity_mean=host(mu_cav), cavity_var=host(var_cav + resid),
                           alpha=float(alpha), inducing_points=Z, history=ctl.history,
                           resid=host(resid), _q=q, _backend=be,
-                          _gram=ctx.cache if keep_gram else None)
+                          _gram=ctx.cache if keep_gram else None,
+                          _first_pass=(None if sites.first_pass is None else
+                                       (likelihood, *sites.first_pass)))
 
 
 def sparse_posterior_from_state(kernel, Z, X, y, likelihood, alpha, site_tau, site_nu, L_P, b,
@@ -292,8 +297,11 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
     marginals = tuple(be.asarray(a) for a in (result.mean, result.var - result.resid,
                                               result.resid))
 
-    # K(X, Z) from the EP run at the same kernel, where it kept it (ML-II's evaluations)
+    # K(X, Z) from the EP run at the same kernel, where it kept it (ML-II's evaluations),
+    # and the first pass's sums where its closing pass took them for this likelihood
     gram = result._gram if result._gram is not None and result._gram.shape == (n, m) else None
+    first = result._first_pass
+    first = first[1:] if first is not None and first[0] is likelihood else None
 
     def in_parts(pass_, *per_site):
         """``sum_k pass_(chunks k, k + T, ...)`` over the backend's T workers, in order;
@@ -307,7 +315,8 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
         return _add_all(be.run_all(jobs))
 
     with be.threads_for(m):
-        gradient_second_constants(c, *in_parts(gradient_first, marginals))
+        Va, U, d_lik = in_parts(gradient_first, marginals) if first is None else first
+        gradient_second_constants(c, be.asarray(Va), U, d_lik)
         out = gradient_finish(c, *in_parts(gradient_second))
-    result._gram = None                     # kept for one gradient: n x m numbers freed
+    result._gram = result._first_pass = None    # kept for one gradient: n x m numbers freed
     return out

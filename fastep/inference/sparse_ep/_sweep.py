@@ -12,7 +12,7 @@ import numpy as np
 
 from ..._sites import SiteBuffers
 from .._sweep import site_change
-from ._posterior import _InducingPosterior
+from ._posterior import _InducingPosterior, _symmetrise_lower
 
 
 def warm_rows(ctx, chunks, tau, nu, build, P_G=None, b_G=None):
@@ -75,7 +75,8 @@ def sweep_context(be, kernel, likelihood, Z, L_uu, X, y, extra, alpha, cold,
     xp, n = be.xp, X.shape[0]
     return SimpleNamespace(
         be=be, kernel=kernel, Z=xp.ascontiguousarray(be.asarray(Z)), rows=be.rows(X),
-        data=be.site_inputs(likelihood, y, extra), cache=cache, cold=cold,
+        likelihood=likelihood, data=be.site_inputs(likelihood, y, extra), cache=cache,
+        cold=cold,
         tilted=likelihood.scalar_tilted, clip=bool(likelihood.log_concave), alpha=float(alpha),
         cached=False, resid=xp.empty(n), mean=xp.empty(n), var=xp.empty(n),
         site_ev=xp.empty(n), mu_cav=xp.empty(n), var_cav=xp.empty(n),
@@ -119,16 +120,20 @@ class _SweepPart:
         self.buffer = xp.empty((m, min(n, chunk_size)), order="F")
         self.spare = None                  # a second such buffer, for a cold first sweep
         self.P_G, self.b_G = xp.zeros((m, m), order="F"), xp.zeros(m)
+        self.d_lik = None
 
-    def sweep(self, ctx, q, tau, nu, new_tau, new_nu, first, damping, chunks=None, sums=True):
+    def sweep(self, ctx, q, tau, nu, new_tau, new_nu, first, damping, chunks=None, sums=True,
+              gradient=False):
         """Parallel EP over this part's chunks from ``q``, steps of ``damping``.  With
         ``chunks`` given (a block of the chunk-sequential schedule) the new sites are
         adopted at once and only their change enters the sums; ``sums=False`` (an
-        evaluation pass) skips the sums.  Returns
+        evaluation pass) skips the sums, and ``gradient`` then takes the sums of the
+        evidence gradient's first pass in their place (:func:`gradient_sums`).  Returns
         ``(sites skipped, largest site change)``."""
         be, xp = ctx.be, ctx.be.xp
         self.P_G[...] = 0.0
         self.b_G[...] = 0.0
+        self.d_lik = 0.0
         skipped, change = 0, 0.0
         for c0, c1 in self.chunks if chunks is None else chunks:
             sl, At = slice(c0, c1), self.buffer[:, : c1 - c0]
@@ -159,11 +164,42 @@ class _SweepPart:
             if chunks is None:
                 if sums:
                     be.accumulate(self.P_G, self.b_G, G, new_tau[sl], new_nu[sl])
+                elif gradient:
+                    self.d_lik = self.d_lik + self._gradient_terms(ctx, G, sl, tau, nu)
                 continue
             change = max(change, site_change(xp, tau[sl], nu[sl], new_tau[sl], new_nu[sl]))
             be.accumulate(self.P_G, self.b_G, G, new_tau[sl] - tau[sl], new_nu[sl] - nu[sl])
             tau[sl], nu[sl] = new_tau[sl], new_nu[sl]
         return skipped, change
+
+    def _gradient_terms(self, ctx, G, sl, tau, nu):
+        """Into ``P_G``, ``b_G``: the chunk's ``G diag(c) G^T`` and ``G a``, with a, c the
+        derivatives of its site terms of log Z in the marginal mean and variance of h_i
+        (at the marginals just computed); returns their sum of d/dlog(likelihood params).
+        Overwrites G."""
+        be, data = ctx.be, ctx.data
+        with be.compiled():
+            g_mu, g_var, _, g_lik = _site_derivatives(
+                be, ctx.likelihood, data.y[sl], data.extra[sl], ctx.mean[sl], ctx.var[sl],
+                ctx.resid[sl], tau[sl], nu[sl], ctx.alpha)
+        be.accumulate(self.P_G, self.b_G, G, g_var, g_mu)
+        return be.to_host(g_lik.sum(0))
+
+
+def gradient_sums(be, parts, L_P):
+    """The evidence gradient's first-pass sums ``(V a, V diag(c) V^T, d/dlog lik)``
+    (:func:`~fastep.inference.sparse_ep._gradient.gradient_first`, host arrays, the m x m
+    one symmetric) from an evaluation pass that took them in q's coordinates
+    (:meth:`_SweepPart.sweep` with ``gradient``): there ``G = L_P^-1 V``, so ``V a =
+    L_P (G a)`` and ``V diag(c) V^T = L_P (G diag(c) G^T) L_P^T``.  ML-II's evaluations
+    thus take their first gradient pass inside EP's closing pass, where G and the
+    marginals are at hand, instead of another pass over the data."""
+    U_G, a_G = _sum_parts(be, parts)
+    U = L_P @ _symmetrise_lower(U_G) @ L_P.T
+    d_lik = parts[0].d_lik
+    for part in parts[1:]:
+        d_lik = d_lik + part.d_lik
+    return L_P @ a_G, 0.5 * (U + U.T), np.asarray(d_lik, dtype=float)
 
 
 def _site_derivatives(be, lik, y, extra, mean, var, resid, tau, nu, alpha):
