@@ -326,7 +326,8 @@ def evaluation_parts(X, y, Z, start, parts=False):
         if parts:
             _local._LocalSites.warm_pass = original
     grad = functools.partial(_run.sparse_ep_gradient, res, KERNEL_B, X, y, lik, inputs=False)
-    t_kept, _ = seconds(grad)                    # it drops what the run kept for it
+    t_kept, _ = seconds(grad)
+    res._gram = res._first_pass = None           # (the gradient drops them itself now)
     t_computed, _ = seconds(grad)
     return {"pass": one_pass, "EP": t_ep, "EP sweeps": res.n_iter,
             "warm pass": warm[0] if warm else np.nan, "gradient": t_kept,

@@ -482,7 +482,7 @@ class CPUBackend(HostGram, Backend):
         b += G @ nu
         if not G.flags.f_contiguous:
             G = np.asfortranarray(G)
-        tau = np.ascontiguousarray(tau, dtype=np.float64)
+        tau = np.require(tau, np.float64, ("C", "W"))      # the compiled split's type
         split = split_by_sign(G, tau)
         syrk_lower_nogil(1.0, G[:, :split], P)
         if split < G.shape[1]:

@@ -176,7 +176,8 @@ class LatentGP:
     def run(self, sites=None, tol=None, max_iter=None, outer=None, keep_gram=False):
         """EP at the current parameters (warm-started from ``sites = (tau, nu)``); ``outer``
         is an outer update of the likelihood data run inside dense EP's sweep loop
-        (:func:`fastep.ep`); ``keep_gram``: a sparse result keeps ``K(X, Z)`` for one
+        (:func:`fastep.ep`); ``keep_gram``: a sparse result keeps ``K(X, Z)`` (and the
+        gradient's first-pass sums, taken in EP's closing pass) for one
         :meth:`gradient`.  The EP parameters were checked by the estimator's ``fit``:
         this runs :func:`~fastep.inference.ep.run_ep` and
         :func:`~fastep.inference.sparse_ep.run_sparse_ep`, which do not check them again."""

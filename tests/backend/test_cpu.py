@@ -131,7 +131,7 @@ def test_rank_updates_and_products_equal_the_dense_formulas():
     np.testing.assert_allclose(var, np.sum(G * G, axis=0), rtol=1e-12)
 
 
-@pytest.mark.parametrize("signs", ["mixed", "negative", "zeros", "c_ordered"])
+@pytest.mark.parametrize("signs", ["mixed", "negative", "zeros", "c_ordered", "read_only"])
 def test_a_rank_update_with_weights_of_both_signs_equals_the_dense_formula(signs):
     """``accumulate`` with some weights negative (a chunk-sequential block's change of
     sites, the gradient's d psi / d v) splits G's columns by sign in place
@@ -141,7 +141,8 @@ def test_a_rank_update_with_weights_of_both_signs_equals_the_dense_formula(signs
     G = rng.normal(size=(m, c))
     tau = {"mixed": rng.normal(size=c), "negative": -rng.uniform(0.1, 1, c),
            "zeros": np.where(rng.random(c) < 0.5, 0.0, rng.normal(size=c)),
-           "c_ordered": rng.normal(size=c)}[signs]
+           "c_ordered": rng.normal(size=c), "read_only": rng.normal(size=c)}[signs]
+    tau.flags.writeable = signs != "read_only"
     nu = rng.normal(size=c)
     P, b = np.tril(rng.normal(size=(m, m))).copy(order="F"), rng.normal(size=m)
     want_P, want_b = np.tril(P + G @ np.diag(tau) @ G.T), b + G @ nu

@@ -1,6 +1,8 @@
 """The evidence gradient of sparse Power EP as two streamed passes over chunks of rows
 (:func:`fastep.inference.sparse_ep.sparse_ep_gradient`; on a Dask cluster, the same
-passes as maps over its chunks)."""
+passes as maps over its chunks).  After a chunk-sequential run in ML-II the first pass
+was taken in EP's closing pass (:func:`~fastep.inference.sparse_ep._sweep.gradient_sums`),
+and only the second runs here."""
 from __future__ import annotations
 
 from types import SimpleNamespace

@@ -52,7 +52,9 @@ class _LocalSites(ChunkSequentialSites):
 
     def sweep(self, q, prior, first, damping, sums=True):
         """Parallel EP proposals for every site from ``q`` (into ``new_tau``, ``new_nu``),
-        and the marginals and site terms at the current sites."""
+        and the marginals and site terms at the current sites; an evaluation pass
+        (``sums=False``) of a run that asked for ``gradient`` also leaves the gradient's
+        first-pass sums in ``first_pass``."""
         ctx, be, xp = self.ctx, self.ctx.be, self.ctx.be.xp
         args = (ctx, _on_backend(be, q, prior=prior), self.tau, self.nu, self.new_tau,
                 self.new_nu, first, damping)

@@ -32,7 +32,8 @@ class Sites(abc.ABC):
     def sweep(self, q, prior, first, damping, sums=True):
         """Parallel EP from ``q`` (``prior``: q is the prior) with steps of ``damping``:
         the proposed sites kept aside, a :class:`SweepSums` returned (``sums=False``, an
-        evaluation pass: without the m x m sums)."""
+        evaluation pass: without the m x m sums of q, though this process's sites may take
+        the gradient's first-pass sums there, :class:`_LocalSites`)."""
 
     @abc.abstractmethod
     def adopt(self):

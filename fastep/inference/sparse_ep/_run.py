@@ -259,7 +259,10 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
     backend that ran EP: the first collects ``V a`` and ``U = V diag(c) V^T`` (a, c:
     derivatives of the site terms in the marginal mean and variance), the second forms
     ``G = dlogZ/dV`` per chunk and contracts it with the kernel derivatives.  The chunks
-    of each pass are shared among the backend's workers as in :func:`sparse_ep`.
+    of each pass are shared among the backend's workers as in :func:`sparse_ep`.  A
+    result of ``run_sparse_ep(keep_gram=True)`` with the chunk-sequential schedule carries
+    the first pass's sums from its closing pass (for the likelihood it ran with): then
+    only the second pass runs.
 
     Examples
     --------
