@@ -17,6 +17,7 @@ import json
 import numbers
 import os
 import secrets
+import warnings
 import zipfile
 from typing import Any, Dict, Union
 
@@ -145,6 +146,10 @@ def save_model(estimator: Any, path: Union[str, "os.PathLike[str]"]) -> None:
     names = getattr(estimator, "feature_columns_", None)
     if names is not None:                  # the table columns `fastep fit` read
         header["feature_columns"] = [str(v) for v in names]
+    scaling = getattr(estimator, "feature_scaling_", None)
+    if scaling is not None:                # their mean and sd, which `fastep fit` fitted on
+        header["feature_scaling"] = {"mean": [float(v) for v in scaling[0]],
+                                     "sd": [float(v) for v in scaling[1]]}
     path = os.fspath(path)
     tmp, fd = _temporary_beside(path)
     try:
@@ -193,6 +198,9 @@ def load_model(path: Union[str, "os.PathLike[str]"]) -> Any:
     """Load a model written by :func:`save_model`; predictions round-trip exactly.
 
     The model predicts on the CPU (``device="cpu"``), whatever device it was fitted on.
+    A model that ``fastep fit`` fitted on standardised feature columns (its default) holds
+    their training means and sds as ``feature_scaling_ = (mean, sd)`` and takes
+    ``(X - mean) / sd`` in its predict methods; loading one says so (a ``UserWarning``).
 
     Raises
     ------
@@ -214,7 +222,13 @@ def load_model(path: Union[str, "os.PathLike[str]"]) -> Any:
     >>> type(back).__name__, bool((back.predict(X) == reg.predict(X)).all())
     ('SparseGPRegressor', True)
     """
-    return _read(path)[0]
+    est = _read(path)[0]
+    if getattr(est, "feature_scaling_", None) is not None:
+        warnings.warn(f"{os.fspath(path)} was fitted by `fastep fit` on standardised feature "
+                      f"columns: its predict methods take (X - mean) / sd, where (mean, sd) = "
+                      f"model.feature_scaling_ (`fastep predict` applies it itself).",
+                      UserWarning, stacklevel=2)
+    return est
 
 
 def _read(path):
@@ -289,10 +303,30 @@ def _read(path):
                     and len(names) == est.n_features_in_):
                 raise ValueError(f"'feature_columns' must be {est.n_features_in_} strings")
             est.feature_columns_ = names
+        scaling = header.get("feature_scaling")
+        if scaling is not None:
+            est.feature_scaling_ = _feature_scaling(scaling, est.n_features_in_)
     except (ValueError, TypeError, KeyError, IndexError, RecursionError,
             np.linalg.LinAlgError) as exc:
         raise ValueError(f"{path}: not a valid {name} model file: {str(exc)[:300]}") from None
     return est, header, arrays
+
+
+def _feature_scaling(scaling, d):
+    """``(mean, sd)`` arrays from a header's 'feature_scaling', checked."""
+    if not (isinstance(scaling, dict) and set(scaling) == {"mean", "sd"}):
+        raise ValueError("'feature_scaling' must be an object with 'mean' and 'sd'")
+    out = []
+    for key in ("mean", "sd"):
+        values = scaling[key]
+        if not (isinstance(values, list) and len(values) == d and all(
+                isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values)):
+            raise ValueError(f"'feature_scaling' {key!r} must be {d} numbers")
+        out.append(np.array(values, dtype=float))
+    if not (np.all(np.isfinite(out[0])) and np.all(np.isfinite(out[1]))
+            and np.all(out[1] > 0.0)):
+        raise ValueError("'feature_scaling' must hold finite means and positive sds")
+    return out[0], out[1]
 
 
 def describe_model(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
@@ -334,6 +368,9 @@ def describe_model(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     names = getattr(est, "feature_columns_", None)
     if names is not None:
         out["feature columns"] = list(names)
+    if getattr(est, "feature_scaling_", None) is not None:
+        out["feature scaling"] = ("standardised by `fastep fit` (each column's training mean "
+                                  "and sd); fastep predict applies it")
     if classes is not None:
         out["classes"] = [c.item() if hasattr(c, "item") else c for c in classes]
     if getattr(est, "inducing_points_", None) is not None:

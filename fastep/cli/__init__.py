@@ -114,6 +114,11 @@ def main(argv=None):
                    help="most EP sweeps (default: the estimator's, 100 or 200); multiclass: "
                    "most iterations of GWI's optimiser (default 200)")
     p.add_argument("--no-optimize", action="store_true", help="keep the kernel fixed")
+    p.add_argument("--standardize", action=argparse.BooleanOptionalAction, default=True,
+                   help="fit on the feature columns standardised to mean 0 and sd 1 (the "
+                   "model file keeps each column's mean and sd, and fastep predict applies "
+                   "them; default); --no-standardize fits the raw columns, e.g. coordinates "
+                   "in one unit whose spreads differ on purpose")
     p.add_argument("--scheduler", help="run on the Dask scheduler at this address")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_fit)

@@ -10,10 +10,11 @@ from ._tables import ROW_DATA, _bad_cell, _check_output, _named, _row_data_specs
 
 
 def cmd_predict(args):
-    from fastep import load_model
     from fastep.io import TableWriter, column_names, iter_rows, n_rows
+    from fastep.persistence import _read
     _check_output(args.output)
-    est = load_model(args.model)
+    est = _read(args.model)[0]              # (load_model's note on standardised inputs is
+    scaling = getattr(est, "feature_scaling_", None)    # for Python: applied below)
     d = est.n_features_in_
     names = column_names(args.data)
     columns = _predict_columns(args, est, names)
@@ -69,6 +70,8 @@ def cmd_predict(args):
             where = _bad_cell(~np.isfinite(block[k]), done + k, [names[j] for j in columns])
             raise ValueError(f"DATA: {where}.")
         data = {key: _row_values(key, extra[:, i]) for i, key in enumerate(keys)}
+        if scaling is not None:                 # as `fastep fit` standardised the columns
+            block = (block - scaling[0]) / scaling[1]
         writer.write(predict(block, **data))
         done += block.shape[0]
     writer.close()

@@ -1,5 +1,7 @@
 """The batch CLI for every model: fit, save, predict round trips on CSV, .npy, Parquet
 and Zarr tables, and bad input that names the option to fix."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -8,6 +10,16 @@ from fastep import load_model
 from fastep.cli import main
 
 N = 160
+
+
+def _load(path):
+    """A model file that ``fastep fit`` wrote, and a function that standardises X as that
+    fit standardised its feature columns (the identity for one fitted on raw columns)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)     # load_model's note on scaling
+        est = load_model(path)
+    mean, sd = getattr(est, "feature_scaling_", (0.0, 1.0))
+    return est, lambda X: (np.asarray(X, dtype=float) - mean) / sd
 
 
 def _table(tmp_path, seed=0):
@@ -70,7 +82,13 @@ def test_fit_save_predict_round_trip(tmp_path, kind, capsys):
                  "x1,x2", "--no-optimize", *KINDS[kind]]) == 0
     assert main(["predict", str(model), str(tmp_path / "test.npy"), "-o", str(out),
                  "--chunk", "64"]) == 0
-    est = load_model(model)
+    with pytest.warns(UserWarning, match="standardised feature columns"):
+        est = load_model(model)       # fitted on standardised columns (fit's default)
+    train_X = np.column_stack([cols["x1"], cols["x2"]])
+    mean, sd = est.feature_scaling_
+    np.testing.assert_allclose(mean, train_X.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(sd, train_X.std(0), rtol=1e-12)
+    Xt = (Xt - mean) / sd
     got = np.load(out)
     capsys.readouterr()
     assert main(["info", str(model)]) == 0          # what the file holds, in words
@@ -81,6 +99,7 @@ def test_fit_save_predict_round_trip(tmp_path, kind, capsys):
     assert info["saved by"] == f"fastep {fastep.__version__}"
     assert info["kernel"] == str(est.kernel_) and info["features"] == "2"
     assert info["feature columns"] == "x1, x2"
+    assert info["feature scaling"].startswith("standardised by `fastep fit`")
     assert info["training rows"] == (str(N) if kind != "multiclass" else
                                      "not stored (the model keeps its inducing inputs only)")
     if hasattr(est, "classes_"):
@@ -111,9 +130,8 @@ def test_fit_save_predict_round_trip(tmp_path, kind, capsys):
         assert main(["predict", str(model), str(train), "-o", str(csv_out)]) == 0
         header = csv_out.read_text().splitlines()[0]
         assert header == "p_0,p_1"
-        X = np.column_stack([cols["x1"], cols["x2"]])
         np.testing.assert_allclose(np.loadtxt(csv_out, delimiter=",", skiprows=1),
-                                   est.predict_proba(X), rtol=1e-8)
+                                   est.predict_proba((train_X - mean) / sd), rtol=1e-8)
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "zarr"])
@@ -136,8 +154,9 @@ def test_parquet_and_zarr_tables(tmp_path, fmt):
     assert main(["predict", str(model), str(path), "-o", str(out), "--features",
                  "x1,x2"]) == 0
     X = np.column_stack([cols["x1"], cols["x2"]])
+    est, scaled = _load(model)
     np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1),
-                               load_model(model).predict_proba(X), rtol=1e-8)
+                               est.predict_proba(scaled(X)), rtol=1e-8)
 
 
 BAD = [
@@ -241,9 +260,9 @@ def test_fit_on_a_dask_scheduler(tmp_path):
                      cluster.scheduler_address, *args]) == 0
         _assert_no_client_left(distributed)
     assert main(["fit", str(train), "-o", str(tmp_path / "s.npz"), *args]) == 0
-    a, b = load_model(tmp_path / "d.npz"), load_model(tmp_path / "s.npz")
+    (a, sa), (b, sb) = _load(tmp_path / "d.npz"), _load(tmp_path / "s.npz")
     np.testing.assert_allclose(a.inducing_points_, b.inducing_points_)
-    np.testing.assert_allclose(a.predict_proba(Xt), b.predict_proba(Xt), rtol=1e-6)
+    np.testing.assert_allclose(a.predict_proba(sa(Xt)), b.predict_proba(sb(Xt)), rtol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["regression", "censored", "annotators"])
@@ -273,10 +292,12 @@ def test_scheduler_workers_read_the_table(tmp_path, capsys, kind):
         _assert_no_client_left(distributed)
     assert main(["fit", str(tmp_path / "train.npy"), "-o", str(tmp_path / "s.npz"),
                  *args]) == 0
-    a, b = load_model(tmp_path / "d.npz"), load_model(tmp_path / "s.npz")
+    (a, sa), (b, sb) = _load(tmp_path / "d.npz"), _load(tmp_path / "s.npz")
     # the cluster runs the parallel schedule, this process the chunk-sequential one: the
-    # same fixed point, each to EP's tolerance (tol=1e-6)
-    np.testing.assert_allclose(a.predict_latent(Xt), b.predict_latent(Xt), atol=1e-4)
+    # same fixed point, each to EP's tolerance (tol=1e-6); the cluster's column means and
+    # sds (dask's sums) equal this process's to rounding
+    np.testing.assert_allclose(a.feature_scaling_, b.feature_scaling_, rtol=1e-12)
+    np.testing.assert_allclose(a.predict_latent(sa(Xt)), b.predict_latent(sb(Xt)), atol=1e-4)
 
 
 def test_scheduler_feature_and_label_checks_on_dask_columns(in_process_dask):
@@ -317,13 +338,49 @@ def _fit_classifier(tmp_path, *extra):
     return model, cols
 
 
+def test_fit_standardises_the_features_unless_told_not_to(tmp_path, capsys):
+    """By default ``fastep fit`` fits on the feature columns standardised by their
+    training means and sds (numpy's), which the model file keeps and ``fastep predict``
+    applies: the same model as scikit-learn's ``StandardScaler`` and the estimator in
+    Python.  ``--no-standardize`` fits the raw columns and keeps no scaling."""
+    from sklearn.preprocessing import StandardScaler
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(120, 2)) * [1000.0, 0.001] + [5e4, -2.0]    # scales 10^6 apart
+    y = (np.sin((X[:, 0] - 5e4) / 700.0) + (X[:, 1] + 2.0) / 0.001 > 0).astype(float)
+    path, out = tmp_path / "t.csv", tmp_path / "p.csv"
+    _write_csv(path, {"area": X[:, 0], "smoothness": X[:, 1], "label": y})
+    assert main(["fit", str(path), "-o", str(tmp_path / "s.npz"), "--no-optimize"]) == 0
+    est, _ = _load(tmp_path / "s.npz")
+    scaler = StandardScaler().fit(X)
+    np.testing.assert_allclose(est.feature_scaling_[0], scaler.mean_, rtol=1e-12)
+    np.testing.assert_allclose(est.feature_scaling_[1], scaler.scale_, rtol=1e-12)
+    python = fastep.EPGaussianProcessClassifier(fastep.kernels.RBF(1.0, np.sqrt(2.0)),
+                                                optimizer=None).fit(scaler.transform(X), y)
+    assert main(["predict", str(tmp_path / "s.npz"), str(path), "-o", str(out)]) == 0
+    np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1),
+                               python.predict_proba(scaler.transform(X)), rtol=1e-6)
+    assert main(["fit", str(path), "-o", str(tmp_path / "r.npz"), "--no-optimize",
+                 "--no-standardize"]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                   # no note: it takes raw columns
+        raw = load_model(tmp_path / "r.npz")
+    assert not hasattr(raw, "feature_scaling_")
+    assert main(["predict", str(tmp_path / "r.npz"), str(path), "-o", str(out)]) == 0
+    np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1),
+                               raw.predict_proba(X), rtol=1e-8)
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "r.npz")]) == 0
+    assert "feature scaling" not in capsys.readouterr().out
+
+
 def test_predict_matches_columns_by_name(tmp_path, capsys):
     """A model fitted on a table with a header predicts another table by its column
     names, whatever their order or what stands beside them; a missing feature, or a
     table without names whose width is not the model's, is an error naming the fix."""
     model, cols = _fit_classifier(tmp_path)
-    expected = load_model(model).predict_proba(np.column_stack([cols["x1"], cols["x2"]]))
-    assert load_model(model).feature_columns_ == ["x1", "x2"]
+    est, scaled = _load(model)
+    expected = est.predict_proba(scaled(np.column_stack([cols["x1"], cols["x2"]])))
+    assert est.feature_columns_ == ["x1", "x2"]
     for order in (["x2", "x1"], ["label", "x1", "x2"], ["yreg", "x2", "label", "x1"]):
         path, out = tmp_path / "shuffled.csv", tmp_path / "p.csv"
         np.savetxt(path, np.column_stack([cols[c] for c in order]), delimiter=",",
@@ -360,7 +417,8 @@ def test_max_iter_and_inducing_points_reach_the_multiclass_model(tmp_path):
     model = tmp_path / "m.npz"
     assert main(["fit", str(train), "-o", str(model), "--model", "multiclass", "--target",
                  "cls3", "--features", "x1,x2", "--max-iter", "7", "--n-inducing", "12"]) == 0
-    assert load_model(model).max_iter == 7 and load_model(model).n_inducing == 12
+    est, _ = _load(model)
+    assert est.max_iter == 7 and est.n_inducing == 12
 
 
 def test_repeated_header_names_are_not_kept(tmp_path, capsys):
@@ -373,12 +431,13 @@ def test_repeated_header_names_are_not_kept(tmp_path, capsys):
                comments="")
     assert main(["fit", str(path), "-o", str(model), "--no-optimize"]) == 0
     assert "blank or repeated" in capsys.readouterr().err
-    assert not hasattr(load_model(model), "feature_columns_")
+    est, scaled = _load(model)
+    assert not hasattr(est, "feature_columns_")
     assert main(["predict", str(model), str(path), "-o", str(out)]) == 2
     assert "DATA has 3 named columns" in capsys.readouterr().err
     assert main(["predict", str(model), str(path), "-o", str(out), "--features", "0,1"]) == 0
     np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1),
-                               load_model(model).predict_proba(A), rtol=1e-10)
+                               est.predict_proba(scaled(A)), rtol=1e-10)
 
 
 def test_counts_fitted_with_exposure_predict_the_latent_only(tmp_path, capsys):
@@ -459,7 +518,8 @@ def test_per_row_exposure_and_limits_from_columns(tmp_path, capsys):
     import fastep
     rng = np.random.default_rng(3)
     n = 120
-    X = rng.normal(size=(n, 2))
+    X_raw = rng.normal(size=(n, 2))
+    X = X_raw
     f = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1]
     expo = rng.uniform(0.5, 3.0, size=n)
     lo = np.where(rng.random(n) < 0.5, -0.4, np.nan)       # empty cell: no limit
@@ -487,8 +547,9 @@ def test_per_row_exposure_and_limits_from_columns(tmp_path, capsys):
         table = counts_only if name == "counts, default features" else train
         assert main(["fit", str(table), "-o", str(model), "--no-optimize", *fit_args]) == 0, name
         assert main(["predict", str(model), str(table), "-o", str(out), *predict_args]) == 0
-        est, got = load_model(model), np.load(out)
+        (est, scaled), got = _load(model), np.load(out)
         assert est.n_features_in_ == 2 and est.feature_columns_ == ["x1", "x2"], name
+        X = scaled(X_raw)
         mean, std = est.predict_latent(X, return_std=True)
         np.testing.assert_allclose(got[:, :2], np.column_stack([mean, std]), rtol=1e-10)
         if name.startswith("counts"):

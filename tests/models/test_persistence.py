@@ -631,6 +631,37 @@ def test_feature_columns_round_trip_and_are_checked(tmp_path):
     _expect(tmp_path / "bad.npz", "'feature_columns' must be 2 strings")
 
 
+def test_feature_scaling_round_trips_warns_on_load_and_is_checked(tmp_path):
+    """``feature_scaling_`` (the columns' means and sds ``fastep fit`` standardised by) is
+    saved and loaded exactly, loading such a model says what its predict methods take, a
+    model without it loads silently, and a header whose scaling does not fit is refused."""
+    import warnings
+    X = np.linspace(-2, 2, 30).reshape(15, 2)
+    clf = fastep.EPGaussianProcessClassifier(optimizer=None).fit(X, (X[:, 0] > 0).astype(int))
+    mean, sd = np.array([0.1, 1e-300]), np.array([3.0, 1 / 3])
+    clf.feature_scaling_ = (mean, sd)
+    fastep.save_model(clf, tmp_path / "m.npz")
+    with pytest.warns(UserWarning, match=r"\(X - mean\) / sd"):
+        back = fastep.load_model(tmp_path / "m.npz")
+    for got, want in zip(back.feature_scaling_, (mean, sd)):
+        np.testing.assert_array_equal(got, want)
+    del clf.feature_scaling_
+    fastep.save_model(clf, tmp_path / "plain.npz")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not hasattr(fastep.load_model(tmp_path / "plain.npz"), "feature_scaling_")
+    with np.load(tmp_path / "m.npz") as f:
+        arrays = {k: f[k] for k in f.files}
+    header = json.loads(str(arrays.pop("header")))
+    for bad, message in (({"mean": [0.0], "sd": [1.0]}, "'mean' must be 2 numbers"),
+                         ({"mean": [0.0, 0.0], "sd": [1.0, 0.0]}, "positive sds"),
+                         ({"mean": [0.0, 0.0]}, "with 'mean' and 'sd'"),
+                         ({"mean": [0.0, True], "sd": [1.0, 1.0]}, "'mean' must be 2")):
+        header["feature_scaling"] = bad
+        np.savez(tmp_path / "bad.npz", header=np.array(json.dumps(header)), **arrays)
+        _expect(tmp_path / "bad.npz", message)
+
+
 def test_likelihood_bounds_beyond_float_range_are_refused():
     """A description's bounds are numbers a float holds: an integer past float's range
     (JSON reads any integer) is a ValueError naming the bounds, not NumPy's TypeError."""
