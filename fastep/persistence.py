@@ -28,6 +28,9 @@ from ._version import __version__
 
 FORMAT = "fastep-model"
 VERSION = 2
+#: The format version of a file that holds 'feature_scaling' (``fastep fit``'s standardised
+#: columns): fastep 0.2, which reads version 2 and would ignore the field, refuses it.
+SCALED_VERSION = 3
 
 __all__ = ["save_model", "load_model", "describe_model", "FORMAT", "VERSION"]
 
@@ -148,8 +151,17 @@ def save_model(estimator: Any, path: Union[str, "os.PathLike[str]"]) -> None:
         header["feature_columns"] = [str(v) for v in names]
     scaling = getattr(estimator, "feature_scaling_", None)
     if scaling is not None:                # their mean and sd, which `fastep fit` fitted on
-        header["feature_scaling"] = {"mean": [float(v) for v in scaling[0]],
-                                     "sd": [float(v) for v in scaling[1]]}
+        try:
+            mean, sd = (np.asarray(a, dtype=float) for a in scaling)
+            _feature_scaling({"mean": mean.tolist(), "sd": sd.tolist()},
+                             estimator.n_features_in_)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"cannot save {name}: feature_scaling_ must be (mean, sd), two "
+                             f"arrays of {estimator.n_features_in_} finite numbers, the sds "
+                             f"positive ({exc}); delete the attribute for a model that takes "
+                             f"raw features.") from None
+        header["feature_scaling"] = {"mean": mean.tolist(), "sd": sd.tolist()}
+        header["version"] = SCALED_VERSION
     path = os.fspath(path)
     tmp, fd = _temporary_beside(path)
     try:
@@ -224,10 +236,10 @@ def load_model(path: Union[str, "os.PathLike[str]"]) -> Any:
     """
     est = _read(path)[0]
     if getattr(est, "feature_scaling_", None) is not None:
-        warnings.warn(f"{os.fspath(path)} was fitted by `fastep fit` on standardised feature "
-                      f"columns: its predict methods take (X - mean) / sd, where (mean, sd) = "
-                      f"model.feature_scaling_ (`fastep predict` applies it itself).",
-                      UserWarning, stacklevel=2)
+        warnings.warn(f"the model in {os.fspath(path)} was fitted on standardised feature "
+                      f"columns (`fastep fit`'s default): its predict methods take "
+                      f"(X - mean) / sd, where (mean, sd) = model.feature_scaling_ (`fastep "
+                      f"predict` applies it itself).", UserWarning, stacklevel=2)
     return est
 
 
@@ -272,10 +284,11 @@ def _read(path):
     if header.get("format") != FORMAT:
         raise ValueError(f"{path} is not a fastep model file (format "
                          f"{header.get('format')!r:.40}; expected {FORMAT!r}).")
-    if header.get("version") != VERSION:
+    if header.get("version") not in (VERSION, SCALED_VERSION):
         raise ValueError(f"{path} holds a fastep model of format version "
-                         f"{header.get('version')!r:.20}; this fastep reads version {VERSION}. "
-                         f"Save the model again with this version of fastep.")
+                         f"{header.get('version')!r:.20}; this fastep reads versions {VERSION} "
+                         f"and {SCALED_VERSION}. Save the model again with this version of "
+                         f"fastep.")
     name = header.get("class")
     classes = _estimator_classes()
     if not isinstance(name, str) or name not in classes:
@@ -304,6 +317,10 @@ def _read(path):
                 raise ValueError(f"'feature_columns' must be {est.n_features_in_} strings")
             est.feature_columns_ = names
         scaling = header.get("feature_scaling")
+        if (scaling is not None) != (header["version"] == SCALED_VERSION):
+            raise ValueError(f"a file of format version {header['version']} "
+                             f"{'holds no' if scaling is None else 'cannot hold'} "
+                             f"'feature_scaling'")
         if scaling is not None:
             est.feature_scaling_ = _feature_scaling(scaling, est.n_features_in_)
     except (ValueError, TypeError, KeyError, IndexError, RecursionError,
@@ -316,6 +333,7 @@ def _feature_scaling(scaling, d):
     """``(mean, sd)`` arrays from a header's 'feature_scaling', checked."""
     if not (isinstance(scaling, dict) and set(scaling) == {"mean", "sd"}):
         raise ValueError("'feature_scaling' must be an object with 'mean' and 'sd'")
+    d = int(d)
     out = []
     for key in ("mean", "sd"):
         values = scaling[key]
@@ -368,9 +386,12 @@ def describe_model(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     names = getattr(est, "feature_columns_", None)
     if names is not None:
         out["feature columns"] = list(names)
-    if getattr(est, "feature_scaling_", None) is not None:
-        out["feature scaling"] = ("standardised by `fastep fit` (each column's training mean "
-                                  "and sd); fastep predict applies it")
+    scaling = getattr(est, "feature_scaling_", None)
+    if scaling is not None:
+        out["feature scaling"] = ("standardised (each column's training mean and sd), which "
+                                  "`fastep predict` applies")
+        out["feature means"] = [float(f"{v:.6g}") for v in scaling[0]]
+        out["feature sds"] = [float(f"{v:.6g}") for v in scaling[1]]
     if classes is not None:
         out["classes"] = [c.item() if hasattr(c, "item") else c for c in classes]
     if getattr(est, "inducing_points_", None) is not None:

@@ -105,7 +105,8 @@ def main(argv=None):
                    "--upper or the limit columns)")
     p.add_argument("--kernel", choices=["rbf", "matern32", "matern52"], default="rbf")
     p.add_argument("--lengthscale", type=_positive(float),
-                   help="initial lengthscale (default sqrt(d))")
+                   help="initial lengthscale (default sqrt(d)), in units of the columns' "
+                   "sds unless --no-standardize")
     p.add_argument("--n-inducing", type=_positive(int),
                    help="sparse EP with this many inducing points "
                    f"(default: dense, or {AUTO_INDUCING} when dense EP would not fit in "
@@ -116,9 +117,9 @@ def main(argv=None):
     p.add_argument("--no-optimize", action="store_true", help="keep the kernel fixed")
     p.add_argument("--standardize", action=argparse.BooleanOptionalAction, default=True,
                    help="fit on the feature columns standardised to mean 0 and sd 1 (the "
-                   "model file keeps each column's mean and sd, and fastep predict applies "
-                   "them; default); --no-standardize fits the raw columns, e.g. coordinates "
-                   "in one unit whose spreads differ on purpose")
+                   "default: the model file keeps each column's mean and sd, and fastep "
+                   "predict applies them), or on the raw columns (e.g. coordinates in one "
+                   "unit whose spreads differ on purpose)")
     p.add_argument("--scheduler", help="run on the Dask scheduler at this address")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_fit)

@@ -223,12 +223,19 @@ def _standardisation(X):
     lengthscale otherwise follows the columns of the largest spread (breast cancer's
     areas, in the hundreds, against its smoothness, in thousandths: test accuracy 0.930
     raw, 0.959 standardised)."""
-    mean, sd = X.mean(axis=0), X.std(axis=0)
-    if not isinstance(mean, np.ndarray):                 # dask: computed on the workers
-        import dask
-        mean, sd = dask.compute(mean, sd)
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean, sd = X.mean(axis=0), X.std(axis=0)
+        if not isinstance(mean, np.ndarray):             # dask: computed on the workers
+            import dask
+            mean, sd = dask.compute(mean, sd)
     mean, sd = np.asarray(mean, dtype=float), np.asarray(sd, dtype=float)
-    return mean, np.where(sd > 0.0, sd, 1.0)
+    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(sd))):
+        j = int(np.flatnonzero(~(np.isfinite(mean) & np.isfinite(sd)))[0])
+        raise ValueError(f"feature column {j}: its mean or sd overflows a float (values "
+                         f"near 1e154 or beyond), so it cannot be standardised; rescale it, "
+                         f"or fit the raw columns with --no-standardize.")
+    # a constant column's sd is rounding (0.1 a hundred times: 2.8e-17), not a scale
+    return mean, np.where(sd > 1e-12 * np.abs(mean), sd, 1.0)
 
 
 def _fit_table(args, stack):

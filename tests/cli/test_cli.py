@@ -99,7 +99,7 @@ def test_fit_save_predict_round_trip(tmp_path, kind, capsys):
     assert info["saved by"] == f"fastep {fastep.__version__}"
     assert info["kernel"] == str(est.kernel_) and info["features"] == "2"
     assert info["feature columns"] == "x1, x2"
-    assert info["feature scaling"].startswith("standardised by `fastep fit`")
+    assert info["feature scaling"].startswith("standardised (each column")
     assert info["training rows"] == (str(N) if kind != "multiclass" else
                                      "not stored (the model keeps its inducing inputs only)")
     if hasattr(est, "classes_"):
@@ -347,14 +347,16 @@ def test_fit_standardises_the_features_unless_told_not_to(tmp_path, capsys):
     rng = np.random.default_rng(7)
     X = rng.normal(size=(120, 2)) * [1000.0, 0.001] + [5e4, -2.0]    # scales 10^6 apart
     y = (np.sin((X[:, 0] - 5e4) / 700.0) + (X[:, 1] + 2.0) / 0.001 > 0).astype(float)
+    X = np.column_stack([X, np.full(120, 0.1)])      # constant: its sd is rounding, not 0
     path, out = tmp_path / "t.csv", tmp_path / "p.csv"
-    _write_csv(path, {"area": X[:, 0], "smoothness": X[:, 1], "label": y})
+    _write_csv(path, {"area": X[:, 0], "smoothness": X[:, 1], "c": X[:, 2], "label": y})
     assert main(["fit", str(path), "-o", str(tmp_path / "s.npz"), "--no-optimize"]) == 0
     est, _ = _load(tmp_path / "s.npz")
     scaler = StandardScaler().fit(X)
     np.testing.assert_allclose(est.feature_scaling_[0], scaler.mean_, rtol=1e-12)
     np.testing.assert_allclose(est.feature_scaling_[1], scaler.scale_, rtol=1e-12)
-    python = fastep.EPGaussianProcessClassifier(fastep.kernels.RBF(1.0, np.sqrt(2.0)),
+    assert est.feature_scaling_[1][2] == 1.0 and scaler.scale_[2] == 1.0
+    python = fastep.EPGaussianProcessClassifier(fastep.kernels.RBF(1.0, np.sqrt(3.0)),
                                                 optimizer=None).fit(scaler.transform(X), y)
     assert main(["predict", str(tmp_path / "s.npz"), str(path), "-o", str(out)]) == 0
     np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1),
@@ -371,6 +373,9 @@ def test_fit_standardises_the_features_unless_told_not_to(tmp_path, capsys):
     capsys.readouterr()
     assert main(["info", str(tmp_path / "r.npz")]) == 0
     assert "feature scaling" not in capsys.readouterr().out
+    _write_csv(path, {"a": np.r_[1e200, -1e200, 1e200], "label": np.r_[0.0, 1.0, 0.0]})
+    assert main(["fit", str(path), "-o", str(tmp_path / "o.npz"), "--no-optimize"]) == 2
+    assert "overflows a float" in capsys.readouterr().err
 
 
 def test_predict_matches_columns_by_name(tmp_path, capsys):

@@ -139,7 +139,10 @@ def test_cli_fit_predict_and_demo(tmp_path, data):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     p = np.loadtxt(out, delimiter=",", skiprows=1)
-    np.testing.assert_allclose(p, load_model(model).predict_proba(X), rtol=1e-12)
+    with pytest.warns(UserWarning, match="standardised feature columns"):
+        est = load_model(model)                  # fit standardised X's columns
+    mean, sd = est.feature_scaling_
+    np.testing.assert_allclose(p, est.predict_proba((X - mean) / sd), rtol=1e-12)
     r = subprocess.run(run + ["demo"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     acc = float(next(l for l in r.stdout.splitlines() if "test accuracy" in l).split(":")[1])

@@ -653,6 +653,8 @@ def test_feature_scaling_round_trips_warns_on_load_and_is_checked(tmp_path):
     with np.load(tmp_path / "m.npz") as f:
         arrays = {k: f[k] for k in f.files}
     header = json.loads(str(arrays.pop("header")))
+    assert header["version"] == 3             # fastep 0.2 (version 2 only) refuses it
+    assert fastep.persistence.describe_model(tmp_path / "m.npz")["feature sds"] == [3.0, 0.333333]
     for bad, message in (({"mean": [0.0], "sd": [1.0]}, "'mean' must be 2 numbers"),
                          ({"mean": [0.0, 0.0], "sd": [1.0, 0.0]}, "positive sds"),
                          ({"mean": [0.0, 0.0]}, "with 'mean' and 'sd'"),
@@ -660,6 +662,20 @@ def test_feature_scaling_round_trips_warns_on_load_and_is_checked(tmp_path):
         header["feature_scaling"] = bad
         np.savez(tmp_path / "bad.npz", header=np.array(json.dumps(header)), **arrays)
         _expect(tmp_path / "bad.npz", message)
+    for version, scaling in ((2, {"mean": [0.0, 0.0], "sd": [1.0, 1.0]}), (3, None)):
+        header["version"], header["feature_scaling"] = version, scaling
+        if scaling is None:
+            del header["feature_scaling"]
+        np.savez(tmp_path / "bad.npz", header=np.array(json.dumps(header)), **arrays)
+        _expect(tmp_path / "bad.npz", f"format version {version}")
+    for bad in (([0.0], [1.0]), ([0.0, 0.0], [1.0, 0.0]), (0.0, 1.0)):
+        clf.feature_scaling_ = bad
+        with pytest.raises(ValueError, match="cannot save .*feature_scaling_ must be"):
+            fastep.save_model(clf, tmp_path / "never.npz")
+    assert not (tmp_path / "never.npz").exists()
+    clf.feature_columns_ = ["height", "weight"]
+    clf.fit(X, (X[:, 1] > 0).astype(int))     # a new fit is not the one they described
+    assert not hasattr(clf, "feature_scaling_") and not hasattr(clf, "feature_columns_")
 
 
 def test_likelihood_bounds_beyond_float_range_are_refused():
