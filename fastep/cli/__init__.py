@@ -61,6 +61,12 @@ def _positive(kind):
     return parse
 
 
+#: Optional packages a command may import: (the extra that installs it, what needs it).
+OPTIONAL_MODULES = {"pyarrow": ("dask", "a Parquet table"), "zarr": ("dask", "a Zarr table"),
+                    "dask": ("dask", "--scheduler (or a Dask read)"),
+                    "distributed": ("dask", "--scheduler")}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="fastep", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -105,8 +111,8 @@ def main(argv=None):
                    "--upper or the limit columns)")
     p.add_argument("--kernel", choices=["rbf", "matern32", "matern52"], default="rbf")
     p.add_argument("--lengthscale", type=_positive(float),
-                   help="initial lengthscale (default sqrt(d)), in units of the columns' "
-                   "sds unless --no-standardize")
+                   help="initial lengthscale (default sqrt(d); multiclass: GWIClassifier's "
+                   "median distance), in units of the columns' sds unless --no-standardize")
     p.add_argument("--n-inducing", type=_positive(int),
                    help="sparse EP with this many inducing points "
                    f"(default: dense, or {AUTO_INDUCING} when dense EP would not fit in "
@@ -155,6 +161,13 @@ def main(argv=None):
         with warnings.catch_warnings():
             warnings.showwarning = show
             return args.func(args)
+    except ModuleNotFoundError as exc:
+        extra = OPTIONAL_MODULES.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"fastep {args.command}: error: {extra[1]} needs {exc.name.split('.')[0]}, "
+              f"which is not installed: pip install \"fastep[{extra[0]}]\".", file=sys.stderr)
+        return 2
     except (ValueError, TypeError, OSError, MemoryError) as exc:
         print(f"fastep {args.command}: error: {exc}", file=sys.stderr)
         return 2

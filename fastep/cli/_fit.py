@@ -160,7 +160,12 @@ def _estimator(args, d, m):
     if args.model == "regression":
         return fastep.EPGaussianProcessRegressor(kernel, likelihood=args.likelihood, **kw)
     if args.model == "multiclass":
-        return fastep.GWIClassifier(kernel, **{**kw, "n_inducing": m or min(100, args.n_rows)})
+        # GWIClassifier's own defaults (RBF(4, median distance), min(200, n) inducing
+        # inputs) unless a kernel or lengthscale is chosen: on wine, log loss 0.058
+        # against 0.183 with RBF(1, sqrt(d)) and 100 inducing inputs
+        if args.kernel == "rbf" and args.lengthscale is None:
+            kernel = None
+        return fastep.GWIClassifier(kernel, **kw)
     cls = getattr(fastep, MODELS[args.model][0])
     return cls(kernel, **kw)
 
@@ -243,10 +248,17 @@ def _fit_table(args, stack):
     import fastep
     from fastep.io import column_names, read_dask, read_table
 
-    _check_output(args.output)
+    _check_output(args.output, args.data)
     names = column_names(args.data)
     data_columns = _row_data_columns(args, names)
     features, target = _columns(args, names, set(data_columns.values()))
+    named = _named(args.data, names)
+    blank = [j for j in features if named is not None and not named[j].strip()]
+    if blank:
+        raise ValueError(f"feature column {blank[0]} has no name in DATA's header (a row "
+                         f"index, as pandas' to_csv writes by default?), and a model must "
+                         f"find its features by name when it predicts; write the table "
+                         f"with index=False, or choose the feature columns with --features.")
     if args.scheduler:
         if args.model in ("multiclass", "nested"):
             raise ValueError(f"--scheduler runs sparse EP on Dask for --model classifier, "
@@ -283,15 +295,14 @@ def _fit_table(args, stack):
         progress.close()
     if scaling is not None:
         est.feature_scaling_ = scaling       # fastep predict standardises its input the same
-    named = _named(args.data, names)
     if named is not None:
         fitted = [named[j] for j in features]
-        if len(set(fitted)) == len(fitted) and all(fitted):
+        if len(set(fitted)) == len(fitted):
             est.feature_columns_ = fitted     # fastep predict finds them by name
         else:
-            print("fastep fit: the feature columns' names are blank or repeated, so the model "
-                  "keeps none: fastep predict will need a table of exactly its features, in "
-                  "order, or --features.", file=sys.stderr)
+            print("fastep fit: the feature columns' names are repeated, so the model keeps "
+                  "none: fastep predict will need a table of exactly its features, in order, "
+                  "or --features.", file=sys.stderr)
     fastep.save_model(est, args.output)
     lz = getattr(est, "log_marginal_likelihood_value_", None)
     print(f"fitted in {time.perf_counter() - t0:.2f} s"

@@ -29,10 +29,15 @@ def _bad_cell(bad_row, i, names):
             "holds an empty, non-numeric or infinite cell")
 
 
-def _check_output(path):
+def _check_output(path, *inputs):
     """Fail before any work where ``-o`` cannot be written: a folder that does not exist,
-    or a folder given as the file."""
+    a folder given as the file, or one of the command's ``inputs`` (it would be
+    overwritten, and a table emptied before it is read)."""
     folder = os.path.dirname(os.path.abspath(path))
+    for given in inputs:
+        if os.path.realpath(path) == os.path.realpath(given):
+            raise ValueError(f"-o {path!r} is the command's input {given!r}, which writing "
+                             f"would overwrite; give another output file.")
     if os.path.isdir(path) or str(path).endswith(("/", os.sep)):
         raise ValueError(f"-o {path!r} is a folder; give a file name in it, e.g. "
                          f"{os.path.join(path, 'model.npz')!r}.")

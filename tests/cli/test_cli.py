@@ -426,6 +426,60 @@ def test_max_iter_and_inducing_points_reach_the_multiclass_model(tmp_path):
     assert est.max_iter == 7 and est.n_inducing == 12
 
 
+def test_the_command_line_never_writes_over_its_inputs_nor_fits_a_nameless_column(
+        tmp_path, capsys):
+    """``-o`` naming the command's table or model is refused before anything is written
+    (predict used to empty its own input table); a feature column with a blank header name
+    (a row index that pandas' ``to_csv`` writes) is refused at fit, since the model could
+    not find it by name (predict then mapped another table's columns by position); a
+    Parquet table without pyarrow names the extra to install."""
+    import sys
+    model, cols = _fit_classifier(tmp_path)
+    train = tmp_path / "train.csv"
+    before = {p: p.read_bytes() for p in (train, model)}
+    for argv in (["fit", str(train), "-o", str(train), "--target", "label"],
+                 ["predict", str(model), str(train), "-o", str(train)],
+                 ["predict", str(model), str(train), "-o", str(model)]):
+        assert main(argv) == 2, argv
+        assert "which writing would overwrite" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in (train, model)} == before
+    indexed = tmp_path / "indexed.csv"
+    _write_csv(indexed, {"": np.arange(N, dtype=float), "x1": cols["x1"], "x2": cols["x2"],
+                         "label": cols["label"]})
+    assert main(["fit", str(indexed), "-o", str(tmp_path / "i.npz"), "--target",
+                 "label"]) == 2
+    assert "feature column 0 has no name" in capsys.readouterr().err
+    assert main(["fit", str(indexed), "-o", str(tmp_path / "i.npz"), "--target", "label",
+                 "--features", "x1,x2", "--no-optimize"]) == 0
+    parquet = tmp_path / "t.parquet"
+    parquet.write_bytes(b"PAR1")
+    saved = sys.modules.get("pyarrow")
+    sys.modules["pyarrow"] = None                       # as if not installed
+    try:
+        assert main(["fit", str(parquet), "-o", str(tmp_path / "p.npz")]) == 2
+    finally:
+        if saved is None:
+            del sys.modules["pyarrow"]
+        else:
+            sys.modules["pyarrow"] = saved
+    assert 'pip install "fastep[dask]"' in capsys.readouterr().err
+
+
+def test_multiclass_takes_gwis_defaults_unless_a_kernel_is_chosen(tmp_path):
+    """``--model multiclass`` fits ``GWIClassifier``'s own default kernel (the median
+    heuristic) and inducing inputs, unless ``--kernel`` or ``--lengthscale`` is given."""
+    train, _, _ = _table(tmp_path)
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(train), "-o", str(model), "--model", "multiclass", "--target",
+                 "cls3", "--features", "x1,x2", "--max-iter", "5"]) == 0
+    est, _ = _load(model)
+    assert est.kernel is None and est.n_inducing is None
+    assert main(["fit", str(train), "-o", str(model), "--model", "multiclass", "--target",
+                 "cls3", "--features", "x1,x2", "--max-iter", "5", "--lengthscale", "2"]) == 0
+    est, _ = _load(model)
+    assert est.kernel.lengthscale == 2.0
+
+
 def test_repeated_header_names_are_not_kept(tmp_path, capsys):
     """A table whose feature columns share a name gives a model without names, which then
     predicts only a table of exactly its features (no first-match guess)."""
@@ -435,7 +489,7 @@ def test_repeated_header_names_are_not_kept(tmp_path, capsys):
     np.savetxt(path, np.column_stack([A, (A[:, 1] > 0)]), delimiter=",", header="x,x,y",
                comments="")
     assert main(["fit", str(path), "-o", str(model), "--no-optimize"]) == 0
-    assert "blank or repeated" in capsys.readouterr().err
+    assert "names are repeated" in capsys.readouterr().err
     est, scaled = _load(model)
     assert not hasattr(est, "feature_columns_")
     assert main(["predict", str(model), str(path), "-o", str(out)]) == 2
