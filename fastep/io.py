@@ -28,11 +28,16 @@ def _kind(path):
 
 
 def _csv_header(path):
+    """``(names or None, width)`` from a CSV's first line: names where it is not all
+    numbers.  Read as the csv module reads it (quoted names, as R's ``write.csv`` and
+    ``csv.QUOTE_NONNUMERIC`` write them, may hold commas) after a UTF-8 byte-order mark,
+    which Excel's "CSV UTF-8" starts with, is dropped."""
+    import csv
     import gzip
     opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt") as fh:
+    with opener(path, "rt", encoding="utf-8-sig", newline="") as fh:
         first = fh.readline().strip()
-    cells = [c.strip() for c in first.split(",")]
+    cells = [c.strip() for c in next(csv.reader([first]), [""])]
     try:
         [float(c) for c in cells if c]
         return None, len(cells)

@@ -75,10 +75,10 @@ def _row_data_columns(args, names):
         if key in given and getattr(args, key) is not None:
             raise ValueError(f"give --{key} (one limit for every row) or {ROW_DATA[key]} (a "
                              f"limit per row), not both.")
-    if args.model == "regression" and args.likelihood == "tobit" and not (
-            given.keys() & {"lower", "upper"} or args.lower is not None
-            or args.upper is not None):
-        raise ValueError("--likelihood tobit needs a censoring limit: --lower / --upper, or "
+    if censored and not (given.keys() & {"lower", "upper"} or args.lower is not None
+                         or args.upper is not None):
+        what = ("--model censored" if args.model == "censored" else "--likelihood tobit")
+        raise ValueError(f"{what} needs a censoring limit: --lower / --upper, or "
                          "--lower-column / --upper-column.")
     if given and args.scheduler:
         raise ValueError(f"{', '.join(ROW_DATA[k] for k in given)}: per-row data columns are "

@@ -465,6 +465,32 @@ def test_the_command_line_never_writes_over_its_inputs_nor_fits_a_nameless_colum
     assert 'pip install "fastep[dask]"' in capsys.readouterr().err
 
 
+def test_quoted_header_names_and_a_byte_order_mark_are_read_as_names(tmp_path):
+    """A header as R's ``write.csv`` or ``csv.QUOTE_NONNUMERIC`` writes it (quoted names,
+    one with a comma) after Excel's UTF-8 byte-order mark: the names are the unquoted
+    text, and predict finds them by name in a table without the mark, in another order."""
+    import csv
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 2))
+    y = (X[:, 0] + 0.3 * rng.normal(size=80) > 0).astype(float)
+    train, test, out = tmp_path / "q.csv", tmp_path / "r.csv", tmp_path / "p.csv"
+    with open(train, "w", encoding="utf-8-sig", newline="") as fh:
+        w = csv.writer(fh, quoting=csv.QUOTE_NONNUMERIC)
+        w.writerow(["mean radius", "area, worst", "label"])
+        w.writerows(np.column_stack([X, y]).tolist())
+    with open(test, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["label", "area, worst", "mean radius"])
+        w.writerows(np.column_stack([y, X[:, 1], X[:, 0]]).tolist())
+    assert main(["fit", str(train), "-o", str(tmp_path / "m.npz"), "--target", "label",
+                 "--no-optimize"]) == 0
+    est, scaled = _load(tmp_path / "m.npz")
+    assert est.feature_columns_ == ["mean radius", "area, worst"]
+    assert main(["predict", str(tmp_path / "m.npz"), str(test), "-o", str(out)]) == 0
+    np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1),
+                               est.predict_proba(scaled(X)), rtol=1e-8)
+
+
 def test_multiclass_takes_gwis_defaults_unless_a_kernel_is_chosen(tmp_path):
     """``--model multiclass`` fits ``GWIClassifier``'s own default kernel (the median
     heuristic) and inducing inputs, unless ``--kernel`` or ``--lengthscale`` is given."""
@@ -627,6 +653,7 @@ def test_per_row_exposure_and_limits_from_columns(tmp_path, capsys):
         (["--target", "count", "--exposure", "expo"], "--exposure applies to --model regression"),
         (["--model", "regression", "--likelihood", "tobit", "--target", "y"],
          "--likelihood tobit needs a censoring limit"),
+        (["--model", "censored", "--target", "y"], "--model censored needs a censoring limit"),
         (["--model", "censored", "--target", "y", "--lower", "0", "--lower-column", "lo"],
          "not both"),
         (["--target", "count", "--lower", "0"], "--lower applies to --model censored"),
