@@ -334,7 +334,8 @@ class Likelihood:
             i = int(np.argwhere(~np.isfinite(out))[0, 1])
             raise ValueError(
                 f"the tilted moments of {type(self).__name__} are not finite at site {i} "
-                f"(y = {y[i]!r}, mu_cav = {mu[i]!r}, var_cav = {var[i]!r}, alpha = {alpha!r}): "
+                f"(y = {float(y[i])!r}, mu_cav = {float(mu[i])!r}, var_cav = {float(var[i])!r}, "
+                f"alpha = {float(alpha)!r}): "
                 f"log Z, d1, d2 = {out[:, i].tolist()}.  The likelihood is numerically zero "
                 f"(or not finite) wherever that cavity has mass; for a CustomLikelihood, write "
                 f"log_lik in a form that stays finite (e.g. log1p(exp(-x)) as -x + "

@@ -92,7 +92,7 @@ class _Survival(QuadratureParams, Likelihood):
         t = float_array(y, "y", 1, fix="Survival times must be finite.")
         if not np.all(t > 0.0):
             i = int(np.flatnonzero(~(t > 0.0))[0])
-            raise ValueError(f"y holds survival times, which must be > 0; got {t[i]!r} at "
+            raise ValueError(f"y holds survival times, which must be > 0; got {float(t[i])!r} at "
                              f"index {i}. Drop or shift the rows with a time of 0 or less.")
         return t
 

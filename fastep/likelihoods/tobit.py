@@ -193,7 +193,7 @@ def check_limits(lower: Optional[ArrayLike], upper: Optional[ArrayLike],
     if np.any(lower >= upper):
         i = int(np.flatnonzero(lower >= upper)[0])
         raise ValueError(f"lower must be below upper for every observation; at index {i} "
-                         f"lower = {lower[i]!r} >= upper = {upper[i]!r}.")
+                         f"lower = {float(lower[i])!r} >= upper = {float(upper[i])!r}.")
     return lower, upper
 
 
