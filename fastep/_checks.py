@@ -192,6 +192,7 @@ def validate_X(estimator: Any, X: ArrayLike, **kwargs: Any) -> np.ndarray:
         return validate_data(estimator, X, **kwargs)
     except ValueError as exc:
         _bad_inputs(exc, X)
+        raise
 
 
 def validate_X_y(estimator: Any, X: ArrayLike, y: ArrayLike,
@@ -202,10 +203,8 @@ def validate_X_y(estimator: Any, X: ArrayLike, y: ArrayLike,
     try:
         return validate_data(estimator, X, y, **kwargs)
     except ValueError as exc:
-        msg = str(exc)
-        if msg.startswith(("Input X contains", "Expected 2D array", "X has ")):
-            _bad_inputs(exc, X)
-        if msg.startswith("Found input variables with inconsistent numbers of samples"):
+        _bad_inputs(exc, X)
+        if str(exc).startswith("Found input variables with inconsistent numbers of samples"):
             same_rows(X, y)
         _non_finite_targets(exc, y, "y")
 
@@ -234,11 +233,12 @@ INPUTS_FIX = ("Remove or impute those rows (e.g. sklearn.impute.SimpleImputer in
               "pipeline before the estimator).")
 
 
-def _bad_inputs(exc: ValueError, X: Any) -> NoReturn:
-    """Re-raise scikit-learn's ValueError ``exc`` about X: where X holds NaN or infinity,
-    as fastep's message with the row and column of the first such entry and the fix;
-    where X is 1-d (or a scalar), naming X, its shape and the two reshapes, without
-    scikit-learn's dump of the values."""
+def _bad_inputs(exc: ValueError, X: Any) -> None:
+    """Re-raise scikit-learn's ValueError ``exc`` where it is about X: where X holds NaN
+    or infinity, as fastep's message with the row and column of the first such entry and
+    the fix; where X is 1-d (or a scalar), naming X, its shape and the two reshapes,
+    without scikit-learn's dump of the values; a wrong feature count with the fix.
+    Returns where ``exc`` is about something else (y, their lengths)."""
     msg = str(exc)
     if msg.startswith("Input X contains"):
         what = "NaN" if "NaN" in msg else "infinity"
@@ -260,7 +260,6 @@ def _bad_inputs(exc: ValueError, X: Any) -> NoReturn:
         raise ValueError(f"X must be a 2-d array (n_samples, n_features); got {kind}. "
                          f"Reshape your data: X.reshape(-1, 1) if it is one feature, "
                          f"X.reshape(1, -1) if it is one sample.") from None
-    raise exc
 
 
 #: The fix a message about targets that are not finite gives (every estimator's).

@@ -152,15 +152,14 @@ def save_model(estimator: Any, path: Union[str, "os.PathLike[str]"]) -> None:
     scaling = getattr(estimator, "feature_scaling_", None)
     if scaling is not None:                # their mean and sd, which `fastep fit` fitted on
         try:
-            mean, sd = (np.asarray(a, dtype=float) for a in scaling)
-            _feature_scaling({"mean": mean.tolist(), "sd": sd.tolist()},
-                             estimator.n_features_in_)
+            header["feature_scaling"] = {key: np.asarray(a, dtype=float).tolist()
+                                         for key, a in zip(("mean", "sd"), scaling)}
+            _feature_scaling(header["feature_scaling"], estimator.n_features_in_)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"cannot save {name}: feature_scaling_ must be (mean, sd), two "
                              f"arrays of {estimator.n_features_in_} finite numbers, the sds "
                              f"positive ({exc}); delete the attribute for a model that takes "
                              f"raw features.") from None
-        header["feature_scaling"] = {"mean": mean.tolist(), "sd": sd.tolist()}
         header["version"] = SCALED_VERSION
     path = os.fspath(path)
     tmp, fd = _temporary_beside(path)

@@ -16,7 +16,7 @@ class _LocalSites(ChunkSequentialSites):
     by the backend's workers: each takes a fixed share of the chunks (:class:`_SweepPart`)
     and the sums are added in a fixed order."""
 
-    def __init__(self, ctx, tau, nu, chunk_size):
+    def __init__(self, ctx, tau, nu, chunk_size, gradient=False):
         be, xp = ctx.be, ctx.be.xp
         self.ctx, self.tau, self.nu, self.chunk_size = ctx, tau, nu, chunk_size
         self.n, m = tau.shape[0], ctx.Z.shape[0]
@@ -27,7 +27,7 @@ class _LocalSites(ChunkSequentialSites):
                       for k in range(n_workers)]
         # ``gradient``: an evaluation pass also takes the evidence gradient's first-pass
         # sums (``first_pass``, for one :func:`sparse_ep_gradient`; ML-II's evaluations)
-        self.gradient, self.first_pass = False, None
+        self.gradient, self.first_pass = gradient, None
 
     def warm_pass(self, build):
         """d_i at the given sites, ``K(X, Z)`` into the Gram cache and (``build``) the sums

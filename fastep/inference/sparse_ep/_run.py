@@ -213,8 +213,7 @@ def _sparse_ep(be, kernel, Z, Xv, y, likelihood, alpha, damping, adaptive, tol, 
     L_uu = cholesky_uu(kernel(Z))
     ctx = sweep_context(be, kernel, likelihood, Z, L_uu, Xv, y, extra, alpha, cold=not warm,
                         cache=be.gram_cache(Xv, n, m, gram_cache))
-    sites = _LocalSites(ctx, tau, nu, chunk_size)
-    sites.gradient = keep_gram
+    sites = _LocalSites(ctx, tau, nu, chunk_size, gradient=keep_gram)
     ctl = SweepControl("sparse EP", damping, adaptive, tol, max_iter, callback)
     q, ctl, log_ev, skipped = drive(sites, L_uu, q, warm, ctl, schedule, robust)
     mean, var, resid = ctx.mean, ctx.var, ctx.resid

@@ -120,7 +120,7 @@ class _SweepPart:
         self.buffer = xp.empty((m, min(n, chunk_size)), order="F")
         self.spare = None                  # a second such buffer, for a cold first sweep
         self.P_G, self.b_G = xp.zeros((m, m), order="F"), xp.zeros(m)
-        self.d_lik = None
+        self.d_lik = 0.0                   # the gradient terms' d/dlog lik (gradient_sums)
 
     def sweep(self, ctx, q, tau, nu, new_tau, new_nu, first, damping, chunks=None, sums=True,
               gradient=False):
@@ -196,9 +196,7 @@ def gradient_sums(be, parts, L_P):
     marginals are at hand, instead of another pass over the data."""
     U_G, a_G = _sum_parts(be, parts)
     U = L_P @ _symmetrise_lower(U_G) @ L_P.T
-    d_lik = parts[0].d_lik
-    for part in parts[1:]:
-        d_lik = d_lik + part.d_lik
+    d_lik = sum(part.d_lik for part in parts)
     return L_P @ a_G, 0.5 * (U + U.T), np.asarray(d_lik, dtype=float)
 
 
