@@ -303,7 +303,7 @@ def test_staged_ml2_on_dask_equals_staged_ml2_in_process(client, monkeypatch, ca
                                                exposure=exposure)
     stages = [r.getMessage().split(":")[0] for r in caplog.records
               if r.getMessage().startswith("ML-II on a subsample")]
-    assert stages == ["ML-II on a subsample of 23 rows", "ML-II on a subsample of 187 rows"] * 2
+    assert stages == ["ML-II on a subsample of 46 rows", "ML-II on a subsample of 187 rows"] * 2
     _close(ref.kernel_.theta, est.kernel_.theta, "fitted kernel")
     assert est.log_marginal_likelihood_value_ == pytest.approx(
         ref.log_marginal_likelihood_value_, rel=1e-7)

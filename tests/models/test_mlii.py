@@ -202,14 +202,13 @@ def test_a_start_far_from_the_optimum_does_not_loosen_the_relative_tolerance():
     assert abs(near - (-10.0)) <= 10 * tol * 10.0, near
 
 
-def test_subsample_stages_grow_by_eight_to_the_full_data():
+def test_sparse_subsample_stages_end_at_an_eighth_of_the_rows_or_62500():
     assert _mlii.subsample_stages(49_999) == []
     assert _mlii.subsample_stages(50_000) == [6_250]
     assert _mlii.subsample_stages(100_000) == [12_500]
-    assert _mlii.subsample_stages(399_999) == [49_999]
-    assert _mlii.subsample_stages(400_000) == [6_250, 50_000]
-    assert _mlii.subsample_stages(1_000_000) == [15_625, 125_000]
-    assert _mlii.subsample_stages(10_000_000) == [19_531, 156_250]   # at most 200,000
+    assert _mlii.subsample_stages(399_999) == [12_499, 49_999]
+    assert _mlii.subsample_stages(1_000_000) == [15_625, 62_500]
+    assert _mlii.subsample_stages(10_000_000) == [15_625, 62_500]
 
 
 def test_dense_subsample_stages_grow_by_four_from_1000_rows():
@@ -403,7 +402,7 @@ def test_staged_ml2_ends_at_the_optimum_of_ml2_on_the_full_data(monkeypatch, lik
     plain = make().fit(X, y, **data)
     monkeypatch.setattr(_mlii, "STAGED_MIN_ROWS", 1000)
     monkeypatch.setattr(_mlii, "STAGE_MIN_ROWS", 30)
-    assert _mlii.subsample_stages(n) == [37, 300]
+    assert _mlii.subsample_stages(n) == [75, 300]
     seen, hessians = [], []
     real = _mlii.maximize_evidence
 
@@ -419,7 +418,7 @@ def test_staged_ml2_ends_at_the_optimum_of_ml2_on_the_full_data(monkeypatch, lik
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         staged = make().fit(X, y, **data)
-    assert seen == [37, 300, n]
+    assert seen == [75, 300, n]
     # the first stage's curvature preconditions the second stage and the full data
     assert hessians[0] is None and hessians[1] is not None and hessians[2] is hessians[1]
     seen.clear()                           # not where ML-II moves the inducing inputs
