@@ -38,6 +38,12 @@ def _csv_header(path):
     with opener(path, "rt", encoding="utf-8-sig", newline="") as fh:
         first = fh.readline().strip()
     cells = [c.strip() for c in next(csv.reader([first]), [""])]
+    for sep, name in ((";", "semicolons"), ("\t", "tabs")):
+        if len(cells) == 1 and sep in first:
+            raise ValueError(f"DATA {str(path)!r} looks separated by {name}, not commas (its "
+                             f"first line is one column: {first[:60]!r}); fastep reads "
+                             f"comma-separated values. Save it with commas, e.g. pandas' "
+                             f"pd.read_csv(path, sep={sep!r}).to_csv(new_path, index=False).")
     try:
         [float(c) for c in cells if c]
         return None, len(cells)

@@ -56,6 +56,11 @@ def tilted_batch(tilted, y, extra, mu, var, alpha, params, log_z, d1, d2):
 
 def check_likelihood(likelihood):
     """Raise a clear error for a likelihood without the scalar tilted function."""
+    if isinstance(likelihood, str):
+        raise ValueError(f"likelihood must be a fastep.likelihoods.Likelihood instance; got "
+                         f"the string {likelihood!r}. Pass an instance, e.g. "
+                         f"fastep.likelihoods.Probit() (the estimators take names such as "
+                         f"likelihood='probit'; the inference functions take objects).")
     if getattr(likelihood, "scalar_tilted", None) is None:
         raise ValueError(f"{type(likelihood).__name__} defines no scalar_tilted function, the "
                          "contract between a likelihood and EP (see "

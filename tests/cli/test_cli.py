@@ -491,6 +491,20 @@ def test_quoted_header_names_and_a_byte_order_mark_are_read_as_names(tmp_path):
                                est.predict_proba(scaled(X)), rtol=1e-8)
 
 
+@pytest.mark.parametrize("sep,name", [(";", "semicolons"), ("\t", "tabs")])
+def test_a_table_separated_by_semicolons_or_tabs_is_named_so(tmp_path, capsys, sep, name):
+    """A CSV written with another separator (a European Excel's ``;``) reads as one column;
+    the command line says which separator it saw and how to convert, not that the target
+    column is missing."""
+    table = tmp_path / "t.csv"
+    table.write_text(sep.join(["x1", "x2", "label"]) + "\n"
+                     + "\n".join(sep.join(["0.5", "1.5", "1"]) for _ in range(20)) + "\n")
+    assert main(["fit", str(table), "-o", str(tmp_path / "m.npz"), "--target", "label"]) == 2
+    err = capsys.readouterr().err
+    assert f"looks separated by {name}" in err and "sep=" in err, err
+    assert not (tmp_path / "m.npz").exists()
+
+
 def test_multiclass_takes_gwis_defaults_unless_a_kernel_is_chosen(tmp_path):
     """``--model multiclass`` fits ``GWIClassifier``'s own default kernel (the median
     heuristic) and inducing inputs, unless ``--kernel`` or ``--lengthscale`` is given."""

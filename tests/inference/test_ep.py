@@ -341,6 +341,17 @@ def test_bad_arguments_named(kw, name):
         fastep.ep(K, y, Probit(), **kw)
 
 
+
+def test_a_likelihood_name_gets_told_to_pass_an_instance():
+    """The estimators take names (``likelihood="probit"``), the inference functions take
+    objects: a name there is told so, not that a str has no ``scalar_tilted``."""
+    K, y = _good()
+    X = np.arange(3.0)[:, None]
+    for run in (lambda: fastep.ep(K, y, "probit"),
+                lambda: fastep.sparse_ep(RBF(), X[:2], X, y, "probit")):
+        with pytest.raises(ValueError, match=r"likelihood must be .*'probit'.*Probit\(\)"):
+            run()
+
 @pytest.mark.parametrize("method", METHODS)
 def test_max_iter_warning(method):
     X, y = _data(20, seed=6)

@@ -155,6 +155,7 @@ def sparse_ep(kernel: Any, Z: ArrayLike, X: Any, y: Any, likelihood: Any, alpha:
     """
     be = resolve(device, "sparse_ep")
     check_controls(alpha, damping_rule(damping)[0], tol, max_iter, schedule)
+    check_likelihood(likelihood)
     check_power(likelihood, alpha)
     return run_sparse_ep(be, kernel, Z, X, y, likelihood, alpha, damping, tol, max_iter,
                          site_tau, site_nu, extra, chunk_size, callback, gram_cache, schedule,
