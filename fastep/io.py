@@ -31,24 +31,40 @@ def _csv_header(path):
     """``(names or None, width)`` from a CSV's first line: names where it is not all
     numbers.  Read as the csv module reads it (quoted names, as R's ``write.csv`` and
     ``csv.QUOTE_NONNUMERIC`` write them, may hold commas) after a UTF-8 byte-order mark,
-    which Excel's "CSV UTF-8" starts with, is dropped."""
+    which Excel's "CSV UTF-8" starts with, is dropped.  A table separated by semicolons
+    or tabs is a ValueError (:func:`_other_separator`)."""
     import csv
     import gzip
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8-sig", newline="") as fh:
-        first = fh.readline().strip()
+        first, second = fh.readline().strip(), fh.readline().strip()
     cells = [c.strip() for c in next(csv.reader([first]), [""])]
-    for sep, name in ((";", "semicolons"), ("\t", "tabs")):
-        if len(cells) == 1 and sep in first:
-            raise ValueError(f"DATA {str(path)!r} looks separated by {name}, not commas (its "
-                             f"first line is one column: {first[:60]!r}); fastep reads "
-                             f"comma-separated values. Save it with commas, e.g. pandas' "
-                             f"pd.read_csv(path, sep={sep!r}).to_csv(new_path, index=False).")
+    _other_separator(path, first, second, cells)
     try:
         [float(c) for c in cells if c]
         return None, len(cells)
     except ValueError:
         return cells, len(cells)
+
+
+def _other_separator(path, first, second, cells):
+    """A ValueError, with the pandas line that converts the file, where its first two
+    lines read as the same number (more than one) of fields split at ``;`` or a tab, and
+    their comma reading gives one field or fields holding that separator (a European
+    Excel's CSV: ``x1;x2;y`` over ``0,5;1,5;1``).  Quoted separators count as text."""
+    import csv
+    for sep, name in ((";", "semicolons"), ("\t", "tabs")):
+        width = [len(next(csv.reader([line], delimiter=sep), [])) for line in (first, second)]
+        if width[0] < 2 or (second and width[1] != width[0]):
+            continue
+        if len(cells) > 1 and not any(sep in c for c in cells):
+            continue
+        decimal = ", decimal=','" if "," in first + second else ""
+        raise ValueError(f"DATA {str(path)!r} looks separated by {name}, not commas (its "
+                         f"first line: {first[:60]!r}); fastep reads comma-separated values "
+                         f"with '.' decimals. Convert it, e.g. with pandas: "
+                         f"pd.read_csv({str(path)!r}, sep={sep!r}{decimal}).to_csv("
+                         f"'converted.csv', index=False).")
 
 
 def _npy(path):

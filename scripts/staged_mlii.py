@@ -73,7 +73,7 @@ class Trajectory:
 
 
 def fit(X, y, Z, Xt, yt, staged, device):
-    _mlii.STAGED_MIN_ROWS = 50_000 if staged else 10 ** 15
+    _mlii.STAGED_MIN_ROWS = _mlii.STAGE_SHARE * _mlii.STAGE_MIN_ROWS if staged else 10 ** 15
     with Trajectory(X.shape[0], Xt, yt) as trace:
         clf, steps = counted_fit(X, y, RBF(1.0, [1.0] * 4), inducing_points=Z, device=device)
     p = clf.predict_proba(Xt)[:, 1]

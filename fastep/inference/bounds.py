@@ -24,6 +24,8 @@ import math
 import numpy as np
 from scipy.linalg import cho_solve, cholesky
 
+from ..likelihoods import check_likelihood
+
 
 def tilted_bound(K, y, likelihood, cavity_mean, cavity_var, extra=None):
     """L_TVB above for prior covariance K and per-site Gaussian cavities (arrays (n,)).
@@ -39,6 +41,7 @@ def tilted_bound(K, y, likelihood, cavity_mean, cavity_var, extra=None):
     >>> bool(bound <= res.log_marginal_likelihood)
     True
     """
+    check_likelihood(likelihood)
     K = np.asarray(K, dtype=float)
     mu, v = np.asarray(cavity_mean, dtype=float), np.asarray(cavity_var, dtype=float)
     if not np.all(v > 0):

@@ -518,6 +518,7 @@ def ep_gradient(result, kernel, X, y, likelihood, extra=None, with_likelihood=Tr
     >>> d_kernel.shape, d_lik.shape
     ((2,), (0,))
     """
+    check_likelihood(likelihood)
     be = result._posterior.be
     if np.shape(X)[:1] != result.site_tau.shape:
         raise ValueError(f"X must hold the {result.site_tau.size} training inputs of the EP "

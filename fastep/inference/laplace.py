@@ -25,6 +25,7 @@ from .._caller import user_stacklevel
 from .._numerics import predictive_variance
 from .._linalg import blas_threads_for, cholesky_inplace
 from ..exceptions import ConvergenceWarning, NotPositiveDefiniteError
+from ..likelihoods import check_likelihood
 from ._sweep import check_kernel_matrix, check_sweep_controls
 
 
@@ -76,6 +77,7 @@ def laplace(K, y, likelihood, tol=1e-10, max_iter=100, extra=None):
     LaplaceResult
     """
     check_sweep_controls(1.0, tol, max_iter)
+    check_likelihood(likelihood)
     if not likelihood.log_concave:
         raise ValueError(f"Laplace inference needs a log-concave likelihood; "
                          f"{type(likelihood).__name__} is not (use EP).")

@@ -55,12 +55,25 @@ def tilted_batch(tilted, y, extra, mu, var, alpha, params, log_z, d1, d2):
 
 
 def check_likelihood(likelihood):
-    """Raise a clear error for a likelihood without the scalar tilted function."""
+    """Raise a clear error for what is not a likelihood object (a name, a class, None) or a
+    likelihood without the scalar tilted function."""
+    import fastep.likelihoods as module
+    fix = ("(the estimators take names such as likelihood='probit'; the inference "
+           "functions take likelihood objects).")
     if isinstance(likelihood, str):
+        name = "".join(part.capitalize() for part in likelihood.split("_"))
+        example = name if isinstance(getattr(module, name, None), type) else "Probit"
         raise ValueError(f"likelihood must be a fastep.likelihoods.Likelihood instance; got "
                          f"the string {likelihood!r}. Pass an instance, e.g. "
-                         f"fastep.likelihoods.Probit() (the estimators take names such as "
-                         f"likelihood='probit'; the inference functions take objects).")
+                         f"fastep.likelihoods.{example}() {fix}")
+    if isinstance(likelihood, type):
+        raise ValueError(f"likelihood must be a fastep.likelihoods.Likelihood instance; got "
+                         f"the class {likelihood.__name__}. Pass an instance: "
+                         f"{likelihood.__name__}() {fix}")
+    if not hasattr(likelihood, "encode_targets"):
+        raise ValueError(f"likelihood must be a fastep.likelihoods.Likelihood instance; got "
+                         f"{type(likelihood).__name__} {likelihood!r:.60}. Pass e.g. "
+                         f"fastep.likelihoods.Probit() {fix}")
     if getattr(likelihood, "scalar_tilted", None) is None:
         raise ValueError(f"{type(likelihood).__name__} defines no scalar_tilted function, the "
                          "contract between a likelihood and EP (see "

@@ -48,8 +48,9 @@ RESCALE = 2.0
 STAGE_SHARE = 8
 #: ... and at most this many rows (a stage's rows are copied into memory, a dask array's
 #: too; the issue's n = 10^6 problem's optimum on 62,500 rows is within 0.001 of the full
-#: data's test NLPD, and stages of 62,500 rather than 125,000 rows reached it 3-4 passes
-#: sooner in a fit of the same length, 2026-11-28) ...
+#: data's test NLPD, and stages of 15,625 and 62,500 rather than 15,625 and 125,000 rows
+#: reached it after 17-20 passes in seven fits against 20-25 in four, the fits as long,
+#: 2026-11-28) ...
 STAGE_MAX_ROWS = 62_500
 #: ... and each stage 1/STAGE_GROWTH of the next.
 STAGE_GROWTH = 4

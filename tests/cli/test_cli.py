@@ -491,18 +491,34 @@ def test_quoted_header_names_and_a_byte_order_mark_are_read_as_names(tmp_path):
                                est.predict_proba(scaled(X)), rtol=1e-8)
 
 
-@pytest.mark.parametrize("sep,name", [(";", "semicolons"), ("\t", "tabs")])
-def test_a_table_separated_by_semicolons_or_tabs_is_named_so(tmp_path, capsys, sep, name):
-    """A CSV written with another separator (a European Excel's ``;``) reads as one column;
-    the command line says which separator it saw and how to convert, not that the target
-    column is missing."""
+@pytest.mark.parametrize("sep,name,point", [(";", "semicolons", ","), (";", "semicolons", "."),
+                                            ("\t", "tabs", ".")])
+def test_a_table_separated_by_semicolons_or_tabs_is_named_so(tmp_path, capsys, sep, name,
+                                                            point):
+    """A CSV written with another separator (a European Excel's ``;`` with decimal commas)
+    reads as one column, or as columns split at its decimal commas; the command line says
+    which separator it saw and gives the pandas line that converts it (which converts it),
+    not that the target column is missing.  A one-column table whose name holds a ``;``
+    is a table."""
+    import pandas as pd
+    from fastep.io import _csv_header
     table = tmp_path / "t.csv"
-    table.write_text(sep.join(["x1", "x2", "label"]) + "\n"
-                     + "\n".join(sep.join(["0.5", "1.5", "1"]) for _ in range(20)) + "\n")
+    rows = [sep.join(["0.5", "1.5", "1"]).replace(".", point),
+            sep.join(["-0.5", "1.25", "0"]).replace(".", point)] * 10
+    table.write_text(sep.join(["x1", "x2", "label"]) + "\n" + "\n".join(rows) + "\n")
     assert main(["fit", str(table), "-o", str(tmp_path / "m.npz"), "--target", "label"]) == 2
     err = capsys.readouterr().err
-    assert f"looks separated by {name}" in err and "sep=" in err, err
+    assert f"looks separated by {name}" in err and f"sep={sep!r}" in err, err
+    assert ("decimal=','" in err) == (point == ","), err
     assert not (tmp_path / "m.npz").exists()
+    converted = pd.read_csv(table, sep=sep, decimal=",") if point == "," else \
+        pd.read_csv(table, sep=sep)
+    converted.to_csv(tmp_path / "c.csv", index=False)
+    assert main(["fit", str(tmp_path / "c.csv"), "-o", str(tmp_path / "m.npz"), "--target",
+                 "label", "--no-optimize"]) == 0
+    one = tmp_path / "one.csv"
+    one.write_text('"dose;mg"\n0.5\n0.7\n')
+    assert _csv_header(one) == (["dose;mg"], 1)
 
 
 def test_multiclass_takes_gwis_defaults_unless_a_kernel_is_chosen(tmp_path):

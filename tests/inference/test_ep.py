@@ -341,16 +341,29 @@ def test_bad_arguments_named(kw, name):
         fastep.ep(K, y, Probit(), **kw)
 
 
-
-def test_a_likelihood_name_gets_told_to_pass_an_instance():
+def test_a_likelihood_name_class_or_none_gets_told_to_pass_an_instance():
     """The estimators take names (``likelihood="probit"``), the inference functions take
-    objects: a name there is told so, not that a str has no ``scalar_tilted``."""
+    objects: a name, a class or None there is told so (the name's own class suggested),
+    before any work, in every entry point that takes a likelihood."""
+    from fastep.inference import ep_gradient, sparse_ep_gradient
+    from fastep.inference.bounds import tilted_bound
+    from fastep.inference.laplace import laplace
     K, y = _good()
-    X = np.arange(3.0)[:, None]
-    for run in (lambda: fastep.ep(K, y, "probit"),
-                lambda: fastep.sparse_ep(RBF(), X[:2], X, y, "probit")):
-        with pytest.raises(ValueError, match=r"likelihood must be .*'probit'.*Probit\(\)"):
-            run()
+    n = y.size
+    X = np.arange(float(n))[:, None]
+    dense, sparse = fastep.ep(K, y, Probit()), fastep.sparse_ep(RBF(), X[:2], X, y, Probit())
+    runs = [lambda lik: fastep.ep(K, y, lik), lambda lik: laplace(K, y, lik),
+            lambda lik: fastep.sparse_ep(RBF(), X[:2], X, y, lik),
+            lambda lik: ep_gradient(dense, RBF(), X, y, lik),
+            lambda lik: sparse_ep_gradient(sparse, RBF(), X, y, lik),
+            lambda lik: tilted_bound(K, y, lik, np.zeros(n), np.ones(n))]
+    for lik, said in [("probit", r"string 'probit'.*Probit\(\)"),
+                      ("student_t", r"string 'student_t'.*StudentT\(\)"),
+                      (Probit, r"the class Probit.*Probit\(\)"), (None, "got NoneType")]:
+        for run in runs:
+            with pytest.raises(ValueError, match="likelihood must be .*" + said):
+                run(lik)
+
 
 @pytest.mark.parametrize("method", METHODS)
 def test_max_iter_warning(method):

@@ -206,7 +206,11 @@ def test_sparse_subsample_stages_end_at_an_eighth_of_the_rows_or_62500():
     assert _mlii.subsample_stages(49_999) == []
     assert _mlii.subsample_stages(50_000) == [6_250]
     assert _mlii.subsample_stages(100_000) == [12_500]
+    assert _mlii.subsample_stages(199_999) == [24_999]
+    assert _mlii.subsample_stages(200_000) == [6_250, 25_000]
     assert _mlii.subsample_stages(399_999) == [12_499, 49_999]
+    assert _mlii.subsample_stages(499_999) == [15_624, 62_499]
+    assert _mlii.subsample_stages(500_000) == [15_625, 62_500]
     assert _mlii.subsample_stages(1_000_000) == [15_625, 62_500]
     assert _mlii.subsample_stages(10_000_000) == [15_625, 62_500]
 

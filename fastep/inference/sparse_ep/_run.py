@@ -279,6 +279,7 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
     >>> d_kernel.shape, d_Z.shape, d_lik.shape
     ((2,), (8, 1), (0,))
     """
+    check_likelihood(likelihood)
     if result._cluster is not None:                     # fitted on a Dask cluster
         return result._cluster.gradient(result, kernel, likelihood, inputs)
     be = resolve(result._backend or "cpu")
