@@ -160,9 +160,11 @@ def seed_sites(problem, sub, sites, idx):
     ``idx``; on the others one undamped EP update (the CPU's parallel site loop, from no
     site) with ``sub``'s latent predictive as the marginal, so as the cavity; zero where
     that is not a finite non-negative precision.  None for data outside memory (dask),
-    where the fit failed, or for a problem without sites (Laplace)."""
-    if sites is None or not isinstance(problem.X, np.ndarray):
-        return None
+    where the fit failed, for a problem without sites (Laplace) or with sites of another
+    form (nested EP)."""
+    if (sites is None or not isinstance(problem.X, np.ndarray)
+            or getattr(problem.likelihood, "scalar_tilted", None) is None):
+        return None                     # (nested EP's sites: per point and class)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)

@@ -26,7 +26,7 @@ from ..likelihoods import MultinomialProbit
 from ..priors import hyperprior_terms
 from ._base import EvidenceMixin, FastepEstimator, as_generator, fit_entry, \
     latent_output, shared
-from ._mlii import maximize_evidence, theta_names
+from ._mlii import maximize_evidence, staged_start, subsample_stages, theta_names
 
 #: n x n float64 matrices alive at the peak of a nested-EP posterior refresh, per class
 #: (H_c and G_c) and besides: K, S, M's factor, two work matrices of the class loop, and
@@ -83,6 +83,10 @@ class NestedGP:
 
     def with_theta(self, theta):
         return dataclasses.replace(self, kernel=self.kernel.clone_with_theta(theta))
+
+    def rows(self, idx):
+        """The same problem on the rows ``idx`` of X (ML-II's subsample stages)."""
+        return dataclasses.replace(self, X=self.X[idx], y=self.y[idx])
 
     def draw(self, rng):
         b = self.bounds
@@ -198,6 +202,9 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         modified: the fitted kernel is ``kernel_``.
     optimizer : "L-BFGS-B", callable or None, default="L-BFGS-B"
         ML-II of the kernel's parameters (warm-started EP at each step); None keeps them.
+        From 1,000 rows (dense; sparse from 50,000) L-BFGS-B first runs on random
+        subsamples drawn with ``random_state``, as in :class:`EPGaussianProcessClassifier`
+        (digits, 1,257 rows: 165 s against 320 s, the same optimum).
     n_restarts_optimizer : int, default=0
     max_iter_optimizer : int, default=200
     tol_optimizer : float, default=1e-6
@@ -331,12 +338,18 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         owner = type(self).__name__
         prior = hyperprior_terms(self.hyperprior, problem.theta_names, problem.theta.size,
                                  owner)
-        sites = None
+        sites = precondition = None
         if self.optimizer is not None and problem.theta.size:
+            # from 1,000 rows (dense) or 50,000 (sparse), ML-II first on subsamples, as
+            # the binary estimators do (digits: 314 and 78 rows before the 1,257)
+            if self.optimizer == "L-BFGS-B" and subsample_stages(problem.X.shape[0],
+                                                                 dense=not problem.sparse):
+                problem, precondition, sites = staged_start(
+                    problem, self.optimizer, rng, owner, self.max_iter_optimizer, prior)
             with problem.reuse():
                 problem, sites = maximize_evidence(
-                    problem, self.optimizer, self.n_restarts_optimizer, rng, None, owner,
-                    self.max_iter_optimizer, self.tol_optimizer, prior)
+                    problem, self.optimizer, self.n_restarts_optimizer, rng, sites, owner,
+                    self.max_iter_optimizer, self.tol_optimizer, prior, precondition)
         result = problem.final(sites)           # warns if it did not converge
         self._set_fitted(classes, problem, result)
         return self
