@@ -57,12 +57,11 @@ def tilted_batch(tilted, y, extra, mu, var, alpha, params, log_z, d1, d2):
 def check_likelihood(likelihood):
     """Raise a clear error for what is not a likelihood object (a name, a class, None) or a
     likelihood without the scalar tilted function."""
-    import fastep.likelihoods as module
     fix = ("(the estimators take names such as likelihood='probit'; the inference "
            "functions take likelihood objects).")
     if isinstance(likelihood, str):
         name = "".join(part.capitalize() for part in likelihood.split("_"))
-        example = name if isinstance(getattr(module, name, None), type) else "Probit"
+        example = name if name in _subclass_names(Likelihood) else "Probit"
         raise ValueError(f"likelihood must be a fastep.likelihoods.Likelihood instance; got "
                          f"the string {likelihood!r}. Pass an instance, e.g. "
                          f"fastep.likelihoods.{example}() {fix}")
@@ -80,6 +79,14 @@ def check_likelihood(likelihood):
                          "fastep.likelihoods.Likelihood).  Wrap a scalar log-density in "
                          "fastep.likelihoods.CustomLikelihood, or set scalar_tilted to a "
                          "function compiled with fastep._jit.tilted_function.")
+
+
+def _subclass_names(cls):
+    """The names of ``cls``'s subclasses, at any depth."""
+    names = set()
+    for sub in cls.__subclasses__():
+        names |= {sub.__name__} | _subclass_names(sub)
+    return names
 
 
 def check_power(likelihood: Any, alpha: float, name: str = "alpha") -> None:
