@@ -14,7 +14,7 @@
   (bad input, numerical trouble, Ctrl-C) leaves the estimator exactly as it was.
 * :class:`EPEstimator`: ``fit`` resolves ``device`` once, builds an immutable
   :class:`~fastep.models._latent.EPConfig`, fits each latent problem with the one ML-II
-  loop (:func:`~fastep.models._mlii.maximize_evidence`) and keeps the problems and their
+  loop (:func:`~fastep.models._mlii.fit_theta`) and keeps the problems and their
   EP results for prediction and for :func:`fastep.save_model`.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ from ..priors import hyperprior_terms
 from ._dask import DaskInputs, dask_sample
 from ._jobs import JOBS_MIN_ROWS, _fit_one, _with_posterior, in_process, run_jobs
 from ._latent import EPConfig
-from ._mlii import at_bounds, maximize_evidence, staged_start, subsample_stages
+from ._mlii import at_bounds, fit_theta
 
 def fit_entry(fit):
     """Decorate an estimator's ``fit``: scikit-learn's parameter validation (once), and
@@ -299,18 +299,12 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
                                  latent.theta.size, owner)
         if self.optimizer is not None and latent.theta.size:
             latent.check_memory()
-            precondition = None
-            # not where ML-II moves the inducing inputs: theta is then large (m x d
+            # no stages where ML-II moves the inducing inputs: theta is then large (m x d
             # entries) and its optimum one of many local ones, which the stages would change
-            if (not (latent.sparse and latent.config.optimize_inducing) and sites is None
-                    and self.optimizer == "L-BFGS-B"
-                    and subsample_stages(latent.X.shape[0], dense=not latent.sparse)):
-                latent, precondition, sites = staged_start(
-                    latent, self.optimizer, rng, owner, self.max_iter_optimizer, prior)
-            with latent.reuse():
-                latent, sites = maximize_evidence(
-                    latent, self.optimizer, self.n_restarts_optimizer, rng, sites, owner,
-                    self.max_iter_optimizer, self.tol_optimizer, prior, precondition)
+            latent, sites = fit_theta(
+                latent, self.optimizer, self.n_restarts_optimizer, rng, sites, owner,
+                self.max_iter_optimizer, self.tol_optimizer, prior,
+                stages=not (latent.sparse and latent.config.optimize_inducing))
         # outside reuse(): the posterior kept is the one load_model rebuilds, to the bit
         return latent, latent.run(sites)
 

@@ -100,6 +100,23 @@ def subsample_stages(n, dense=False):
     return sizes[::-1]
 
 
+def fit_theta(problem, optimizer, n_restarts, rng, sites, owner, max_iter, tol, prior,
+              stages=True):
+    """ML-II (MAP-II with ``prior``) of ``problem`` as an estimator's ``fit`` runs it:
+    from the optimum of the subsample stages (:func:`staged_start`, with its curvature as
+    preconditioner) where ``stages`` allows them and they apply (L-BFGS-B, no warm-start
+    ``sites``, :func:`subsample_stages` not empty), then :func:`maximize_evidence` on all
+    rows within ``problem.reuse()``.  Returns ``(problem at the optimum, its sites)``."""
+    precondition = None
+    if (stages and sites is None and optimizer == "L-BFGS-B"
+            and subsample_stages(problem.X.shape[0], dense=not problem.sparse)):
+        problem, precondition, sites = staged_start(problem, optimizer, rng, owner,
+                                                    max_iter, prior)
+    with problem.reuse():
+        return maximize_evidence(problem, optimizer, n_restarts, rng, sites, owner, max_iter,
+                                 tol, prior, precondition)
+
+
 def staged_start(problem, optimizer, rng, owner, max_iter, prior):
     """A start for ML-II on a large problem (sparse from 50,000 rows, dense from 1,000),
     and a preconditioner for it: the optimum of ML-II on random subsamples of its rows,

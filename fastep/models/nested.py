@@ -26,7 +26,7 @@ from ..likelihoods import MultinomialProbit
 from ..priors import hyperprior_terms
 from ._base import EvidenceMixin, FastepEstimator, as_generator, fit_entry, \
     latent_output, shared
-from ._mlii import maximize_evidence, staged_start, subsample_stages, theta_names
+from ._mlii import fit_theta, theta_names
 
 #: n x n float64 matrices alive at the peak of a nested-EP posterior refresh, per class
 #: (H_c and G_c) and besides: K, S, M's factor, two work matrices of the class loop, and
@@ -338,18 +338,13 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         owner = type(self).__name__
         prior = hyperprior_terms(self.hyperprior, problem.theta_names, problem.theta.size,
                                  owner)
-        sites = precondition = None
+        sites = None
         if self.optimizer is not None and problem.theta.size:
-            # from 1,000 rows (dense) or 50,000 (sparse), ML-II first on subsamples, as
-            # the binary estimators do (digits: 314 and 78 rows before the 1,257)
-            if self.optimizer == "L-BFGS-B" and subsample_stages(problem.X.shape[0],
-                                                                 dense=not problem.sparse):
-                problem, precondition, sites = staged_start(
-                    problem, self.optimizer, rng, owner, self.max_iter_optimizer, prior)
-            with problem.reuse():
-                problem, sites = maximize_evidence(
-                    problem, self.optimizer, self.n_restarts_optimizer, rng, sites, owner,
-                    self.max_iter_optimizer, self.tol_optimizer, prior, precondition)
+            # from 1,000 rows (dense) or 50,000 (sparse) on subsamples first, as the binary
+            # estimators do (digits: 78 and 314 rows before the 1,257)
+            problem, sites = fit_theta(
+                problem, self.optimizer, self.n_restarts_optimizer, rng, None, owner,
+                self.max_iter_optimizer, self.tol_optimizer, prior)
         result = problem.final(sites)           # warns if it did not converge
         self._set_fitted(classes, problem, result)
         return self

@@ -416,9 +416,7 @@ def test_staged_ml2_ends_at_the_optimum_of_ml2_on_the_full_data(monkeypatch, lik
         if data and problem.X.shape[0] < n:            # the exposures went with the rows
             assert problem.likelihood.exposure.shape == (problem.X.shape[0],)
         return real(problem, *args, **kwargs)
-    monkeypatch.setattr(_mlii, "maximize_evidence", spy)
-    from fastep.models import _base
-    monkeypatch.setattr(_base, "maximize_evidence", spy)
+    monkeypatch.setattr(_mlii, "maximize_evidence", spy)     # fit_theta's, the stages'
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         staged = make().fit(X, y, **data)
@@ -456,9 +454,7 @@ def test_staged_dense_ml2_ends_at_the_optimum_of_ml2_on_the_full_data(monkeypatc
         seen.append((problem.X.shape[0], args[3], args[8] if len(args) > 8 else
                      kwargs.get("precondition")))
         return real(problem, *args, **kwargs)
-    monkeypatch.setattr(_mlii, "maximize_evidence", spy)
-    from fastep.models import _base
-    monkeypatch.setattr(_base, "maximize_evidence", spy)
+    monkeypatch.setattr(_mlii, "maximize_evidence", spy)     # fit_theta's, the stages'
     staged = make().fit(X, y)
     assert [rows for rows, _, _ in seen] == [75, 300, n]
     (_, _, h0), (_, _, h1), (_, sites, h2) = seen
