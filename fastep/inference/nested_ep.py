@@ -87,49 +87,72 @@ class NestedPosterior:
                                    S=backend.to_host(self.S), LM=backend.to_host(self.LM))
 
 
-def posterior(K, alpha, beta, y, backend=None):
+def posterior(K, alpha, beta, y, backend=None, work=None):
     """The posterior of f given the inner sites (``alpha``, ``beta``: (n, C)) on the
     ``backend`` that holds the Gram matrix ``K`` (None: the CPU).  The cubic work, per class
     a Cholesky factorisation and three triangular solves (about 3.3 n^3 flops), runs in
     LAPACK and BLAS (SciPy's on the CPU, other BLAS pools capped; cuSOLVER and cuBLAS on
-    the GPU); the per-point site work stays on the host."""
+    the GPU); the per-point site work stays on the host.  ``work``: :func:`buffers` that
+    the posterior is made in (an earlier posterior made in them is overwritten), or None
+    for new arrays."""
     be = resolve("cpu") if backend is None else backend
     K = be.xp.ascontiguousarray(be.asarray(K), dtype=float)
     with be.threads_for(K.shape[0], one_pool=True):
-        return _posterior(be, K, alpha, beta, y)
+        return _posterior(be, K, alpha, beta, y, work)
 
 
-def _posterior(be, K, alpha, beta, y):
+def buffers(n, n_classes, backend=None):
+    """The n x n arrays of a dense posterior (:func:`posterior`), for a run of refreshes
+    to reuse: on the CPU a refresh then writes into memory it has touched before (at
+    n = 4000, C = 3, first touches of fresh arrays cost 1 s of a 6.8 s refresh); None on
+    a backend whose pooling allocator makes fresh arrays free (the GPU's)."""
+    be = resolve("cpu") if backend is None else backend
+    B, S = be.dense_work(n)
+    if B is None:
+        return None
+    xp = be.xp
+    return B, S, xp.empty((n_classes, n, n)), xp.empty((n_classes, n, n))
+
+
+def _posterior(be, K, alpha, beta, y, work=None):
     xp = be.xp
     n, C = alpha.shape
+    work = buffers(n, C, be) if work is None else work
     pi, nu = site_precisions(alpha, beta, y)
     P = pi.sum(1)
     b = nu - pi * (nu.sum(1) / P)[:, None]
     pi_d, b_d = be.asarray(pi), be.asarray(b)
     idx = xp.arange(n)
-    # E_c^T = D_c A_c^-1 = D_c^1/2 B_c^-1 D_c^1/2 K, so A_c^-1 = K - K E_c^T
-    Et = xp.empty((C, n, n))
-    H = xp.empty((C, n, n))
+    # E_c^T = D_c A_c^-1 = D_c^1/2 B_c^-1 D_c^1/2 K, so A_c^-1 = K - K E_c^T.  Each class's
+    # n x n arrays are made in place in the storage they keep (on the CPU nothing n x n is
+    # allocated or transposed inside the loop: 4 of 10 s at n = 4000, C = 3 went to that):
+    # Et[c] is the C-ordered transpose of E_c^T, the F-ordered array that the triangular
+    # solves overwrite, and H[c] holds (D_c A_c^-1 D_c)^T, the same symmetric matrix.
+    if work is None:                            # a pooling allocator's fresh arrays
+        work = None, None, xp.empty((C, n, n)), xp.empty((C, n, n))
+    B, S, Et, H = work
     kdiag = xp.diag(K).copy()
     diag_ainv = xp.empty((n, C))
     ainv_b = xp.empty((n, C))
     logdet = -float(np.log(P).sum())
+    F = [None] * C                              # E_c^T, F-ordered views of Et on the CPU
     for c in range(C):
         s = xp.sqrt(pi_d[:, c])
-        sk = K * s[None, :]                     # its transpose: D^1/2 K, F-ordered
-        B = sk * s[:, None]
-        B[idx, idx] += 1.0
-        L = be.cholesky(B, "I + D^1/2 K D^1/2 of nested EP")
+        L = be.cholesky(be.build_b(K, s, B), "I + D^1/2 K D^1/2 of nested EP")
         logdet += 2.0 * float(xp.log(xp.diag(L)).sum())
-        F = be.solve_lower(L, be.solve_lower(L, sk.T, overwrite=True), trans=True,
+        sk = be.scale_columns(K, s, Et[c]).T      # D^1/2 K (K symmetric), F-ordered
+        f = be.solve_lower(L, be.solve_lower(L, sk, overwrite=True), trans=True,
                            overwrite=True)         # B^-1 D^1/2 K
-        F *= s[:, None]
-        Et[c] = F
-        H[c] = F * pi_d[:, c][None, :]          # D_c A_c^-1 D_c
-        diag_ainv[:, c] = kdiag - xp.einsum("ij,ji->i", K, F)
-        ainv_b[:, c] = K @ (b_d[:, c] - F @ b_d[:, c])
-    S = H.sum(0)
-    M = xp.asfortranarray(-S)
+        f *= s[:, None]
+        F[c] = f
+        xp.multiply(f.T, pi_d[:, c][:, None], out=H[c])
+        diag_ainv[:, c] = kdiag - xp.einsum("ij,ij->i", K, f.T)
+        ainv_b[:, c] = K @ (b_d[:, c] - f @ b_d[:, c])
+        L = None
+    S = xp.add(H[0], H[1], out=S) if C > 1 else xp.copy(H[0])
+    for c in range(2, C):
+        S += H[c]
+    M = xp.negative(S, out=B)                   # B of the last class is no longer needed
     M[idx, idx] += be.asarray(P)
     LM = be.cholesky(M, "M = P - S of nested EP")
     del M                                       # (its storage on the CPU; a copy on the GPU)
@@ -139,13 +162,12 @@ def _posterior(be, K, alpha, beta, y):
     mean = ainv_b.copy()
     for c in range(C):
         x = pi_d[:, c] * w
-        mean[:, c] += K @ (x - Et[c] @ x)
+        mean[:, c] += K @ (x - F[c] @ x)
     # marginal blocks: delta diag(A_c^-1) + (G_c^T G_c')_ii, G_c = LM^-1 E_c^T, a column
     # sum per pair of classes (no (n, C, n) copy; 7x faster than a batched matmul at
     # n = 4000, C = 3 on the CPU)
-    G = Et                                      # overwritten class by class
-    for c in range(C):
-        G[c] = be.solve_lower(LM, Et[c])
+    G = [be.solve_lower(LM, F[c], overwrite=True) for c in range(C)]     # in Et's storage
+    F = None
     cov = xp.empty((n, C, C))
     for c in range(C):
         for d in range(c, C):
@@ -274,13 +296,13 @@ def sparse_predict_latent(post, Phi_s, kss):
     return mean, _resolved(cov, kss)          # symmetric by construction (mirrored blocks)
 
 
-def refresh(K, alpha, beta, y, sparse=False, backend=None):
+def refresh(K, alpha, beta, y, sparse=False, backend=None, work=None):
     """The posterior at the inner sites: :func:`posterior` of the Gram matrix ``K`` (an
     array of ``backend``), or with ``sparse`` :func:`sparse_posterior` of the features
     ``K = Phi`` (on the CPU)."""
     if sparse:
         return sparse_posterior(K, alpha, beta, y)
-    return posterior(K, alpha, beta, y, backend)
+    return posterior(K, alpha, beta, y, backend, work)
 
 
 def log_evidence(post, y, alpha, beta):
@@ -304,10 +326,15 @@ def _gradient_weights(be, post):
     q_host = post.pi / post.P[:, None]
     q = be.asarray(q_host)
     # sum_c X_c M^-1 X_c^T, X_c = H_c - diag(q_c) S (lower triangle, BLAS)
+    # X_c made C-ordered, where its row scaling streams, and X_c^T solved in place as its
+    # F-ordered transpose (H[c] holds H_c^T: the same symmetric matrix up to rounding)
     W = xp.zeros((n, n), order="F")
+    xt = xp.empty((n, n))
     for c in range(C):
-        be.add_gram(W, be.solve_lower(post.LM, post.H[c] - post.S * q[:, c][None, :],
-                                      overwrite=True).T)
+        xp.multiply(post.S, q[:, c][:, None], out=xt)
+        xp.subtract(post.H[c], xt, out=xt)
+        be.add_gram(W, be.solve_lower(post.LM, xt.T, overwrite=True).T)
+    xt = None
     W = _sym(xp, W)
     W += post.S                                 # sum_c (T A^-1 T)_cc: sum_c H_c ...
     HQ = post.H[0] * q[:, 0][None, :]           # sum_c H_c diag(q_c), class by class
@@ -392,7 +419,10 @@ def nested_ep(K, y, n_classes, alpha=None, beta=None, damping=None, tol=1e-6,
     y = np.asarray(y, dtype=np.int64)
     alpha = np.zeros((n, C)) if alpha is None else np.array(alpha, dtype=float)
     beta = np.zeros((n, C)) if beta is None else np.array(beta, dtype=float)
-    post = refresh(K, alpha, beta, y, sparse, backend)
+    # the dense posteriors of this run in the same memory: each is made once the last
+    # is dropped (post = None), and the result's is the last one made
+    work = None if sparse else buffers(n, C, backend)
+    post = refresh(K, alpha, beta, y, sparse, backend, work)
     log_ev = log_evidence(post, y, alpha, beta)
     warm = bool(np.any(alpha != 0.0) or np.any(beta != 0.0))
     ctl = SweepControl("nested EP", 1.0 if damping is None else float(damping),
@@ -420,15 +450,15 @@ def nested_ep(K, y, n_classes, alpha=None, beta=None, damping=None, tol=1e-6,
                     relative_step(np, alpha.ravel(), beta.ravel(), a, b)))))
             else:
                 accel.reset()
-        post = None                            # its n x n factors freed before the next
+        post = None                            # dropped: the next is made in its memory
         try:
-            post = refresh(K, new_a, new_b, y, sparse, backend)
+            post = refresh(K, new_a, new_b, y, sparse, backend, work)
         except NotPositiveDefiniteError:
             if damped is None:
                 raise
             new_a, new_b = damped              # the combined step went too far
             accel.reset()
-            post = refresh(K, new_a, new_b, y, sparse, backend)
+            post = refresh(K, new_a, new_b, y, sparse, backend, work)
         alpha, beta = new_a.copy(), new_b.copy()
         log_ev = log_evidence(post, y, alpha, beta)
     ctl.warn(0)                                # every inner cavity is proper (alpha >= 0)
