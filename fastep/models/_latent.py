@@ -17,7 +17,8 @@ import numpy as np
 
 from .._dask import is_dask_array
 from .._memory import DENSE_EP_MATRICES, DENSE_MLII_MATRICES
-from ..backend import Backend
+from .._sites import SiteBuffers
+from ..backend import Backend, resolve
 from ..inference.ep import ep_gradient, run_ep
 from ..inference import carry_anderson
 from ..kernels.distances import reuse_distances
@@ -241,6 +242,26 @@ class LatentGP:
         """log p(y_i | y_-i) ~ log int p(y_i | f) N(f | mean_i, var_i) df for every point,
         given the LOO cavity ``(mean, var)`` of :meth:`loo_cavity`."""
         return self.likelihood.log_predictive_density(self.y, mean, var)
+
+    def sites_from_marginals(self, mean, var):
+        """Sites ``(tau, nu)`` that one undamped EP update (the CPU's parallel site loop)
+        makes from no site with the marginals ``(mean, var)`` of f at every row, so as
+        the cavities (ML-II's seeds from a subsample's predictive,
+        :func:`~fastep.models._mlii.seed_sites`); zero where that is not a finite
+        non-negative precision.  None where the likelihood has no scalar tilted moments."""
+        lik, n = self.likelihood, self.X.shape[0]
+        if getattr(lik, "scalar_tilted", None) is None:
+            return None
+        cpu = resolve("cpu")
+        data = cpu.site_inputs(lik, lik.encode_targets(self.y), lik.site_extra(n))
+        bufs = SiteBuffers(np.ascontiguousarray(mean, dtype=float),
+                           np.ascontiguousarray(var, dtype=float), np.zeros(n), np.zeros(n),
+                           *(np.empty(n) for _ in range(5)))
+        cpu.parallel_sites(lik.scalar_tilted, data, bufs, 1.0, bool(lik.log_concave))
+        tau, nu = bufs.new_tau, bufs.new_nu
+        bad = ~(np.isfinite(tau) & np.isfinite(nu) & (tau >= 0.0))
+        tau[bad], nu[bad] = 0.0, 0.0
+        return tau, nu
 
     def latent(self, result, X):
         """Latent predictive mean and variance at X (host arrays), in blocks of rows whose

@@ -19,8 +19,6 @@ import numpy as np
 from scipy.optimize import OptimizeResult, minimize
 
 from .._caller import user_stacklevel
-from .._sites import SiteBuffers
-from ..backend import resolve
 from ..exceptions import ConvergenceWarning, EPNumericalWarning, NotPositiveDefiniteError
 
 _LOG = logging.getLogger("fastep")
@@ -172,34 +170,26 @@ def staged_start(problem, optimizer, rng, owner, max_iter, prior):
 
 
 def seed_sites(problem, sub, sites, idx):
-    """EP sites ``(tau, nu)`` for all rows of ``problem`` from a fit of its rows ``idx``
-    (``sub``, warm-started from its ``sites``, at its own theta): those sites on the rows
-    ``idx``; on the others one undamped EP update (the CPU's parallel site loop, from no
-    site) with ``sub``'s latent predictive as the marginal, so as the cavity; zero where
-    that is not a finite non-negative precision.  None for data outside memory (dask),
-    where the fit failed, for a problem without sites (Laplace) or with sites of another
-    form (nested EP)."""
-    if (sites is None or not isinstance(problem.X, np.ndarray)
-            or getattr(problem.likelihood, "scalar_tilted", None) is None):
-        return None                     # (nested EP's sites: per point and class)
+    """EP sites for all rows of ``problem`` from a fit of its rows ``idx`` (``sub``,
+    warm-started from its ``sites``, at its own theta): those sites on the rows ``idx``;
+    on the others what one undamped EP update gives with ``sub``'s latent predictive as
+    the marginal, so as the cavity (the problem's ``sites_from_marginals``: scalar sites
+    ``(tau, nu)``, or nested EP's inner sites ``(alpha, beta)`` per point and class).
+    None for data outside memory (dask), where the fit failed, or for a problem without
+    sites (Laplace)."""
+    if sites is None or not isinstance(problem.X, np.ndarray):
+        return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.simplefilter("ignore", EPNumericalWarning)
             result = sub.run(sites)
-            m, v = sub.latent(result, problem.X)
-            lik, n = problem.likelihood, problem.X.shape[0]
-            cpu = resolve("cpu")
-            data = cpu.site_inputs(lik, lik.encode_targets(problem.y), lik.site_extra(n))
-            bufs = SiteBuffers(np.ascontiguousarray(m, dtype=float),
-                               np.ascontiguousarray(v, dtype=float), np.zeros(n),
-                               np.zeros(n), *(np.empty(n) for _ in range(5)))
-            cpu.parallel_sites(lik.scalar_tilted, data, bufs, 1.0, bool(lik.log_concave))
+            seeds = problem.sites_from_marginals(*sub.latent(result, problem.X))
     except (NotPositiveDefiniteError, ValueError, FloatingPointError):
         return None
-    tau, nu = bufs.new_tau, bufs.new_nu
-    bad = ~(np.isfinite(tau) & np.isfinite(nu) & (tau >= 0.0))
-    tau[bad], nu[bad] = 0.0, 0.0
+    if seeds is None:
+        return None
+    tau, nu = seeds
     tau[idx], nu[idx] = result.site_tau, result.site_nu
     return tau, nu
 

@@ -22,16 +22,16 @@ from ..inference import carry_anderson, nested_ep as nep
 from ..inference.inducing import check_inducing, cholesky_uu, uu_from_whitened
 from ..kernels import kernel_from_dict
 from ..kernels.distances import reuse_distances
-from ..likelihoods import MultinomialProbit
+from ..likelihoods import MultinomialProbit, multinomial_probit as mp
 from ..priors import hyperprior_terms
 from ._base import EvidenceMixin, FastepEstimator, as_generator, fit_entry, \
     latent_output, shared
 from ._mlii import fit_theta, theta_names
 
 #: n x n float64 matrices alive at the peak of a nested-EP posterior refresh, per class
-#: (H_c and G_c) and besides: K, S, M's factor, two work matrices of the class loop, and
-#: on the GPU (out-of-place Cholesky, einsum temporaries) two more; the last sweep's
-#: factors are freed first.  The gradient's peak (K, H, S, M's factor, its weights and
+#: (H_c and G_c) and besides: K, S, M's factor (in the class loop's work matrix), two
+#: more of room, and on the GPU (out-of-place Cholesky, einsum temporaries) two more; a
+#: run's sweeps reuse one set of them (:func:`~fastep.inference.nested_ep.buffers`).  The gradient's peak (K, H, S, M's factor, its weights and
 #: three work matrices) is below it.
 _PER_CLASS, _BESIDES = 2, 7
 
@@ -163,6 +163,23 @@ class NestedGP:
         """The posterior at given inner sites (a loaded model's), in host memory."""
         return nep.refresh(self._prior()[0], alpha, beta, self.y, self.sparse,
                            self.be).on_host(self.be)
+
+    def sites_from_marginals(self, mean, cov):
+        """Inner sites ``(alpha, beta)`` (n, C) that one undamped outer update makes from no
+        site with the marginals ``(mean, cov)`` of f at every row, so as the cavities
+        (ML-II's seeds from a subsample's predictive,
+        :func:`~fastep.models._mlii.seed_sites`); zero on a row where they are not finite
+        with non-negative precisions."""
+        n, C = mean.shape
+        zero = np.zeros((n, C))
+        alpha, beta = np.empty((n, C)), np.empty((n, C))
+        mp.update_sites(np.ascontiguousarray(mean, dtype=float),
+                        np.ascontiguousarray(cov, dtype=float),
+                        np.asarray(self.y, dtype=np.int64), zero, zero, 1.0, mp.INNER_SWEEPS,
+                        alpha, beta)
+        bad = ~np.all(np.isfinite(alpha) & np.isfinite(beta) & (alpha >= 0.0), axis=1)
+        alpha[bad], beta[bad] = 0.0, 0.0
+        return alpha, beta
 
     def latent(self, result, X):
         """Predictive mean (m, C) and covariance (m, C, C) of the latent functions at X."""

@@ -55,8 +55,9 @@ def test_staged_map_ii_runs_on_subsamples_and_ends_at_the_same_optimum(monkeypat
     """From DENSE_STAGED_MIN_ROWS rows (lowered here to 200) MAP-II first runs on a
     subsample of n/4 rows, then on all rows preconditioned by its curvature,
     as the binary estimators do; it ends at the optimum of MAP-II on all rows alone (the
-    MAP objective within 1e-6, relative), and the sites are not seeded (nested EP's are
-    per point and class)."""
+    MAP objective within 1e-6, relative).  The full-data run starts from seeded inner
+    sites (the stage's on its rows, one outer update from its predictive on the others),
+    from which nested EP reaches the cold start's fixed point in fewer sweeps."""
     import logging
     from fastep.models import _mlii
     from fastep.priors import hyperprior_terms
@@ -78,8 +79,19 @@ def test_staged_map_ii_runs_on_subsamples_and_ends_at_the_same_optimum(monkeypat
     assert [r.getMessage().split(":")[0] for r in caplog.records
             if r.getMessage().startswith("ML-II on a subsample")] == \
         ["ML-II on a subsample of 75 rows"]
-    assert seeded == [None]
     assert objective(staged) == pytest.approx(objective(plain), rel=1e-6)
+    assert len(seeded) == 1 and seeded[0] is not None
+    alpha, beta = seeded[0]
+    assert alpha.shape == beta.shape == (300, 3) and np.all(alpha >= 0.0)
+    assert np.count_nonzero(np.any(alpha != 0.0, axis=1)) == 300
+    problem = staged._problem_
+    K = problem.kernel(X)
+    cold = ne.nested_ep(K, y, 3)
+    warm = ne.nested_ep(K, y, 3, alpha, beta)
+    assert warm.converged and cold.converged
+    assert warm.log_marginal_likelihood == pytest.approx(cold.log_marginal_likelihood,
+                                                         rel=1e-6)
+    assert warm.n_iter < cold.n_iter
 
 
 def test_sparse_fit_shares_inducing_inputs_and_matches_the_dense_fit():
