@@ -177,14 +177,15 @@ def seed_sites(problem, sub, sites, idx):
     ``(tau, nu)``, or nested EP's inner sites ``(alpha, beta)`` per point and class).
     None for data outside memory (dask), where the fit failed, or for a problem without
     sites (Laplace)."""
-    if sites is None or not isinstance(problem.X, np.ndarray):
+    seeds_from = getattr(problem, "sites_from_marginals", None)
+    if sites is None or seeds_from is None or not isinstance(problem.X, np.ndarray):
         return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.simplefilter("ignore", EPNumericalWarning)
             result = sub.run(sites)
-            seeds = problem.sites_from_marginals(*sub.latent(result, problem.X))
+            seeds = seeds_from(*sub.latent(result, problem.X))
     except (NotPositiveDefiniteError, ValueError, FloatingPointError):
         return None
     if seeds is None:

@@ -73,7 +73,7 @@ def test_staged_map_ii_runs_on_subsamples_and_ends_at_the_same_optimum(monkeypat
     monkeypatch.setattr(_mlii, "DENSE_STAGED_MIN_ROWS", 200)
     seeded = []
     real = _mlii.seed_sites
-    monkeypatch.setattr(_mlii, "seed_sites", lambda *a: seeded.append(real(*a)) or None)
+    monkeypatch.setattr(_mlii, "seed_sites", lambda *a: seeded.append(real(*a)) or seeded[-1])
     caplog.set_level(logging.INFO, logger="fastep")
     staged = NestedEPClassifier(random_state=0).fit(X, y)
     assert [r.getMessage().split(":")[0] for r in caplog.records
@@ -83,6 +83,8 @@ def test_staged_map_ii_runs_on_subsamples_and_ends_at_the_same_optimum(monkeypat
     assert len(seeded) == 1 and seeded[0] is not None
     alpha, beta = seeded[0]
     assert alpha.shape == beta.shape == (300, 3) and np.all(alpha >= 0.0)
+    label = (np.arange(300), y)
+    assert np.all(alpha[label] == 0.0) and np.all(beta[label] == 0.0)   # no site at a label
     assert np.count_nonzero(np.any(alpha != 0.0, axis=1)) == 300
     problem = staged._problem_
     K = problem.kernel(X)
