@@ -324,23 +324,58 @@ def iter_rows(path, columns, chunk):
                                        for c in use])
 
 
+#: What :class:`TableWriter` writes, by the output's extension.
+OUTPUT_FORMATS = (".csv", ".csv.gz", ".npy", ".parquet")
+
+
+def output_kind(path):
+    """The format :class:`TableWriter` writes to ``path`` (by its extension, any case);
+    a ValueError naming the ones it writes for any other (``fastep predict -o``)."""
+    p = str(path).lower()
+    for ext in (".csv.gz", ".csv", ".npy", ".parquet"):
+        if p.endswith(ext):
+            return ext
+    raise ValueError(f"-o {path!r}: cannot tell the output format from its extension; "
+                     f"name the file with one of {', '.join(OUTPUT_FORMATS)} (e.g. "
+                     f"predictions.csv).")
+
+
 class TableWriter:
-    """Appends chunks of an (n, k) result to a CSV (with a header) or .npy file (written
-    through a memory map of the final size, so nothing is held in memory)."""
+    """Appends chunks of an (n, k) result to a CSV with a header (gzip-compressed for
+    .csv.gz), a .npy file (written through a memory map of the final size, so nothing is
+    held in memory) or a Parquet file (one row group per chunk; pyarrow), by the path's
+    extension (:func:`output_kind`)."""
 
     def __init__(self, path, header, n_total):
         self.path, self.header, self.n_total, self.at = path, list(header), n_total, 0
-        if str(path).endswith(".npy"):
+        self.kind = output_kind(path)
+        if self.kind == ".npy":
             self.out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64,
                                                  shape=(n_total, len(self.header)))
+        elif self.kind == ".parquet":
+            try:
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+            except ImportError:
+                raise ValueError(f"-o {path!r}: writing Parquet needs pyarrow: pip install "
+                                 '"fastep[dask]" (or write .csv or .npy).') from None
+            self._pa = pa
+            self._schema = pa.schema([(name, pa.float64()) for name in self.header])
+            self.out = pq.ParquetWriter(path, self._schema)
         else:
-            self.out = open(path, "w")
+            import gzip
+            self.out = (gzip.open(path, "wt", newline="") if self.kind == ".csv.gz"
+                        else open(path, "w"))
             self.out.write(",".join(self.header) + "\n")
 
     def write(self, block):
         block = np.asarray(block, dtype=float).reshape(-1, len(self.header))
-        if isinstance(self.out, np.memmap):
+        if self.kind == ".npy":
             self.out[self.at:self.at + block.shape[0]] = block
+        elif self.kind == ".parquet":
+            self.out.write_table(self._pa.Table.from_arrays(
+                [self._pa.array(block[:, j]) for j in range(block.shape[1])],
+                schema=self._schema))
         else:
             np.savetxt(self.out, block, delimiter=",", fmt="%.17g")
         self.at += block.shape[0]
@@ -349,7 +384,7 @@ class TableWriter:
         if self.at != self.n_total:
             raise ValueError(f"DATA held {self.at} rows where {self.n_total} were counted; "
                              "check it for blank or broken lines.")
-        if isinstance(self.out, np.memmap):
+        if self.kind == ".npy":
             self.out.flush()
             del self.out
         else:

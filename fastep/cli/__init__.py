@@ -132,7 +132,9 @@ def main(argv=None):
     p = sub.add_parser("predict", help="stream predictions for a table, chunk by chunk")
     p.add_argument("model")
     p.add_argument("data")
-    p.add_argument("-o", "--output", required=True, help="CSV or .npy output")
+    p.add_argument("-o", "--output", required=True,
+                   help="output file, its format by its extension: .csv, .csv.gz, .npy or "
+                   ".parquet")
     p.add_argument("--features", help="comma-separated feature columns (default: the "
                    "columns named as the model's features; for a table without a header, "
                    "all its columns, which must be as many as the model's)")

@@ -10,9 +10,10 @@ from ._tables import ROW_DATA, _bad_cell, _check_output, _named, _row_data_specs
 
 
 def cmd_predict(args):
-    from fastep.io import TableWriter, column_names, iter_rows, n_rows
+    from fastep.io import TableWriter, column_names, iter_rows, n_rows, output_kind
     from fastep.persistence import _read
     _check_output(args.output, args.model, args.data)
+    output_kind(args.output)                    # a format it writes, before any work
     est = _read(args.model)[0]              # (load_model's note on standardised inputs is
     scaling = getattr(est, "feature_scaling_", None)    # for Python: applied below)
     d = est.n_features_in_

@@ -756,3 +756,49 @@ def test_a_commands_warnings_are_printed_in_its_own_voice(monkeypatch, capsys, t
     err = capsys.readouterr().err
     assert "fastep fit: warning: ML-II ended at a bound" in err
     assert "ConvergenceWarning" not in err and "warnings.warn" not in err
+
+
+def test_predict_writes_the_format_its_output_extension_names(tmp_path, capsys):
+    """-o .csv, .csv.gz, .npy and (with pyarrow) .parquet hold the same predictions (read
+    back by pandas and NumPy, not by fastep), written in chunks; any other extension is
+    refused before the model is read (a .parquet or .csv.gz used to get plain CSV), and
+    .parquet without pyarrow names the extra to install."""
+    import sys
+    pd = pytest.importorskip("pandas")
+    train, _, _ = _table(tmp_path)
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(train), "-o", str(model), "--target", "label", "--features",
+                 "x1,x2", "--no-optimize"]) == 0
+    data = str(tmp_path / "test.npy")
+    import importlib.util
+    exts = [".npy", ".csv", ".csv.gz"] + [".parquet"] * bool(importlib.util.find_spec("pyarrow"))
+    outs = {ext: tmp_path / f"p{ext}" for ext in exts}
+    for out in outs.values():
+        assert main(["predict", str(model), data, "-o", str(out), "--chunk", "64"]) == 0
+    ref = np.load(outs[".npy"])
+    assert ref.shape == (250, 2)
+    read = {".csv": lambda path: pd.read_csv(path, float_precision="round_trip"),
+            ".parquet": pd.read_parquet}
+    for ext in exts[1:]:
+        frame = read.get(ext, read[".csv"])(outs[ext])
+        assert list(frame.columns) == ["p_0", "p_1"]
+        np.testing.assert_array_equal(frame.to_numpy(), ref)      # %.17g round-trips
+    with open(outs[".csv.gz"], "rb") as fh:
+        assert fh.read(2) == b"\x1f\x8b"                          # gzip's magic number
+    capsys.readouterr()
+    for bad in ("p.zarr", "p.txt", "predictions"):
+        assert main(["predict", str(tmp_path / "missing.npz"), data, "-o",
+                     str(tmp_path / bad)]) == 2
+        err = capsys.readouterr().err
+        assert "cannot tell the output format" in err and ".parquet" in err
+        assert not (tmp_path / bad).exists()
+    saved = sys.modules.get("pyarrow")
+    sys.modules["pyarrow"] = None                       # as if not installed
+    try:
+        assert main(["predict", str(model), data, "-o", str(tmp_path / "q.parquet")]) == 2
+    finally:
+        if saved is None:
+            del sys.modules["pyarrow"]
+        else:
+            sys.modules["pyarrow"] = saved
+    assert 'pip install "fastep[dask]"' in capsys.readouterr().err
