@@ -453,15 +453,9 @@ def test_the_command_line_never_writes_over_its_inputs_nor_fits_a_nameless_colum
                  "--features", "x1,x2", "--no-optimize"]) == 0
     parquet = tmp_path / "t.parquet"
     parquet.write_bytes(b"PAR1")
-    saved = sys.modules.get("pyarrow")
-    sys.modules["pyarrow"] = None                       # as if not installed
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "pyarrow", None)        # as if not installed
         assert main(["fit", str(parquet), "-o", str(tmp_path / "p.npz")]) == 2
-    finally:
-        if saved is None:
-            del sys.modules["pyarrow"]
-        else:
-            sys.modules["pyarrow"] = saved
     assert 'pip install "fastep[dask]"' in capsys.readouterr().err
 
 
@@ -792,13 +786,7 @@ def test_predict_writes_the_format_its_output_extension_names(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "cannot tell the output format" in err and ".parquet" in err
         assert not (tmp_path / bad).exists()
-    saved = sys.modules.get("pyarrow")
-    sys.modules["pyarrow"] = None                       # as if not installed
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "pyarrow", None)        # as if not installed
         assert main(["predict", str(model), data, "-o", str(tmp_path / "q.parquet")]) == 2
-    finally:
-        if saved is None:
-            del sys.modules["pyarrow"]
-        else:
-            sys.modules["pyarrow"] = saved
     assert 'pip install "fastep[dask]"' in capsys.readouterr().err
