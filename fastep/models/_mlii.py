@@ -581,7 +581,7 @@ def _bound_hints(hits, likelihood, fixed):
         bound = "'fixed'" if fixed else "(low, high)"
         if base.startswith("kernel theta"):                # a wrapped scikit-learn kernel
             out.append("the scikit-learn kernel's own bounds")
-        elif base == "likelihood cut_points":
+        elif base in ("likelihood cut_points", "likelihood log gap"):    # ordinal's
             out.append(f"{likelihood}(cut_points=..., fixed=True)" if fixed
                        else "the kernel variance, which sets the cut points' scale")
         elif base == "noise_variance":                     # SparseGPRegressor's own
@@ -593,7 +593,22 @@ def _bound_hints(hits, likelihood, fixed):
             out.append(f"likelihood={likelihood}({p}=..., {p}_bounds={bound})")
         else:
             out.append(f"the kernel's {base}=..., {base}_bounds={bound}")
-    return "; ".join(out)
+    return "; ".join(dict.fromkeys(out))           # (both ordinal parameters: one hint)
+
+
+def _bound_in_units(name, edge):
+    """``(bound as the warning shows it, theta's step to a 10x wider bound, "log " or "")``
+    for the parameter ``name`` with the bound ``edge`` of its theta: theta is the log of
+    the kernels' and likelihoods' parameters (shown as the parameter, step ln 10), except
+    where the name says "log" (a log gap of ordinal cut points: shown as it is) and for
+    the first ordinal cut point, of either sign, which theta holds as it is (step 9 |edge|:
+    the bound moved to 10 |edge|)."""
+    base = name.split("likelihood ", 1)[-1]
+    if base.startswith("log "):
+        return edge, np.log(10.0), ""
+    if base == "cut_points[0]":
+        return edge, 9.0 * abs(edge), ""
+    return np.exp(edge), np.log(10.0), "log "
 
 
 def _warn_at_bounds(problem, theta, bounds, owner, grad=None):
@@ -611,10 +626,11 @@ def _warn_at_bounds(problem, theta, bounds, owner, grad=None):
         for side, edge, outward, at in (("lower", lo, -1.0, at_lo[i]),
                                         ("upper", hi, 1.0, at_hi[i])):
             if at:
-                hit = f"{name} at its {side} bound {np.exp(edge):.3g}"
-                gain = None if grad is None else outward * grad[i] * np.log(10.0)
+                value, wider, log = _bound_in_units(name, edge)
+                hit = f"{name} at its {side} bound {value:.3g}"
+                gain = None if grad is None else outward * grad[i] * wider
                 slope = "" if grad is None else \
-                    f" (d log evidence / d log {name} = {grad[i]:.2g})"
+                    f" (d log evidence / d {log}{name} = {grad[i]:.2g})"
                 if gain is None or gain >= FLAT_GAIN:
                     pulled.append((hit, name))
                 elif gain > -FLAT_GAIN:

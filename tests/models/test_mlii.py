@@ -501,3 +501,37 @@ def test_median_heuristic_of_few_rows_many_rows_duplicates_and_dask():
     da = pytest.importorskip("dask.array")
     assert median_heuristic(da.from_array(X, chunks=300)) == pytest.approx(
         median_heuristic(X), rel=1e-12)
+
+
+def test_a_bound_warning_shows_each_parameter_in_its_own_units():
+    """theta is the log of a kernel's variance (the warning shows e^theta and d/d log),
+    holds an ordinal log gap as the log its name says, and the first ordinal cut point as
+    it is, of either sign (the warning showed e^30 = 1.07e13 for a cut point at 30, and
+    judged it flat by a ln 10 step of a parameter that is not a log)."""
+    from types import SimpleNamespace
+    from fastep.likelihoods import OrdinalProbit
+    from fastep.models._mlii import _warn_at_bounds
+    from fastep.likelihoods.ordinal import FIRST_CUT_BOUNDS, LOG_GAP_BOUNDS
+    problem = SimpleNamespace(
+        theta_names=["variance", "likelihood cut_points[0]", "likelihood log gap[1]"],
+        likelihood=OrdinalProbit([0.0, 1.0, 2.0]))
+    bounds = np.array([np.log([1e-5, 1e5]), FIRST_CUT_BOUNDS, LOG_GAP_BOUNDS])
+    theta = bounds[:, 1].copy()
+    # outward slopes: flat for the variance (0.01 ln 10 < 0.1) and the log gap, pulling
+    # for the cut point (0.001 x 9 x 30 = 0.27 >= 0.1: the bound moved to 300)
+    grad = np.array([0.01, 0.001, 0.01])
+    with pytest.warns(ConvergenceWarning) as record:
+        _warn_at_bounds(problem, theta, bounds, "OrdinalGPClassifier", grad)
+    pulled, flat = (str(r.message) for r in record)
+    assert "likelihood cut_points[0] at its upper bound 30;" in pulled
+    assert "increases beyond it" in pulled
+    assert "variance at its upper bound 1e+05 (d log evidence / d log variance = 0.01)" in flat
+    assert (f"likelihood log gap[1] at its upper bound {np.log(1e4):.3g} "
+            "(d log evidence / d likelihood log gap[1] = 0.01)") in flat
+    assert "OrdinalProbit(cut_points=..., fixed=True)" in flat      # not "log gap=..."
+    assert "log gap=" not in flat and flat.count("OrdinalProbit(") == 1
+    theta[1] = FIRST_CUT_BOUNDS[0]                     # at -30, pulled below it: flat
+    with pytest.warns(ConvergenceWarning, match=r"cut_points\[0\] at its lower bound -30 "
+                      r"\(d log evidence / d likelihood cut_points\[0\] = -0\.0001\)"):
+        _warn_at_bounds(problem, theta, bounds, "OrdinalGPClassifier",
+                        np.array([0.01, -1e-4, 0.01]))
