@@ -18,11 +18,22 @@ import numpy as np
 FORMATS = (".csv", ".csv.gz", ".npy", ".parquet", ".zarr")
 
 
-def _kind(path):
+def _extension(path, formats):
+    """The one of ``formats`` that ``path`` ends with (any case), or None."""
     p = str(path).lower().rstrip("/")
-    for ext in FORMATS:
-        if p.endswith(ext):
-            return ext
+    return next((ext for ext in formats if p.endswith(ext)), None)
+
+
+def _open_text(path, mode="rt", **kwargs):
+    """``path`` opened as text, through gzip where it ends in .gz (a .csv.gz)."""
+    import gzip
+    return (gzip.open if str(path).lower().endswith(".gz") else open)(path, mode, **kwargs)
+
+
+def _kind(path):
+    kind = _extension(path, FORMATS)
+    if kind is not None:
+        return kind
     raise ValueError(f"DATA {path!r}: unknown format; expected one of {', '.join(FORMATS)} "
                      "(by extension).")
 
@@ -34,9 +45,7 @@ def _csv_header(path):
     which Excel's "CSV UTF-8" starts with, is dropped.  A table separated by semicolons
     or tabs is a ValueError (:func:`_other_separator`)."""
     import csv
-    import gzip
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8-sig", newline="") as fh:
+    with _open_text(path, encoding="utf-8-sig", newline="") as fh:
         first, second = fh.readline().strip(), fh.readline().strip()
     cells = [c.strip() for c in next(csv.reader([first]), [""])]
     _other_separator(path, first, second, cells)
@@ -268,10 +277,8 @@ def n_rows(path):
         import zarr
         root = zarr.open(path, mode="r")
         return root.shape[0] if hasattr(root, "shape") else root[column_names(path)[0]].shape[0]
-    import gzip
     names, _ = _csv_header(path)
-    opener = gzip.open if kind == ".csv.gz" else open
-    with opener(path, "rt") as fh:                  # the rows genfromtxt reads: not blank
+    with _open_text(path) as fh:                    # the rows genfromtxt reads: not blank
         return sum(1 for line in fh if line.strip()) - (1 if names else 0)
 
 
@@ -288,11 +295,9 @@ def iter_rows(path, columns, chunk):
             yield np.asarray(block if columns is None else block[:, columns], dtype=float)
         return
     if kind in (".csv", ".csv.gz"):
-        import gzip
         names, width = _csv_header(path)
-        opener = gzip.open if kind == ".csv.gz" else open
         k = width if columns is None else len(columns)
-        with opener(path, "rt") as fh:
+        with _open_text(path) as fh:
             if names:
                 fh.readline()
             while True:
@@ -331,10 +336,9 @@ OUTPUT_FORMATS = (".csv", ".csv.gz", ".npy", ".parquet")
 def output_kind(path):
     """The format :class:`TableWriter` writes to ``path`` (by its extension, any case);
     a ValueError naming the ones it writes for any other (``fastep predict -o``)."""
-    p = str(path).lower()
-    for ext in (".csv.gz", ".csv", ".npy", ".parquet"):
-        if p.endswith(ext):
-            return ext
+    kind = _extension(path, OUTPUT_FORMATS)
+    if kind is not None:
+        return kind
     raise ValueError(f"-o {path!r}: cannot tell the output format from its extension; "
                      f"name the file with one of {', '.join(OUTPUT_FORMATS)} (e.g. "
                      f"predictions.csv).")
@@ -363,9 +367,7 @@ class TableWriter:
             self._schema = pa.schema([(name, pa.float64()) for name in self.header])
             self.out = pq.ParquetWriter(path, self._schema)
         else:
-            import gzip
-            self.out = (gzip.open(path, "wt", newline="") if self.kind == ".csv.gz"
-                        else open(path, "w"))
+            self.out = _open_text(path, "wt")
             self.out.write(",".join(self.header) + "\n")
 
     def write(self, block):

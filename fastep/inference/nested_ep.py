@@ -103,21 +103,19 @@ def posterior(K, alpha, beta, y, backend=None, work=None):
 
 def buffers(n, n_classes, backend=None):
     """The n x n arrays of a dense posterior (:func:`posterior`), for a run of refreshes
-    to reuse: on the CPU a refresh then writes into memory it has touched before (at
-    n = 4000, C = 3, first touches of fresh arrays cost 1 s of a 6.8 s refresh); None on
-    a backend whose pooling allocator makes fresh arrays free (the GPU's)."""
+    to reuse: ``(B, S, Et, H)``, the class stacks ``(C, n, n)``.  On the CPU a refresh then
+    writes into memory it has touched before (at n = 4000, C = 3, first touches of fresh
+    arrays cost 1 s of a 6.8 s refresh); B and S are None on a backend whose pooling
+    allocator makes fresh arrays free (the GPU's: :meth:`dense_work`)."""
     be = resolve("cpu") if backend is None else backend
-    B, S = be.dense_work(n)
-    if B is None:
-        return None
     xp = be.xp
-    return B, S, xp.empty((n_classes, n, n)), xp.empty((n_classes, n, n))
+    return (*be.dense_work(n), xp.empty((n_classes, n, n)), xp.empty((n_classes, n, n)))
 
 
 def _posterior(be, K, alpha, beta, y, work=None):
     xp = be.xp
     n, C = alpha.shape
-    work = buffers(n, C, be) if work is None else work
+    B, S, Et, H = buffers(n, C, be) if work is None else work
     pi, nu = site_precisions(alpha, beta, y)
     P = pi.sum(1)
     b = nu - pi * (nu.sum(1) / P)[:, None]
@@ -128,9 +126,6 @@ def _posterior(be, K, alpha, beta, y, work=None):
     # allocated or transposed inside the loop: 4 of 10 s at n = 4000, C = 3 went to that):
     # Et[c] is the C-ordered transpose of E_c^T, the F-ordered array that the triangular
     # solves overwrite, and H[c] holds (D_c A_c^-1 D_c)^T, the same symmetric matrix.
-    if work is None:                            # a pooling allocator's fresh arrays
-        work = None, None, xp.empty((C, n, n)), xp.empty((C, n, n))
-    B, S, Et, H = work
     kdiag = xp.diag(K).copy()
     diag_ainv = xp.empty((n, C))
     ainv_b = xp.empty((n, C))
@@ -149,9 +144,7 @@ def _posterior(be, K, alpha, beta, y, work=None):
         diag_ainv[:, c] = kdiag - xp.einsum("ij,ij->i", K, f.T)
         ainv_b[:, c] = K @ (b_d[:, c] - f @ b_d[:, c])
         L = None
-    S = xp.add(H[0], H[1], out=S) if C > 1 else xp.copy(H[0])
-    for c in range(2, C):
-        S += H[c]
+    S = xp.sum(H, axis=0, out=S)
     M = xp.negative(S, out=B)                   # B of the last class is no longer needed
     M[idx, idx] += be.asarray(P)
     LM = be.cholesky(M, "M = P - S of nested EP")
