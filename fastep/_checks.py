@@ -1,5 +1,4 @@
-"""The one check every array passes at the public boundary, before compiled code reads it,
-and the checks of class labels.
+"""The one check every array passes at the public boundary, before compiled code reads it.
 
 Compiled loops index their arrays without bounds checks, so each array they see must have
 the shape, dtype and contiguity they were written for, and (unless NaN or infinity mean
@@ -8,17 +7,15 @@ something there) finite values.  :func:`float_array` is that check; a failure is
 """
 from __future__ import annotations
 
-from typing import Any, NoReturn, Tuple
+from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike
-from sklearn.utils.validation import column_or_1d, validate_data
 
 from ._dask import is_dask_array
 from .exceptions import DenseMemoryError      # noqa: F401  (its home in 0.2)
 
-__all__ = ["float_array", "all_finite", "index_array", "class_labels", "distinct_values",
-           "validate_X", "validate_X_y", "validate_column"]
+__all__ = ["float_array", "all_finite", "index_array", "integer_values", "distinct_values",
+           "label_text", "TARGETS_FIX"]
 
 
 def _describe(value):
@@ -163,120 +160,6 @@ def label_text(label: Any) -> str:
     return repr(label.item() if isinstance(label, np.generic) else label)
 
 
-def class_labels(y, return_inverse=False, name="y"):
-    """The sorted distinct class labels of a NumPy or dask vector, checked as scikit-learn
-    checks classification targets (``check_classification_targets``), and with
-    ``return_inverse`` (NumPy only) each entry's index among them.  Labels of types that
-    do not sort together (``["a", 0]``) are a ValueError naming the types."""
-    from sklearn.utils.multiclass import check_classification_targets
-    try:
-        if is_dask_array(y):
-            classes = distinct_values(y)
-            check_classification_targets(classes)
-            return classes
-        check_classification_targets(y)
-        return np.unique(y, return_inverse=return_inverse)
-    except ValueError as exc:
-        _non_finite_targets(exc, y, name)
-    except TypeError:
-        kinds = sorted({type(v).__name__ for v in np.ravel(np.asarray(y))})
-        raise ValueError(f"{name} mixes labels of the types {kinds}, which do not sort "
-                         f"into classes; give labels of one type (e.g. {name}.astype(str))."
-                         ) from None
-
-
-def validate_X(estimator: Any, X: ArrayLike, **kwargs: Any) -> np.ndarray:
-    """scikit-learn's ``validate_data`` of X alone (typed: the checked array); X that is
-    not finite or not 2-d gets fastep's message (:func:`_bad_inputs`)."""
-    try:
-        return validate_data(estimator, X, **kwargs)
-    except ValueError as exc:
-        _bad_inputs(exc, X)
-        raise
-
-
-def validate_X_y(estimator: Any, X: ArrayLike, y: ArrayLike,
-                 **kwargs: Any) -> Tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's ``validate_data`` of X and y (typed: the checked arrays).  Targets
-    that are not finite get fastep's message (scikit-learn's names neither the row nor the
-    fix): the index of the first, and what to do; so does X (:func:`_bad_inputs`)."""
-    try:
-        return validate_data(estimator, X, y, **kwargs)
-    except ValueError as exc:
-        _bad_inputs(exc, X)
-        if str(exc).startswith("Found input variables with inconsistent numbers of samples"):
-            same_rows(X, y)
-        _non_finite_targets(exc, y, "y")
-
-
-def same_rows(X: Any, y: Any) -> None:
-    """A ValueError naming X, y and their row counts unless they have as many rows
-    (scikit-learn's ``check_consistent_length`` names neither)."""
-    if _rows(X) != _rows(y):
-        raise ValueError(f"X and y must have the same number of rows; got {_rows(X)} and "
-                         f"{_rows(y)}. Pass the targets of exactly the rows of X.")
-
-
-def _rows(a: Any) -> Any:
-    """The number of rows of an array-like, for a message (``?`` where it has none)."""
-    shape = getattr(a, "shape", None)
-    if shape is None:
-        try:
-            shape = np.shape(a)
-        except (TypeError, ValueError):
-            return "?"
-    return shape[0] if len(shape) else "?"
-
-
-#: The fix a message about inputs that are not finite gives.
-INPUTS_FIX = ("Remove or impute those rows (e.g. sklearn.impute.SimpleImputer in a "
-              "pipeline before the estimator).")
-
-
-def _bad_inputs(exc: ValueError, X: Any) -> None:
-    """Re-raise scikit-learn's ValueError ``exc`` where it is about X: where X holds NaN
-    or infinity, as fastep's message with the row and column of the first such entry and
-    the fix; where X is 1-d (or a scalar), naming X, its shape and the two reshapes,
-    without scikit-learn's dump of the values; a wrong feature count with the fix.
-    Returns where ``exc`` is about something else (y, their lengths)."""
-    msg = str(exc)
-    if msg.startswith("Input X contains"):
-        what = "NaN" if "NaN" in msg else "infinity"
-        where = ""
-        if not is_dask_array(X):
-            a = np.asarray(X)
-            if a.dtype.kind in "biuf" and a.ndim == 2:
-                bad = np.isnan(a) if what == "NaN" else np.isinf(a)
-                if bad.any():
-                    row, col = _first(bad)
-                    where = f" at row {row}, column {col}"
-        raise ValueError(f"X must be finite; got {what}{where}. {INPUTS_FIX}") from None
-    if msg.startswith("X has ") and "features, but" in msg:
-        raise ValueError(f"{msg.rstrip('.')}. Pass X with the columns the model was fitted "
-                         f"on, in the same order.") from None
-    if msg.startswith("Expected 2D array"):
-        shape = tuple(np.shape(X)) if not is_dask_array(X) else tuple(X.shape)
-        kind = "a scalar" if not shape else f"a 1-d array of shape {shape}"
-        raise ValueError(f"X must be a 2-d array (n_samples, n_features); got {kind}. "
-                         f"Reshape your data: X.reshape(-1, 1) if it is one feature, "
-                         f"X.reshape(1, -1) if it is one sample.") from None
-
-
 #: The fix a message about targets that are not finite gives (every estimator's).
 TARGETS_FIX = ("Remove or impute the targets that are not finite (drop those rows of X "
                "and of the targets).")
-
-
-def _non_finite_targets(exc: ValueError, y: Any, name: str) -> NoReturn:
-    """Re-raise scikit-learn's ValueError ``exc`` about ``y``: where it says the targets hold
-    NaN or infinity, as fastep's message, with the index of the first and the fix."""
-    if not str(exc).startswith(("Input y contains", "Input contains")):
-        raise exc
-    if np.asarray(y).dtype.kind in "biuf":
-        float_array(y, name, np.ndim(y), fix=TARGETS_FIX)   # raises, naming the index
-    raise ValueError(f"{name} must be finite; {exc} {TARGETS_FIX}") from None
-
-
-def validate_column(y: ArrayLike, **kwargs: Any) -> np.ndarray:
-    """scikit-learn's ``column_or_1d`` (typed: the checked 1-d array)."""
-    return column_or_1d(y, **kwargs)

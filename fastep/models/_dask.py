@@ -8,9 +8,9 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from .._checks import class_labels, validate_X
 from ..typing import Array, ArrayLike
 from .._dask import is_dask_array
+from ._validation import class_labels, validate_X
 
 #: Rows of a dask X sampled to place the inducing inputs (k-means++).
 DASK_SAMPLE = 20000

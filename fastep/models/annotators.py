@@ -14,7 +14,6 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..typing import Array, ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, RandomStateLike
 from .._caller import user_stacklevel
-from .._checks import class_labels, validate_X
 from .._dask import is_dask_array
 from ..backend import resolve
 from ..exceptions import ConvergenceWarning
@@ -23,6 +22,7 @@ from ._base import EPEstimator, as_generator, fit_entry, latent_output, shared
 from ._latent import LatentGP
 from ._mlii import maximize_evidence
 from ._state import latent_from_state, latent_state
+from ._validation import class_labels, validate_X
 
 _EPS = 1e-6
 

@@ -8,7 +8,6 @@ import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._checks import same_rows, validate_X, validate_column
 from ..typing import Array, ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, RandomStateLike
 from .._dask import is_dask_array, scalar_data
 from ..backend import resolve
@@ -19,6 +18,7 @@ from ._dask import da_map_rows
 from ..kernels import kernel_from_dict
 from ._latent import LaplaceGP, LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
+from ._validation import same_rows, validate_X, validate_column
 
 
 def _limit(value):

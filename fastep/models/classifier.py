@@ -11,13 +11,14 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..typing import (Array, ArrayLike, ArrayOrStd, HyperpriorLike, KernelLike,
                        OptimizerLike, RandomStateLike)
-from .._checks import class_labels, label_text, validate_X_y
+from .._checks import label_text
 from .._dask import is_dask_array
 from ..backend import resolve
 from ..likelihoods import Likelihood, Logistic, Probit
 from ._base import EPEstimator, as_generator, fit_entry, latent_output, shared
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
+from ._validation import class_labels, validate_X_y
 
 _LIKELIHOODS = {"probit": Probit, "logistic": Logistic}
 

@@ -14,7 +14,6 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..typing import ArrayLike, ArrayOrStd, KernelLike, RandomStateLike
 from .._caller import user_stacklevel
-from .._checks import class_labels, validate_X, validate_X_y
 from .._linalg import single_threaded_blas
 from ..backend import resolve
 from ..exceptions import ConvergenceWarning
@@ -25,6 +24,7 @@ from ..kernels import kernel_from_dict
 from ._base import (FastepEstimator, as_generator, fit_entry, fresh_kernel, latent_output,
                     median_heuristic, shared)
 from ._state import likelihood_of
+from ._validation import class_labels, validate_X, validate_X_y
 
 _LOG = logging.getLogger("fastep")
 TEMPERATURE_BOUNDS = (1e-3, 1e3)

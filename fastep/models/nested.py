@@ -16,7 +16,6 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..typing import Array, ArrayLike, ArrayOrStd, HyperpriorLike, KernelLike, \
     OptimizerLike, RandomStateLike
-from .._checks import class_labels, validate_X, validate_X_y
 from ..backend import resolve
 from ..inference import carry_anderson, nested_ep as nep
 from ..inference.inducing import check_inducing, cholesky_uu, uu_from_whitened
@@ -27,6 +26,7 @@ from ..priors import hyperprior_terms
 from ._base import EvidenceMixin, FastepEstimator, as_generator, fit_entry, \
     latent_output, shared
 from ._mlii import fit_theta, theta_names
+from ._validation import class_labels, validate_X, validate_X_y
 
 #: n x n float64 matrices alive at the peak of a nested-EP posterior refresh, per class
 #: (H_c and G_c) and besides: K, S, M's factor (in the class loop's work matrix), two

@@ -8,7 +8,7 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ..typing import Array, ArrayLike, KernelLike, OptimizerLike, RandomStateLike
-from .._checks import class_labels, label_text, validate_X_y
+from .._checks import label_text
 from .._dask import is_dask_array
 from ..backend import resolve
 from ..likelihoods import OrdinalProbit
@@ -16,6 +16,7 @@ from ._base import SingleLatentEstimator, as_generator, fit_entry, shared
 from ._dask import da_map_rows, rows_like
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
+from ._validation import class_labels, validate_X_y
 
 
 def initial_cut_points(counts):

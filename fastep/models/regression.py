@@ -11,7 +11,6 @@ from sklearn.metrics import r2_score
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._checks import same_rows, validate_X, validate_column
 from ..typing import Array, ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, RandomStateLike
 from .._caller import user_stacklevel
 from .._dask import is_dask_array, scalar_data
@@ -24,6 +23,7 @@ from ._base import SingleLatentEstimator, as_generator, fit_entry, shared
 from ._dask import da_map_rows
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
+from ._validation import same_rows, validate_X, validate_column
 
 #: The likelihoods ``likelihood=`` names.
 REGRESSION_LIKELIHOODS: Dict[str, Type[Likelihood]] = {

@@ -11,7 +11,6 @@ from sklearn.base import RegressorMixin
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
-from .._checks import validate_X, validate_X_y
 from ..typing import ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, RandomStateLike
 from .._linalg import blas_threads_for
 from ..inference import collapsed
@@ -22,6 +21,7 @@ from ._base import (EvidenceMixin, FastepEstimator, as_generator, fit_entry, lat
                     shared)
 from ._latent import inducing_bounds
 from ._mlii import maximize_evidence
+from ._validation import validate_X, validate_X_y
 
 NOISE_BOUNDS = (1e-6, 1e6)
 
