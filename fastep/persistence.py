@@ -17,7 +17,6 @@ import json
 import numbers
 import os
 import secrets
-import warnings
 import zipfile
 from typing import Any, Dict, Union
 
@@ -113,8 +112,11 @@ def save_model(estimator: Any, path: Union[str, "os.PathLike[str]"]) -> None:
     Every estimator can be saved: :class:`~fastep.EPGaussianProcessClassifier`,
     :class:`~fastep.EPGaussianProcessRegressor`, :class:`~fastep.OrdinalGPClassifier`,
     :class:`~fastep.CensoredGPRegressor`, :class:`~fastep.MultiAnnotatorGPClassifier`,
-    :class:`~fastep.SparseGPRegressor` and :class:`~fastep.GWIClassifier`, dense or
-    sparse, fitted on any device.  The file is written to exactly ``path`` (no suffix is
+    :class:`~fastep.SparseGPRegressor`, :class:`~fastep.GWIClassifier` and
+    :class:`~fastep.NestedEPClassifier`, dense or sparse, fitted on any device; so can a
+    Pipeline of a :class:`~fastep.models.TableColumns` step and an estimator (what
+    :func:`load_model` gives for a model of ``fastep fit``), whose columns and scaling the
+    file keeps.  The file is written to exactly ``path`` (no suffix is
     added), atomically: a process killed while saving leaves an earlier file at ``path``
     intact.  Models with a scikit-learn kernel or a :class:`~fastep.likelihoods.CustomLikelihood`
     hold Python objects and cannot be saved this way (pickle or joblib keep them).
@@ -130,6 +132,9 @@ def save_model(estimator: Any, path: Union[str, "os.PathLike[str]"]) -> None:
     True
     """
     from sklearn.utils.validation import check_is_fitted
+
+    from .models.columns import table_parts
+    estimator, columns = table_parts(estimator)
     name = type(estimator).__name__
     if name not in ESTIMATORS:
         raise ValueError(f"save_model saves fastep estimators {list(ESTIMATORS)}; got {name}.")
@@ -146,19 +151,22 @@ def save_model(estimator: Any, path: Union[str, "os.PathLike[str]"]) -> None:
                              "labels of mixed types); use numbers or strings.")
     header = {"format": FORMAT, "version": VERSION, "class": name, "params": params,
               "state": state, "fastep": __version__}
-    names = getattr(estimator, "feature_columns_", None)
-    if names is not None:                  # the table columns `fastep fit` read
-        header["feature_columns"] = [str(v) for v in names]
-    scaling = getattr(estimator, "feature_scaling_", None)
-    if scaling is not None:                # their mean and sd, which `fastep fit` fitted on
-        try:
+    if columns is not None and columns.columns is not None:   # the columns `fastep fit` read
+        names = [str(v) for v in columns.columns]
+        if len(names) != estimator.n_features_in_:
+            raise ValueError(f"cannot save the pipeline: its TableColumns names {len(names)} "
+                             f"columns and {name} takes {estimator.n_features_in_}.")
+        header["feature_columns"] = names
+    if columns is not None and (columns.mean is not None or columns.sd is not None):
+        try:                               # their mean and sd, which `fastep fit` fitted on
             header["feature_scaling"] = {key: np.asarray(a, dtype=float).tolist()
-                                         for key, a in zip(("mean", "sd"), scaling)}
+                                         for key, a in (("mean", columns.mean),
+                                                        ("sd", columns.sd))}
             _feature_scaling(header["feature_scaling"], estimator.n_features_in_)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"cannot save {name}: feature_scaling_ must be (mean, sd), two "
-                             f"arrays of {estimator.n_features_in_} finite numbers, the sds "
-                             f"positive ({exc}); delete the attribute for a model that takes "
+            raise ValueError(f"cannot save the pipeline: TableColumns' mean and sd must be "
+                             f"two arrays of {estimator.n_features_in_} finite numbers, the "
+                             f"sds positive ({exc}); set both to None for a model that takes "
                              f"raw features.") from None
         header["version"] = SCALED_VERSION
     path = os.fspath(path)
@@ -209,9 +217,13 @@ def load_model(path: Union[str, "os.PathLike[str]"]) -> Any:
     """Load a model written by :func:`save_model`; predictions round-trip exactly.
 
     The model predicts on the CPU (``device="cpu"``), whatever device it was fitted on.
-    A model that ``fastep fit`` fitted on standardised feature columns (its default) holds
-    their training means and sds as ``feature_scaling_ = (mean, sd)`` and takes
-    ``(X - mean) / sd`` in its predict methods; loading one says so (a ``UserWarning``).
+    A model of ``fastep fit``, which keeps the table's feature columns and (by default)
+    their training means and sds, loads as a scikit-learn Pipeline of a
+    :class:`~fastep.models.TableColumns` step and the estimator: its ``predict`` and
+    ``predict_proba`` take the raw table, a DataFrame by column names or an array of
+    exactly those columns in order, as ``fastep predict`` does.  The estimator alone is
+    ``model[-1]``, and ``model[-1].predict_latent(model[0].transform(X))`` its other
+    predictions.
 
     Raises
     ------
@@ -233,13 +245,7 @@ def load_model(path: Union[str, "os.PathLike[str]"]) -> Any:
     >>> type(back).__name__, bool((back.predict(X) == reg.predict(X)).all())
     ('SparseGPRegressor', True)
     """
-    est = _read(path)[0]
-    if getattr(est, "feature_scaling_", None) is not None:
-        warnings.warn(f"the model in {os.fspath(path)} was fitted on standardised feature "
-                      f"columns (`fastep fit`'s default): its predict methods take "
-                      f"(X - mean) / sd, where (mean, sd) = model.feature_scaling_ (`fastep "
-                      f"predict` applies it itself).", UserWarning, stacklevel=2)
-    return est
+    return _read(path)[0]
 
 
 def _read(path):
@@ -314,14 +320,16 @@ def _read(path):
             if not (isinstance(names, list) and all(isinstance(v, str) for v in names)
                     and len(names) == est.n_features_in_):
                 raise ValueError(f"'feature_columns' must be {est.n_features_in_} strings")
-            est.feature_columns_ = names
         scaling = header.get("feature_scaling")
         if (scaling is not None) != (header["version"] == SCALED_VERSION):
             raise ValueError(f"a file of format version {header['version']} "
                              f"{'holds no' if scaling is None else 'cannot hold'} "
                              f"'feature_scaling'")
+        mean = sd = None
         if scaling is not None:
-            est.feature_scaling_ = _feature_scaling(scaling, est.n_features_in_)
+            mean, sd = _feature_scaling(scaling, est.n_features_in_)
+        from .models.columns import table_model
+        est = table_model(est, names, mean, sd)
     except (ValueError, TypeError, KeyError, IndexError, RecursionError,
             np.linalg.LinAlgError) as exc:
         raise ValueError(f"{path}: not a valid {name} model file: {str(exc)[:300]}") from None
@@ -360,7 +368,9 @@ def describe_model(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     >>> info["estimator"], info["training rows"], info["classes"]
     ('EPGaussianProcessClassifier', 20, [0, 1])
     """
-    est, header, arrays = _read(path)             # the whole file checked
+    model, header, arrays = _read(path)           # the whole file checked
+    from .models.columns import table_parts
+    est, columns = table_parts(model)
     rows = arrays["X"].shape[0] if "X" in arrays else None
     saved_by = header.get("fastep")
     ok = isinstance(saved_by, str) and len(saved_by) <= 40 and saved_by.isprintable()
@@ -382,13 +392,13 @@ def describe_model(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     out["training rows"] = (rows if rows is not None
                             else "not stored (the model keeps its inducing inputs only)")
     out["features"] = est.n_features_in_
-    names = getattr(est, "feature_columns_", None)
+    names = None if columns is None else columns.columns
     if names is not None:
         out["feature columns"] = list(names)
-    scaling = getattr(est, "feature_scaling_", None)
+    scaling = None if columns is None or columns.mean is None else (columns.mean, columns.sd)
     if scaling is not None:
         out["feature scaling"] = ("standardised (each column's training mean and sd), which "
-                                  "`fastep predict` applies")
+                                  "`fastep predict` and the loaded Pipeline apply")
         out["feature means"] = [float(f"{v:.6g}") for v in scaling[0]]
         out["feature sds"] = [float(f"{v:.6g}") for v in scaling[1]]
     if classes is not None:

@@ -293,17 +293,18 @@ def _fit_table(args, stack):
         est.fit(X, y, **data)
     finally:
         progress.close()
-    if scaling is not None:
-        est.feature_scaling_ = scaling       # fastep predict standardises its input the same
+    fitted = None
     if named is not None:
         fitted = [named[j] for j in features]
-        if len(set(fitted)) == len(fitted):
-            est.feature_columns_ = fitted     # fastep predict finds them by name
-        else:
+        if len(set(fitted)) != len(fitted):
+            fitted = None
             print("fastep fit: the feature columns' names are repeated, so the model keeps "
                   "none: fastep predict will need a table of exactly its features, in order, "
                   "or --features.", file=sys.stderr)
-    fastep.save_model(est, args.output)
+    # the model file keeps the columns (found by name) and their scaling, which fastep
+    # predict and the Pipeline that load_model gives in Python apply
+    from fastep.models.columns import table_model
+    fastep.save_model(table_model(est, fitted, *(scaling or (None, None))), args.output)
     lz = getattr(est, "log_marginal_likelihood_value_", None)
     print(f"fitted in {time.perf_counter() - t0:.2f} s"
           f"{f', log evidence {lz:.4f}' if lz is not None else ''}; saved {args.output}",

@@ -14,11 +14,13 @@ def cmd_predict(args):
     from fastep.persistence import _read
     _check_output(args.output, args.model, args.data)
     output_kind(args.output)                    # a format it writes, before any work
-    est = _read(args.model)[0]              # (load_model's note on standardised inputs is
-    scaling = getattr(est, "feature_scaling_", None)    # for Python: applied below)
+    from fastep.models.columns import table_parts
+    est, table = table_parts(_read(args.model)[0])
+    scaling = None if table is None or table.mean is None else (table.mean, table.sd)
+    fitted = None if table is None else table.columns
     d = est.n_features_in_
     names = column_names(args.data)
-    columns = _predict_columns(args, est, names)
+    columns = _predict_columns(args, est.n_features_in_, fitted, names)
     if len(columns) != d:
         raise ValueError(f"the model was fitted on {d} features; --features names "
                          f"{len(columns)}.")
@@ -114,7 +116,7 @@ def _counts_without_exposure(est):
     return True
 
 
-def _predict_columns(args, est, names):
+def _predict_columns(args, d, fitted, names):
     """DATA's feature columns for ``fastep predict``: --features, else the columns named
     as the model's features (a model fitted on a table with a header), else, for tables
     without names, all of DATA's columns when there are exactly as many as the model's
@@ -122,7 +124,6 @@ def _predict_columns(args, est, names):
     from fastep.io import column_list, resolve_columns
     if args.features:
         return resolve_columns(args.features, names, "--features")
-    d, fitted = est.n_features_in_, getattr(est, "feature_columns_", None)
     named = _named(args.data, names)
     if fitted is not None and named is not None:
         missing = [f for f in fitted if f not in named]

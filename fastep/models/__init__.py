@@ -2,6 +2,7 @@
 from .annotators import MultiAnnotatorGPClassifier, concatenate_labels, majority_vote
 from .censored import CensoredGPRegressor
 from .classifier import EPGaussianProcessClassifier
+from .columns import TableColumns
 from .gwi import GWIClassifier
 from .nested import NestedEPClassifier
 from .ordinal import OrdinalGPClassifier
@@ -11,4 +12,4 @@ from .sparse import SparseGPRegressor
 from .._registry import ESTIMATORS
 from ._state import StateReader  # noqa: F401  (what persistence hands a loader)
 
-__all__ = [*ESTIMATORS, "majority_vote", "concatenate_labels"]
+__all__ = [*ESTIMATORS, "TableColumns", "majority_vote", "concatenate_labels"]

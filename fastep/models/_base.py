@@ -44,19 +44,13 @@ from ._mlii import at_bounds, fit_theta
 def fit_entry(fit):
     """Decorate an estimator's ``fit``: scikit-learn's parameter validation (once), and
     all-or-nothing state, so that an exception during the fit (a bad input, numerical
-    trouble, KeyboardInterrupt) leaves the estimator as it was before the call (a fit
-    that succeeds drops ``feature_columns_`` and ``feature_scaling_``, which
-    ``fastep fit`` sets for its own fit)."""
+    trouble, KeyboardInterrupt) leaves the estimator as it was before the call."""
     validated = _fit_context(prefer_skip_nested_validation=True)(fit)
 
     @functools.wraps(fit)
     def wrapper(self, *args, **kwargs):
         before = dict(self.__dict__)
         try:
-            # what `fastep fit` adds after a fit (the table's feature names, the columns'
-            # means and sds) describes that fit only: a new fit starts without them
-            for name in ("feature_columns_", "feature_scaling_"):
-                self.__dict__.pop(name, None)
             return validated(self, *args, **kwargs)
         except BaseException:
             self.__dict__.clear()

@@ -8,6 +8,7 @@ import pytest
 import fastep
 from fastep import load_model
 from fastep.cli import main
+from fastep.models.columns import table_parts
 
 N = 160
 
@@ -15,11 +16,14 @@ N = 160
 def _load(path):
     """A model file that ``fastep fit`` wrote, and a function that standardises X as that
     fit standardised its feature columns (the identity for one fitted on raw columns)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)     # load_model's note on scaling
-        est = load_model(path)
-    mean, sd = getattr(est, "feature_scaling_", (0.0, 1.0))
+    est, table = table_parts(load_model(path))
+    mean, sd = (0.0, 1.0) if table is None or table.mean is None else (table.mean, table.sd)
     return est, lambda X: (np.asarray(X, dtype=float) - mean) / sd
+
+
+def _columns(path):
+    """The TableColumns step of a model file that ``fastep fit`` wrote (None: none)."""
+    return table_parts(load_model(path))[1]
 
 
 def _table(tmp_path, seed=0):
@@ -82,10 +86,10 @@ def test_fit_save_predict_round_trip(tmp_path, kind, capsys):
                  "x1,x2", "--no-optimize", *KINDS[kind]]) == 0
     assert main(["predict", str(model), str(tmp_path / "test.npy"), "-o", str(out),
                  "--chunk", "64"]) == 0
-    with pytest.warns(UserWarning, match="standardised feature columns"):
-        est = load_model(model)       # fitted on standardised columns (fit's default)
+    pipe = load_model(model)          # fitted on standardised columns (fit's default)
+    est, table = table_parts(pipe)
     train_X = np.column_stack([cols["x1"], cols["x2"]])
-    mean, sd = est.feature_scaling_
+    mean, sd = table.mean, table.sd
     np.testing.assert_allclose(mean, train_X.mean(0), rtol=1e-12)
     np.testing.assert_allclose(sd, train_X.std(0), rtol=1e-12)
     Xt = (Xt - mean) / sd
@@ -296,7 +300,8 @@ def test_scheduler_workers_read_the_table(tmp_path, capsys, kind):
     # the cluster runs the parallel schedule, this process the chunk-sequential one: the
     # same fixed point, each to EP's tolerance (tol=1e-6); the cluster's column means and
     # sds (dask's sums) equal this process's to rounding
-    np.testing.assert_allclose(a.feature_scaling_, b.feature_scaling_, rtol=1e-12)
+    ta, tb = _columns(tmp_path / "d.npz"), _columns(tmp_path / "s.npz")
+    np.testing.assert_allclose([ta.mean, ta.sd], [tb.mean, tb.sd], rtol=1e-12)
     np.testing.assert_allclose(a.predict_latent(sa(Xt)), b.predict_latent(sb(Xt)), atol=1e-4)
 
 
@@ -352,10 +357,11 @@ def test_fit_standardises_the_features_unless_told_not_to(tmp_path, capsys):
     _write_csv(path, {"area": X[:, 0], "smoothness": X[:, 1], "c": X[:, 2], "label": y})
     assert main(["fit", str(path), "-o", str(tmp_path / "s.npz"), "--no-optimize"]) == 0
     est, _ = _load(tmp_path / "s.npz")
+    table = _columns(tmp_path / "s.npz")
     scaler = StandardScaler().fit(X)
-    np.testing.assert_allclose(est.feature_scaling_[0], scaler.mean_, rtol=1e-12)
-    np.testing.assert_allclose(est.feature_scaling_[1], scaler.scale_, rtol=1e-12)
-    assert est.feature_scaling_[1][2] == 1.0 and scaler.scale_[2] == 1.0
+    np.testing.assert_allclose(table.mean, scaler.mean_, rtol=1e-12)
+    np.testing.assert_allclose(table.sd, scaler.scale_, rtol=1e-12)
+    assert table.sd[2] == 1.0 and scaler.scale_[2] == 1.0
     python = fastep.EPGaussianProcessClassifier(fastep.kernels.RBF(1.0, np.sqrt(3.0)),
                                                 optimizer=None).fit(scaler.transform(X), y)
     assert main(["predict", str(tmp_path / "s.npz"), str(path), "-o", str(out)]) == 0
@@ -364,9 +370,9 @@ def test_fit_standardises_the_features_unless_told_not_to(tmp_path, capsys):
     assert main(["fit", str(path), "-o", str(tmp_path / "r.npz"), "--no-optimize",
                  "--no-standardize"]) == 0
     with warnings.catch_warnings():
-        warnings.simplefilter("error")                   # no note: it takes raw columns
-        raw = load_model(tmp_path / "r.npz")
-    assert not hasattr(raw, "feature_scaling_")
+        warnings.simplefilter("error")
+        raw, table = table_parts(load_model(tmp_path / "r.npz"))
+    assert table.mean is None and table.columns == ["area", "smoothness", "c"]
     assert main(["predict", str(tmp_path / "r.npz"), str(path), "-o", str(out)]) == 0
     np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1),
                                raw.predict_proba(X), rtol=1e-8)
@@ -385,7 +391,7 @@ def test_predict_matches_columns_by_name(tmp_path, capsys):
     model, cols = _fit_classifier(tmp_path)
     est, scaled = _load(model)
     expected = est.predict_proba(scaled(np.column_stack([cols["x1"], cols["x2"]])))
-    assert est.feature_columns_ == ["x1", "x2"]
+    assert _columns(model).columns == ["x1", "x2"]
     for order in (["x2", "x1"], ["label", "x1", "x2"], ["yreg", "x2", "label", "x1"]):
         path, out = tmp_path / "shuffled.csv", tmp_path / "p.csv"
         np.savetxt(path, np.column_stack([cols[c] for c in order]), delimiter=",",
@@ -479,7 +485,7 @@ def test_quoted_header_names_and_a_byte_order_mark_are_read_as_names(tmp_path):
     assert main(["fit", str(train), "-o", str(tmp_path / "m.npz"), "--target", "label",
                  "--no-optimize"]) == 0
     est, scaled = _load(tmp_path / "m.npz")
-    assert est.feature_columns_ == ["mean radius", "area, worst"]
+    assert _columns(tmp_path / "m.npz").columns == ["mean radius", "area, worst"]
     assert main(["predict", str(tmp_path / "m.npz"), str(test), "-o", str(out)]) == 0
     np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1),
                                est.predict_proba(scaled(X)), rtol=1e-8)
@@ -541,7 +547,7 @@ def test_repeated_header_names_are_not_kept(tmp_path, capsys):
     assert main(["fit", str(path), "-o", str(model), "--no-optimize"]) == 0
     assert "names are repeated" in capsys.readouterr().err
     est, scaled = _load(model)
-    assert not hasattr(est, "feature_columns_")
+    assert _columns(model).columns is None
     assert main(["predict", str(model), str(path), "-o", str(out)]) == 2
     assert "DATA has 3 named columns" in capsys.readouterr().err
     assert main(["predict", str(model), str(path), "-o", str(out), "--features", "0,1"]) == 0
@@ -657,7 +663,7 @@ def test_per_row_exposure_and_limits_from_columns(tmp_path, capsys):
         assert main(["fit", str(table), "-o", str(model), "--no-optimize", *fit_args]) == 0, name
         assert main(["predict", str(model), str(table), "-o", str(out), *predict_args]) == 0
         (est, scaled), got = _load(model), np.load(out)
-        assert est.n_features_in_ == 2 and est.feature_columns_ == ["x1", "x2"], name
+        assert est.n_features_in_ == 2 and _columns(model).columns == ["x1", "x2"], name
         X = scaled(X_raw)
         mean, std = est.predict_latent(X, return_std=True)
         np.testing.assert_allclose(got[:, :2], np.column_stack([mean, std]), rtol=1e-10)

@@ -139,10 +139,24 @@ def test_cli_fit_predict_and_demo(tmp_path, data):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     p = np.loadtxt(out, delimiter=",", skiprows=1)
-    with pytest.warns(UserWarning, match="standardised feature columns"):
-        est = load_model(model)                  # fit standardised X's columns
-    mean, sd = est.feature_scaling_
-    np.testing.assert_allclose(p, est.predict_proba((X - mean) / sd), rtol=1e-12)
+    # loaded in Python, the file takes the raw columns as `fastep predict` does: by name
+    # from a DataFrame (in any order, other columns ignored), by position from an array
+    # (it loaded the bare estimator, which predicted 0.5 for every raw row); truth: the
+    # estimator on the columns standardised here
+    import pandas as pd
+    model_py = load_model(model)
+    est = model_py[-1]
+    scaled = (X - X.mean(0)) / X.std(0)
+    np.testing.assert_allclose(p, est.predict_proba(scaled), rtol=1e-12)
+    np.testing.assert_allclose(model_py.predict_proba(X), p, rtol=1e-12)
+    frame = pd.DataFrame({"label": table[:, 2], "x2": X[:, 1], "x1": X[:, 0]})
+    np.testing.assert_allclose(model_py.predict_proba(frame), p, rtol=1e-12)
+    assert list(model_py.predict(frame)) == list(est.predict(scaled))
+    with pytest.raises(ValueError, match="X has no column 'x2'.*its columns: 'x1', 'x2'"):
+        model_py.predict_proba(frame.drop(columns="x2"))
+    with pytest.raises(ValueError, match="X has 3 columns; the model takes the columns 'x1', "
+                                         "'x2', in this order"):
+        model_py.predict_proba(table)
     r = subprocess.run(run + ["demo"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     acc = float(next(l for l in r.stdout.splitlines() if "test accuracy" in l).split(":")[1])

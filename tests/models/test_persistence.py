@@ -613,16 +613,27 @@ def test_regressor_file_saved_before_normalize_y_loads_unnormalised(fitted, tmp_
 
 
 def test_feature_columns_round_trip_and_are_checked(tmp_path):
-    """``feature_columns_`` (the table columns ``fastep fit`` read) is saved and loaded; a
-    header whose names do not fit the model is refused."""
+    """The table columns of a Pipeline (TableColumns, estimator) are saved and loaded as
+    such a pipeline; a bare estimator loads bare; a header whose names do not fit the
+    model is refused."""
+    from fastep.models import TableColumns
+    from sklearn.pipeline import Pipeline
     X = np.linspace(-2, 2, 30).reshape(15, 2)
     clf = fastep.EPGaussianProcessClassifier(optimizer=None).fit(X, (X[:, 0] > 0).astype(int))
-    clf.feature_columns_ = ["height", "weight"]
-    fastep.save_model(clf, tmp_path / "m.npz")
-    assert fastep.load_model(tmp_path / "m.npz").feature_columns_ == ["height", "weight"]
-    del clf.feature_columns_
+    pipe = Pipeline([("columns", TableColumns(["height", "weight"])), ("model", clf)])
+    fastep.save_model(pipe, tmp_path / "m.npz")
+    back = fastep.load_model(tmp_path / "m.npz")
+    assert isinstance(back, Pipeline) and back[0].columns == ["height", "weight"]
+    np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
     fastep.save_model(clf, tmp_path / "plain.npz")
-    assert not hasattr(fastep.load_model(tmp_path / "plain.npz"), "feature_columns_")
+    assert isinstance(fastep.load_model(tmp_path / "plain.npz"),
+                      fastep.EPGaussianProcessClassifier)
+    with pytest.raises(ValueError, match="a Pipeline of a TableColumns step and one"):
+        fastep.save_model(Pipeline([("model", clf)]), tmp_path / "never.npz")
+    with pytest.raises(ValueError, match="TableColumns names 1 columns and "
+                                         "EPGaussianProcessClassifier takes 2"):
+        fastep.save_model(Pipeline([("columns", TableColumns(["a"])), ("model", clf)]),
+                          tmp_path / "never.npz")
     with np.load(tmp_path / "m.npz") as f:
         arrays = {k: f[k] for k in f.files}
     header = json.loads(str(arrays.pop("header")))
@@ -648,25 +659,25 @@ def test_a_sparse_model_with_many_inducing_inputs_round_trips_exactly(tmp_path):
                                   clf.predict_latent(Xt, return_std=True)[1])
 
 
-def test_feature_scaling_round_trips_warns_on_load_and_is_checked(tmp_path):
-    """``feature_scaling_`` (the columns' means and sds ``fastep fit`` standardised by) is
-    saved and loaded exactly, loading such a model says what its predict methods take, a
-    model without it loads silently, and a header whose scaling does not fit is refused."""
+def test_feature_scaling_round_trips_is_applied_on_load_and_is_checked(tmp_path):
+    """A TableColumns step's means and sds (the columns ``fastep fit`` standardised by)
+    are saved and loaded exactly, the loaded pipeline applies them (truth: the estimator
+    on ``(X - mean) / sd`` computed here), a model without them loads silently, and a
+    header or a step whose scaling does not fit is refused."""
     import warnings
+    from fastep.models import TableColumns
+    from sklearn.pipeline import Pipeline
     X = np.linspace(-2, 2, 30).reshape(15, 2)
     clf = fastep.EPGaussianProcessClassifier(optimizer=None).fit(X, (X[:, 0] > 0).astype(int))
     mean, sd = np.array([0.1, 1e-300]), np.array([3.0, 1 / 3])
-    clf.feature_scaling_ = (mean, sd)
-    fastep.save_model(clf, tmp_path / "m.npz")
-    with pytest.warns(UserWarning, match=r"\(X - mean\) / sd"):
-        back = fastep.load_model(tmp_path / "m.npz")
-    for got, want in zip(back.feature_scaling_, (mean, sd)):
-        np.testing.assert_array_equal(got, want)
-    del clf.feature_scaling_
-    fastep.save_model(clf, tmp_path / "plain.npz")
+    pipe = Pipeline([("columns", TableColumns(None, mean, sd)), ("model", clf)])
+    fastep.save_model(pipe, tmp_path / "m.npz")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert not hasattr(fastep.load_model(tmp_path / "plain.npz"), "feature_scaling_")
+        back = fastep.load_model(tmp_path / "m.npz")
+    for got, want in zip((back[0].mean, back[0].sd), (mean, sd)):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba((X - mean) / sd))
     with np.load(tmp_path / "m.npz") as f:
         arrays = {k: f[k] for k in f.files}
     header = json.loads(str(arrays.pop("header")))
@@ -685,14 +696,12 @@ def test_feature_scaling_round_trips_warns_on_load_and_is_checked(tmp_path):
             del header["feature_scaling"]
         np.savez(tmp_path / "bad.npz", header=np.array(json.dumps(header)), **arrays)
         _expect(tmp_path / "bad.npz", f"format version {version}")
-    for bad in (([0.0], [1.0]), ([0.0, 0.0], [1.0, 0.0]), (0.0, 1.0)):
-        clf.feature_scaling_ = bad
-        with pytest.raises(ValueError, match="cannot save .*feature_scaling_ must be"):
-            fastep.save_model(clf, tmp_path / "never.npz")
+    for bad in (([0.0], [1.0]), ([0.0, 0.0], [1.0, 0.0]), (0.0, 1.0), ([0.0, 0.0], None)):
+        pipe = Pipeline([("columns", TableColumns(None, *bad)), ("model", clf)])
+        with pytest.raises(ValueError, match="cannot save the pipeline: TableColumns' mean "
+                                             "and sd must be"):
+            fastep.save_model(pipe, tmp_path / "never.npz")
     assert not (tmp_path / "never.npz").exists()
-    clf.feature_columns_ = ["height", "weight"]
-    clf.fit(X, (X[:, 1] > 0).astype(int))     # a new fit is not the one they described
-    assert not hasattr(clf, "feature_scaling_") and not hasattr(clf, "feature_columns_")
 
 
 def test_likelihood_bounds_beyond_float_range_are_refused():
