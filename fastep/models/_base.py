@@ -69,7 +69,7 @@ SHARED_PARAMETERS = {
     "optimizer": [StrOptions({"L-BFGS-B"}), callable, None],
     "n_restarts_optimizer": [Interval(Integral, 0, None, closed="left")],
     "max_iter_optimizer": [Interval(Integral, 1, None, closed="left")],
-    "tol_optimizer": [Interval(Real, 0, None, closed="neither")],
+    "tol_optimizer": [Interval(Real, 0, None, closed="neither"), None],
     "n_inducing": [Interval(Integral, 1, None, closed="left"), None],
     "inducing_points": ["array-like", None],
     "power": [Interval(Real, 0, 1, closed="right")],

@@ -5,7 +5,7 @@ It maximises a problem's evidence over ``problem.theta`` (log kernel and likelih
 parameters, and inducing inputs where they move) with L-BFGS-B or a user optimiser,
 warm-starting EP at every evaluation from the sites of the previous one, with optional
 restarts from ``problem.draw(rng)``.  A problem is any object with ``theta``, ``bounds``,
-``with_theta(theta)``, ``evidence(sites, tol) -> (value, gradient, result)`` (EP warm-started
+``X`` (its rows of data: the default stopping rule is in nats per row), ``with_theta(theta)``, ``evidence(sites, tol) -> (value, gradient, result)`` (EP warm-started
 from ``sites`` and run to ``tol``, None: the problem's own) and
 ``draw(rng)`` (:class:`fastep.models._latent.LatentGP` and the collapsed sparse
 regression problem of :class:`fastep.SparseGPRegressor`).
@@ -25,10 +25,17 @@ _LOG = logging.getLogger("fastep")
 _FAILED = 1e25          # -log Z of a trial point where EP or a factorisation failed
 
 
-#: Default budget and tolerance of the L-BFGS-B run (``max_iter_optimizer``,
-#: ``tol_optimizer`` of the estimators).
+#: Default budget of the L-BFGS-B run (``max_iter_optimizer`` of the estimators), and
+#: its relative tolerance where ``tol_optimizer`` is not given (with the rule in nats per
+#: row below), or ``tol_optimizer``'s value that asks for the exact optimum as in 0.2.
 MAX_ITER = 200
 TOL = 1e-6
+#: ML-II's default stopping tolerance in nats per row of data (``tol_optimizer=None``):
+#: it stops where the objective (log evidence + log hyperprior) gained less than
+#: ``TOL_ROW * n`` over its last two steps and (preconditioned) the gain its curvature
+#: predicts is below that too.  A relative tolerance asks a million-row evidence for
+#: sub-nat changes that move no prediction (see :func:`maximize_evidence`).
+TOL_ROW = 1e-5
 
 #: EP tolerance of ML-II's evaluations before the optimiser has made progress, and the
 #: factor on its last relative gain that sets the tolerance afterwards (see
@@ -312,7 +319,59 @@ def _evaluate_from(problem, theta, sites, ep_tol):
     return value, grad, result
 
 
-def _newton_run(neg, theta, C, scale, bounds, options, tol):
+def _lbfgsb(objective, x0, bounds, options, stop):
+    """SciPy's L-BFGS-B on ``objective`` (value and gradient), ended early at an accepted
+    iterate where ``stop(point, accepted)`` says so: ``point`` is ``(x, value, gradient)``
+    of the last evaluation, ``accepted`` the list of those at the iterates accepted
+    before it (the start first; None where not known).  Its result, with ``settled``
+    True where ``stop`` ended it."""
+    state = {"point": None, "accepted": [], "nit": 0, "nfev": 0, "settled": False}
+
+    def fun(x):
+        value, grad = objective(x)
+        state["point"] = (x.copy(), value, grad)
+        if state["nfev"] == 0:
+            state["accepted"].append(state["point"])
+        state["nfev"] += 1
+        return value, grad
+
+    def callback(xk):
+        state["nit"] += 1
+        point = state["point"]
+        if not np.array_equal(point[0], xk):          # not the last point evaluated
+            state["accepted"].append(None)
+            return
+        if stop(point, state["accepted"]):
+            state["settled"] = True
+            raise StopIteration     # SciPy >= 1.11 ends the run; 1.10 lets it through
+        state["accepted"].append(point)
+
+    try:
+        res = minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=bounds, options=options,
+                       callback=callback)
+    except StopIteration:
+        if not state["settled"]:
+            raise
+    if not state["settled"]:
+        res.settled = False
+        return res
+    x, f, g = state["point"]
+    return OptimizeResult(x=x, fun=f, jac=g, nit=state["nit"], nfev=state["nfev"], status=0,
+                          success=True, settled=True,
+                          message="the gain over the last steps is below the tolerance")
+
+
+def _row_rule(gain_tol, scale):
+    """``stop`` of :func:`_lbfgsb` for a run without curvature: the last two accepted
+    steps gained less than ``gain_tol`` nats together (None: never)."""
+    def stop(point, accepted):
+        if gain_tol is None or len(accepted) < 2 or accepted[-2] is None:
+            return False
+        return (accepted[-2][1] - point[1]) * scale < gain_tol
+    return stop
+
+
+def _newton_run(neg, theta, C, scale, bounds, options, tol, gain_tol=None):
     """L-BFGS-B in the coordinates ``u`` of ``theta + C u`` (clipped to ``bounds``, the
     clipped entries' gradient dropped), the objective ``neg / scale``; its result (``x``
     in u).
@@ -327,60 +386,40 @@ def _newton_run(neg, theta, C, scale, bounds, options, tol):
     subsample's curvature, which on digits' classes was up to 4x too steep in the flat
     log variance; the share leaves a factor 10 on top of the correction.  On digits
     (``random_state`` 0-3, 8-10) this took 478 full-data evaluations instead of 509, the
-    same objectives to 1e-7 (relative)."""
-    # "point": (u, objective, gradient) of the last evaluation; "accepted": that of the
-    # last iterate L-BFGS-B accepted (the start first), None where not known
-    state = {"nit": 0, "nfev": 0, "point": None, "accepted": None, "settled": False}
-
+    same objectives to 1e-7 (relative).  With ``gain_tol`` (nats: ML-II's rule in nats
+    per row) both the last gain and the predicted one are held to it instead."""
     def in_u(u):
         t = theta + C @ u
         inside = np.clip(t, bounds[:, 0], bounds[:, 1])
         value, grad = neg(inside)
-        g = (C.T @ np.where(inside == t, grad, 0.0)) / scale
-        state["point"] = (u.copy(), value / scale, g)
-        if state["nfev"] == 0:
-            state["accepted"] = state["point"]
-        state["nfev"] += 1
-        return value / scale, g
+        return value / scale, (C.T @ np.where(inside == t, grad, 0.0)) / scale
 
-    def settled(xk):
-        state["nit"] += 1
-        last, state["accepted"] = state["accepted"], state["point"]
-        if not np.array_equal(state["point"][0], xk):   # not the last point evaluated
-            state["accepted"] = None
-            return
-        if last is None:
-            return
-        u, f, g = state["point"]
+    def settled(point, accepted):
+        before = accepted[-1]
+        if before is None:
+            return False
+        u, f, g = point
         # the curvature along the last step, which is 1 where C is right: below 1 the
         # objective is flatter than C says and the gain to come larger than |g|^2 / 2
-        step, change = u - last[0], g - last[2]
+        step, change = u - before[0], g - before[2]
         along = float(step @ change) / max(float(step @ step), 1e-300)
         size = max(abs(f), 1.0)
-        if (last[1] - f < SETTLED_GAIN * tol * size
-                and 0.5 * float(g @ g) / min(max(along, 1e-3), 1.0)
-                < DECREMENT_SHARE * tol * size):
-            state["settled"] = True
-            raise StopIteration     # SciPy >= 1.11 ends the run; 1.10 lets it through
+        predicted = 0.5 * float(g @ g) / min(max(along, 1e-3), 1.0)
+        if gain_tol is not None:
+            return before[1] - f < gain_tol / scale and predicted < gain_tol / scale
+        return (before[1] - f < SETTLED_GAIN * tol * size
+                and predicted < DECREMENT_SHARE * tol * size)
 
     u_bounds = [(-U_BOX, U_BOX)] * theta.size
-    try:
-        res = minimize(in_u, np.zeros_like(theta), jac=True, method="L-BFGS-B",
-                       bounds=u_bounds, options=options, callback=settled)
-    except StopIteration:
-        if not state["settled"]:
-            raise
-    if not state["settled"]:
-        return res
-    u, f, g = state["point"]
-    return OptimizeResult(x=u, fun=f, jac=g, nit=state["nit"], nfev=state["nfev"],
-                          status=0, success=True,
-                          message="the gain the curvature predicts is below tol")
+    res = _lbfgsb(in_u, np.zeros_like(theta), u_bounds, options, settled)
+    if res.settled:
+        res.message = "the gain the curvature predicts is below the tolerance"
+    return res
 
 
 def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sites=None,
-                      owner="the estimator", max_iter=MAX_ITER, tol=TOL, prior=None,
-                      precondition=None):
+                      owner="the estimator", max_iter=MAX_ITER, tol=None, prior=None,
+                      precondition=None, tol_row=None):
     """Maximise ``problem.evidence`` (plus ``prior``: MAP-II) over ``problem.theta``.
 
     **EP tolerance that follows the optimiser.**  An evaluation far from the optimum
@@ -394,6 +433,15 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
     through the gradient's error, up to twice the evaluations, and end up to 2e-4
     (relative) short of the evidence's optimum.  The caller's final EP run at the
     returned theta, at the problem's tolerance, certifies the evidence.
+
+    **Stopping in nats per row** (``tol=None``, the estimators' default
+    ``tol_optimizer``): the run stops at an iterate where the objective gained less than
+    ``tol_row * n`` nats over the last two steps (n rows of data) or, preconditioned, in
+    the last step with the gain the curvature predicts for the next below that too.  The
+    evidence is a sum over rows, so this asks each row for the same precision whatever
+    n: at n = 10^6 the last five of nine full-data L-BFGS-B steps (45 s each) moved log Z
+    by 6 nats, 6e-6 a row, and no prediction.  L-BFGS-B's own relative rules (below, at
+    :data:`TOL`) still apply.  A number ``tol`` asks for the exact optimum as before:
 
     L-BFGS-B minimises ``-log Z / s`` with ``s = 1 + |log Z|`` at the start, so that its
     two stopping rules are relative: the evidence changed by less than ``tol`` (relative)
@@ -422,8 +470,12 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         Who asks (for messages).
     max_iter : int
         Most L-BFGS-B iterations per run (``max_iter_optimizer``).
-    tol : float
-        Relative tolerance of the stopping rules above (``tol_optimizer``).
+    tol : float or None
+        Relative tolerance of the stopping rules above (``tol_optimizer``); None: stop by
+        ``tol_row``.
+    tol_row : float, optional
+        Nats per row of the default stopping rule (used where ``tol`` is None; None:
+        :data:`TOL_ROW`).
     prior : callable, optional
         ``prior(theta) -> (log p(theta), gradient)`` (:func:`fastep.priors.hyperprior_terms`):
         maximise log Z + log p(theta) instead of log Z.
@@ -444,6 +496,9 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
     """
     warm = {"sites": sites, "theta": None, "grad": None, "step": 0, "best": None,
             "ep_tol": LOOSE_EP_TOL}
+    tol_row = TOL_ROW if tol_row is None else tol_row
+    gain_tol = None if tol is not None else float(tol_row) * problem.X.shape[0]
+    asked, tol = tol, TOL if tol is None else tol
 
     def neg(theta, eval_gradient=True):
         theta = np.asarray(theta, dtype=float)
@@ -508,11 +563,11 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
                 options = {"maxiter": int(max_iter) - nit, "maxfun": 4 * int(max_iter) - nfev,
                            "ftol": float(tol), "gtol": 10.0 * float(tol)}
                 if C is None:
-                    res = minimize(lambda t, s=scale: tuple(v / s for v in neg(t)), theta,
-                                   jac=True, method="L-BFGS-B", bounds=bounds, options=options)
+                    res = _lbfgsb(lambda t, s=scale: tuple(v / s for v in neg(t)), theta,
+                                  bounds, options, _row_rule(gain_tol, scale))
                     x = res.x
                 else:
-                    res = _newton_run(neg, theta, C, scale, bounds, options, tol)
+                    res = _newton_run(neg, theta, C, scale, bounds, options, tol, gain_tol)
                     x = np.clip(theta + C @ res.x, bounds[:, 0], bounds[:, 1])
                 nit, nfev = nit + res.nit, nfev + res.nfev
                 theta, fmin = x, float(res.fun) * scale
@@ -521,6 +576,8 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
                     if abs(fmin) < _FAILED and res.status != 1 and (
                             res.status != 0 or np.any(at_bounds(x, bounds))):
                         continue                          # the polish, in theta
+                if res.settled and gain_tol is not None:
+                    break                                 # settled in nats per row
                 end = 1.0 + abs(fmin)
                 # a start far from the optimum (|log Z| there RESCALE times the optimum's
                 # or more) made the relative rules loose: go on at the optimum's scale
@@ -532,8 +589,9 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
                 warnings.warn(
                     f"{owner}: ML-II stopped after {nit} L-BFGS-B iterations "
                     f"({nfev} evidence evaluations) before the evidence converged "
-                    f"(max_iter_optimizer={max_iter}, tol_optimizer={tol:g}); increase "
-                    f"max_iter_optimizer or tol_optimizer.", ConvergenceWarning,
+                    f"(max_iter_optimizer={max_iter}, tol_optimizer={asked}); increase "
+                    f"max_iter_optimizer{' or tol_optimizer' if asked is not None else ''}.",
+                    ConvergenceWarning,
                     stacklevel=user_stacklevel())
         if warm["theta"] is not None and np.array_equal(warm["theta"], theta):
             return theta, fmin, warm["sites"], warm["grad"]

@@ -88,7 +88,7 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
                  lower: Optional[float] = None, upper: Optional[float] = None,
                  inference: str = "ep", method: str = "auto",
                  optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
-                 max_iter_optimizer: int = 200, tol_optimizer: float = 1e-6,
+                 max_iter_optimizer: int = 200, tol_optimizer: Optional[float] = None,
                  damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 200,
                  n_inducing: Optional[int] = None, inducing_points: Optional[ArrayLike] = None,
                  power: float = 1.0, optimize_inducing: bool = False,

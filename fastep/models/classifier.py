@@ -52,9 +52,13 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         Extra optimiser runs from log-uniform draws inside the bounds.
     max_iter_optimizer : int, default=200
         Most L-BFGS-B iterations of ML-II (a ``ConvergenceWarning`` if they run out).
-    tol_optimizer : float, default=1e-6
-        ML-II stops when a step changes the log evidence by less than this (relative)
-        or the projected gradient is below ten times it (relative to the evidence).
+    tol_optimizer : float or None, default=None
+        None: ML-II stops when the objective (log evidence, plus the log hyperprior)
+        gained less than 1e-5 nats per row of data over its last two steps (and the gain
+        its curvature predicts is below that too), a precision that asks a large table
+        for no change that moves a prediction.  A float asks for the exact optimum: a
+        step that changes the objective by less than this (relative) or a projected
+        gradient below ten times it ends ML-II (0.2's rule; 1e-6 was its default).
     damping : float in (0, 1], default=None
         EP step in natural parameters; None is adaptive: parallel EP starts at full steps
         and shrinks them by 0.7 when EP oscillates (growing back once it settles),
@@ -146,7 +150,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
     def __init__(self, kernel: Optional[KernelLike] = None, *,
                  likelihood: Union[str, Likelihood] = "probit", method: str = "auto",
                  optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
-                 max_iter_optimizer: int = 200, tol_optimizer: float = 1e-6,
+                 max_iter_optimizer: int = 200, tol_optimizer: Optional[float] = None,
                  damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 100,
                  n_inducing: Optional[int] = None, inducing_points: Optional[ArrayLike] = None,
                  power: float = 1.0, optimize_inducing: bool = False,

@@ -228,7 +228,7 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         starts from sites seeded from the last subsample's predictive.
     n_restarts_optimizer : int, default=0
     max_iter_optimizer : int, default=200
-    tol_optimizer : float, default=1e-6
+    tol_optimizer : float or None, default=None
         As in :class:`EPGaussianProcessClassifier`.
     damping : float in (0, 1], default=None
         Step of the parallel outer updates in the inner sites' natural parameters; None is
@@ -295,7 +295,7 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
 
     def __init__(self, kernel: Optional[KernelLike] = None, *,
                  optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
-                 max_iter_optimizer: int = 200, tol_optimizer: float = 1e-6,
+                 max_iter_optimizer: int = 200, tol_optimizer: Optional[float] = None,
                  damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 200,
                  hyperprior: HyperpriorLike = "auto", n_inducing: Optional[int] = None,
                  inducing_points: Optional[ArrayLike] = None,

@@ -84,7 +84,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
     def __init__(self, kernel: Optional[KernelLike] = None, *,
                  cut_points: Optional[ArrayLike] = None, method: str = "auto",
                  optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
-                 max_iter_optimizer: int = 200, tol_optimizer: float = 1e-6,
+                 max_iter_optimizer: int = 200, tol_optimizer: Optional[float] = None,
                  damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 100,
                  n_inducing: Optional[int] = None, inducing_points: Optional[ArrayLike] = None,
                  power: float = 1.0, optimize_inducing: bool = False,

@@ -249,6 +249,8 @@ class _MarkedProblem:
     """A one-parameter ML-II problem whose 'sites' record the theta they were computed at;
     the evidence is -(theta - 1)^2."""
 
+    X = np.zeros((4, 1))                     # the rows of data (ML-II's rule per row)
+
     def __init__(self, theta=3.0):
         self.theta = np.array([theta])
         self.bounds = [(-10.0, 10.0)]
