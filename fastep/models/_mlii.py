@@ -494,6 +494,7 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         those of the best evaluation of the best run; the given ``sites`` if no
         evaluation succeeded).
     """
+    _check_start(problem, owner)
     warm = {"sites": sites, "theta": None, "grad": None, "step": 0, "best": None,
             "ep_tol": LOOSE_EP_TOL}
     tol_row = TOL_ROW if tol_row is None else tol_row
@@ -609,8 +610,10 @@ def maximize_evidence(problem, optimizer="L-BFGS-B", n_restarts=0, rng=None, sit
         cand = run(problem.draw(rng))
         if cand[1] < best[1]:
             best = cand
-    _warn_at_bounds(problem, best[0], bounds, owner, best[3])
-    return problem.with_theta(best[0]), best[2]
+    problem = problem.with_theta(best[0])
+    degenerate = _warn_degenerate_kernel(problem, owner)
+    _warn_at_bounds(problem, best[0], bounds, owner, best[3], degenerate)
+    return problem, best[2]
 
 
 #: A parameter within this of a bound, in its log (0.1%), ended at the bound: on a flat
@@ -669,13 +672,94 @@ def _bound_in_units(name, edge):
     return np.exp(edge), np.log(10.0), "log "
 
 
-def _warn_at_bounds(problem, theta, bounds, owner, grad=None):
+def _check_start(problem, owner):
+    """A ValueError where a kernel or likelihood parameter starts ML-II outside its bounds:
+    L-BFGS-B would start on the bound, and where the evidence is flat there (a lengthscale
+    of 1e8 on standardised inputs: a constant kernel) it stays, fitting the majority
+    class with no word but a bound warning."""
+    names = list(getattr(problem, "theta_names", ()))
+    theta, bounds = problem.theta, np.asarray(problem.bounds, dtype=float)
+    for i, name in enumerate(names):
+        lo, hi = bounds[i]
+        if lo - AT_BOUND <= theta[i] <= hi + AT_BOUND:
+            continue
+        value, _, _ = _bound_in_units(name, theta[i])
+        low, _, _ = _bound_in_units(name, lo)
+        high, _, _ = _bound_in_units(name, hi)
+        lik = type(getattr(problem, "likelihood", None)).__name__
+        raise ValueError(f"{owner}: ML-II would start with {name} = {value:.3g}, outside its "
+                         f"bounds [{low:.3g}, {high:.3g}], and L-BFGS-B would start it on the "
+                         f"bound. Give a starting value inside the bounds, or widen them "
+                         f"({_bound_hints([('', name)], lik, fixed=False)}).")
+
+
+#: The nearest rows of a fitted kernel are "independent" below this correlation (the
+#: median over rows), and the kernel "constant" over the data above 1 - this (the least
+#: correlation between any two rows of a sample): see :func:`_warn_degenerate_kernel`.
+DEGENERATE_CORRELATION = 1e-2
+CONSTANT_GAP = 1e-6
+#: Rows of X the check samples.
+DEGENERATE_SAMPLE = 400
+
+
+def _warn_degenerate_kernel(problem, owner):
+    """A ``ConvergenceWarning`` where the fitted kernel makes the model degenerate on its
+    own training inputs: ``"independent"`` where a row's nearest neighbour (in the
+    kernel's correlation) is correlated below :data:`DEGENERATE_CORRELATION` for the
+    median row (a lengthscale far below the rows' spacing: every row its own, the
+    predictions between them the prior's), ``"constant"`` where every two rows are
+    correlated above ``1 - CONSTANT_GAP`` (a lengthscale far above the data's spread:
+    every input the same prediction).  Checked on a sample of
+    :data:`DEGENERATE_SAMPLE` distinct rows of an in-memory X; returns the kind or None."""
+    X, kernel = getattr(problem, "X", None), getattr(problem, "kernel", None)
+    if not isinstance(X, np.ndarray) or kernel is None or X.shape[0] < 3:
+        return None
+    rows = np.unique(X, axis=0) if X.shape[0] <= 4 * DEGENERATE_SAMPLE else X
+    if rows.shape[0] > DEGENERATE_SAMPLE:
+        rows = rows[np.random.default_rng(0).choice(rows.shape[0], DEGENERATE_SAMPLE,
+                                                   replace=False)]
+    if rows.shape[0] < 3:
+        return None
+    try:
+        K = np.asarray(kernel(rows), dtype=float)
+    except Exception:            # a kernel that cannot be evaluated here: no check
+        return None
+    d = np.sqrt(np.clip(np.diag(K), 1e-300, None))
+    C = K / d[:, None] / d[None, :]
+    np.fill_diagonal(C, np.nan)
+    if not np.all(np.isfinite(C[~np.isnan(C)])):
+        return None
+    nearest = np.nanmax(C, axis=1)
+    if np.median(nearest) < DEGENERATE_CORRELATION:
+        warnings.warn(f"{owner}: the fitted kernel {kernel} correlates a training row with "
+                      f"its nearest neighbour by {np.median(nearest):.2g} (median over rows): "
+                      f"each row is nearly independent of the others, so the model "
+                      f"memorises the training targets and predicts the prior's mean between "
+                      f"them (a lengthscale far below the rows' spacing). Standardise X, or "
+                      f"bound the lengthscale below by about the rows' spacing "
+                      f"(lengthscale_bounds=(low, high)).", ConvergenceWarning,
+                      stacklevel=user_stacklevel())
+        return "independent"
+    if np.nanmin(C) > 1.0 - CONSTANT_GAP:
+        warnings.warn(f"{owner}: the fitted kernel {kernel} correlates every two training "
+                      f"rows by more than {1.0 - CONSTANT_GAP}: it is constant over the data, "
+                      f"so every input gets the same prediction (a lengthscale far above the "
+                      f"data's spread). Start ML-II from a lengthscale near the distances "
+                      f"between rows (kernel=None does: their median), and standardise X.",
+                      ConvergenceWarning, stacklevel=user_stacklevel())
+        return "constant"
+    return None
+
+
+def _warn_at_bounds(problem, theta, bounds, owner, grad=None, degenerate=None):
     """A ``ConvergenceWarning`` naming the kernel or likelihood parameters that ended at
     one of their bounds.  With the gradient of log evidence there (``grad``, in the log
     parameters ``theta``), it tells a parameter the evidence still pulls outwards (widen
     the bound) from one where it has flattened out (an asymptote: the data do not
     determine the parameter, and no bound will) and from one where it rises inwards (the
-    optimiser stopped early)."""
+    optimiser stopped early).  Where the fitted kernel is ``degenerate``
+    (:func:`_warn_degenerate_kernel` said so) a flat bound is not offered as a fit to
+    keep."""
     names = list(getattr(problem, "theta_names", ()))
     pulled, flat, inward = [], [], []
     at_lo, at_hi = at_bounds(theta, bounds)
@@ -706,7 +790,8 @@ def _warn_at_bounds(problem, theta, bounds, owner, grad=None):
                       f"evidence is flat there (a 10x wider bound would raise it by less than "
                       f"{FLAT_GAIN:g}), so the data do not determine the parameter and a wider "
                       f"bound would not help. Fix it at a value you believe "
-                      f"({_bound_hints(flat, lik, fixed=True)}) or keep the fit as it is.",
+                      f"({_bound_hints(flat, lik, fixed=True)})"
+                      f"{' or keep the fit as it is' if degenerate is None else ''}.",
                       ConvergenceWarning, stacklevel=user_stacklevel())
     if inward:
         warnings.warn(f"{owner}: ML-II ended with {', '.join(inward)}, where the evidence "

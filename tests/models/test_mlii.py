@@ -612,3 +612,45 @@ def test_default_ml2_ends_within_its_promise_of_a_slow_reference(monkeypatch):
                                         tol_optimizer=1e-12).fit(X, y)
     assert tight.log_marginal_likelihood_value_ == pytest.approx(best, rel=1e-9, abs=1e-9)
     np.testing.assert_allclose(tight.kernel_.theta, ref.x, atol=1e-4)
+
+
+def test_a_start_outside_the_bounds_is_refused_before_any_work():
+    """0.3's first draft: RBF(lengthscale=1e8) on standardised inputs (bound 1e5) started
+    ML-II on the bound, where the evidence is flat, and predicted the majority class with
+    a bound warning that offered to keep the fit.  Now a ValueError names the parameter,
+    its value, the bounds and the fix; inside the bounds it fits."""
+    from fastep.datasets import load_breast_cancer
+    X, y, _ = load_breast_cancer()
+    X = (X - X.mean(0)) / X.std(0)
+    with pytest.raises(ValueError, match=r"lengthscale = 1e\+08, outside its bounds "
+                                         r"\[1e-05, 1e\+05\].*lengthscale_bounds"):
+        EPGaussianProcessClassifier(RBF(lengthscale=1e8)).fit(X, y)
+    with pytest.raises(ValueError, match=r"likelihood df = 0.5, outside its bounds"):
+        fastep.EPGaussianProcessRegressor(
+            likelihood=fastep.likelihoods.StudentT(df=0.5, df_bounds=(1.0, 100.0))).fit(
+            X[:50], X[:50, 0])
+    EPGaussianProcessClassifier(RBF(lengthscale=1e8), optimizer=None).fit(X[:50], y[:50])
+
+
+@pytest.mark.parametrize("lengthscale, kind", [(1e-4, "nearly independent"),
+                                               (9e4, "constant over the data")])
+def test_a_degenerate_fitted_kernel_warns_and_is_not_offered_as_a_fit(lengthscale, kind):
+    """A lengthscale far below the rows' spacing (every row its own: the Poisson fit on
+    sunspots learnt 8.4e-4 in standardised units without a word) or far above the data's
+    spread (a constant kernel: the majority class) warns; the bound warning then does not
+    say "keep the fit as it is".  Truth: the RBF's correlations computed here."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 2))
+    y = (X[:, 0] + 0.3 * rng.normal(size=60) > 0).astype(int)
+    d2 = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
+    corr = np.exp(-0.5 * d2 / lengthscale ** 2)
+    np.fill_diagonal(corr, np.nan)
+    assert (np.nanmedian(np.nanmax(corr, 1)) < 1e-2) == (kind == "nearly independent")
+    assert (np.nanmin(corr) > 1 - 1e-6) == (kind == "constant over the data")
+    kernel = RBF(1.0, lengthscale, lengthscale_bounds=(1e-5, 1e5))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        EPGaussianProcessClassifier(kernel, hyperprior=None).fit(X, y)
+    text = " ".join(str(w.message) for w in caught)
+    assert kind.split()[0] in text or kind in text, text
+    assert "keep the fit as it is" not in text
