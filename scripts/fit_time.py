@@ -12,6 +12,10 @@ Tables (bundled with scikit-learn and statsmodels; X standardised on the trainin
   train): Poisson ``EPGaussianProcessRegressor`` against ``HistGradientBoostingRegressor
   (loss="poisson")`` and ``PoissonRegressor``: mean Poisson deviance of the predicted
   mean.
+* statsmodels ``star98`` (pupils above the median out of those tested, per school;
+  212 train): binomial ``EPGaussianProcessRegressor`` (default RBF kernel, and Linear +
+  RBF) against statsmodels' binomial GLM: RMSE of the predicted share and mean log
+  predictive density of the held-out schools' counts.
 * statsmodels ``fair`` (affairs, censored at 0; 4,456 train): ``CensoredGPRegressor
   (lower=0, n_inducing=100)``, and dense (variant "fastep CensoredGPRegressor dense"),
   against ``HistGradientBoostingRegressor``: RMSE of the predicted mean of y.
@@ -203,6 +207,40 @@ def counts(args):
             evaluation_cost(log.later_seconds(), est._latent, "dense EP")
 
 
+def binomial(args):
+    import statsmodels.api as sm
+    from scipy.stats import binom
+    from fastep.kernels import RBF, Linear
+    d = sm.datasets.star98.load_pandas()
+    succ = d.endog["NABOVE"].to_numpy(float)
+    trials = succ + d.endog["NBELOW"].to_numpy(float)
+    X = d.exog.to_numpy(float)
+    idx = np.arange(succ.size)
+    Xtr, Xte, tr, te = split(X, idx, stratify=False)
+    print(f"\nstar98 (share above the median per school, binomial): {tr.size} train / "
+          f"{te.size} test", flush=True)
+
+    def metrics(p):
+        rmse = float(np.sqrt(np.mean((p - succ[te] / trials[te]) ** 2)))
+        return f"share RMSE {rmse:.4f}"
+
+    t = time.perf_counter()
+    glm = sm.GLM(np.column_stack([succ[tr], trials[tr] - succ[tr]]), sm.add_constant(Xtr),
+                 family=sm.families.Binomial()).fit()
+    seconds = time.perf_counter() - t
+    p = glm.predict(sm.add_constant(Xte))
+    row("statsmodels GLM(Binomial)", seconds, metrics(p),
+        f"log density {np.mean(binom.logpmf(succ[te], trials[te], p)):.3f}")
+    for name, kernel in (("fastep EPGaussianProcessRegressor(binomial)", None),
+                         ("fastep ... kernel Linear() + RBF()", Linear() + RBF(1.0, 3.0))):
+        est, seconds, log = timed_fit(
+            fastep.EPGaussianProcessRegressor(kernel, likelihood="binomial"), Xtr, succ[tr],
+            trials=trials[tr])
+        p = est.predict(Xte, trials=np.ones(te.size))
+        lpd = np.mean(est.log_predictive_density(Xte, succ[te], trials=trials[te]))
+        row(name, seconds, metrics(p), f"log density {lpd:.3f}, {log.counts()}")
+
+
 def censored(args):
     import statsmodels.api as sm
     d = sm.datasets.fair.load_pandas().data
@@ -232,9 +270,9 @@ def censored(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tables", nargs="+", default=list(CLASSIFICATION) + ["counts",
-                                                                               "censored"],
-                        choices=list(CLASSIFICATION) + ["counts", "censored"])
+    extra = ["counts", "binomial", "censored"]
+    parser.add_argument("--tables", nargs="+", default=list(CLASSIFICATION) + extra,
+                        choices=list(CLASSIFICATION) + extra)
     parser.add_argument("--variants", nargs="*",
                         default=["fastep n_jobs=-1", "fastep hyperprior=None (plain ML-II)",
                                  "fastep CensoredGPRegressor dense"],
@@ -253,6 +291,8 @@ def main():
             classification(table, args)
         elif table == "counts":
             counts(args)
+        elif table == "binomial":
+            binomial(args)
         else:
             censored(args)
 

@@ -99,6 +99,9 @@ def main(argv=None):
                    "--upper; empty or inf: none)")
     p.add_argument("--exposure", help="regression with counts: the column of each row's "
                    "exposure (e.g. years at risk); predict then needs it too")
+    p.add_argument("--trials", help="regression with --likelihood binomial: the column of "
+                   "each row's number of trials (the target counts its successes; default "
+                   "1); predict writes the success probability p, and y_mean with --trials")
     p.add_argument("--event", help="regression with survival times (--likelihood weibull, "
                    "log_logistic, log_normal): the column of each row's event indicator, 1 "
                    "for an event at the time, 0 for a right-censored time (default: all "
@@ -106,7 +109,7 @@ def main(argv=None):
     p.add_argument("--likelihood", default="student_t", choices=list(REGRESSION_LIKELIHOODS),
                    help="regression: the noise model (poisson, negative_binomial and their "
                    "zero_inflated_ forms: counts, for which predict also writes y_mean, "
-                   "E[y]; weibull, log_logistic, log_normal: survival times, with --event, "
+                   "E[y]; binomial: successes out of --trials; weibull, log_logistic, log_normal: survival times, with --event, "
                    "for which predict also writes t_median; tobit: censored at --lower / "
                    "--upper or the limit columns)")
     p.add_argument("--kernel", choices=["rbf", "matern32", "matern52"], default="rbf")
@@ -140,6 +143,8 @@ def main(argv=None):
                    "all its columns, which must be as many as the model's)")
     p.add_argument("--exposure", help="a count model fitted with --exposure: the column of "
                    "each row's exposure, for E[y] (y_mean)")
+    p.add_argument("--trials", help="a binomial model: the column of each row's number of "
+                   "trials, for E[y] (y_mean; p, the success probability, is always written)")
     p.add_argument("--lower-column", help="a censored model fitted with limit columns: the "
                    "column of each row's lower limit")
     p.add_argument("--upper-column", help="the same for the upper limit")

@@ -65,6 +65,8 @@ def _row_data_columns(args, names):
     if "event" in given and not survival:
         raise ValueError(f"--event applies to --model regression with a survival likelihood "
                          f"(--likelihood {', '.join(SURVIVAL_LIKELIHOODS)}).")
+    if "trials" in given and not (args.model == "regression" and args.likelihood == "binomial"):
+        raise ValueError("--trials applies to --model regression with --likelihood binomial.")
     if "exposure" in given and not counts:
         raise ValueError(f"--exposure applies to --model regression with a count likelihood "
                          f"(--likelihood {', '.join(COUNT_LIKELIHOODS)}).")
@@ -82,8 +84,8 @@ def _row_data_columns(args, names):
                          "--lower-column / --upper-column.")
     if given and args.scheduler:
         raise ValueError(f"{', '.join(ROW_DATA[k] for k in given)}: per-row data columns are "
-                         "read in this process; drop --scheduler (on a cluster, limits and "
-                         "exposure are scalars).")
+                         "read in this process; drop --scheduler (on a cluster, limits, "
+                         "exposure and trials are scalars).")
     return {key: resolve_columns(spec, names, ROW_DATA[key])[0] for key, spec in given.items()}
 
 

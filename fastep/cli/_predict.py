@@ -49,6 +49,17 @@ def cmd_predict(args):
         def predict(Xc):
             mean, std = est.predict_latent(Xc, return_std=True)
             return np.column_stack([mean, std, est.predict_median(Xc)])
+    elif _is_binomial(est):
+        # binomial: the latent logit, the success probability E[sigma(f)], and E[y] for
+        # the rows' own trials where they are given
+        header = ["mean", "std", "p"] + (["y_mean"] if "trials" in keys else [])
+
+        def predict(Xc, **trials):
+            mean, std = est.predict_latent(Xc, return_std=True)
+            cols = [mean, std, est.predict(Xc, trials=np.ones(Xc.shape[0]))]
+            if trials:
+                cols.append(est.predict(Xc, **trials))
+            return np.column_stack(cols)
     elif "exposure" in keys or _counts_without_exposure(est):
         header = ["mean", "std", "y_mean"]          # counts: the latent log rate and E[y]
 
@@ -92,10 +103,17 @@ def _row_data_columns(args, est, names):
         if key == "exposure" and not _is_counts(est):
             raise ValueError("--exposure applies to a count model (Poisson or negative "
                              "binomial regression, or their zero-inflated forms).")
-        if key != "exposure" and not hasattr(est, "predict_censored_proba"):
+        if key == "trials" and not _is_binomial(est):
+            raise ValueError("--trials applies to a binomial model (--likelihood binomial).")
+        if key in ("lower", "upper") and not hasattr(est, "predict_censored_proba"):
             raise ValueError(f"{option} applies to a censored model (--model censored).")
         out[key] = resolve_columns(spec, names, option)[0]
     return out
+
+
+def _is_binomial(est):
+    """Whether ``est`` is a binomial model (its likelihood takes per-row trials)."""
+    return "trials" in getattr(getattr(est, "likelihood_", None), "data_names", ())
 
 
 def _is_counts(est):

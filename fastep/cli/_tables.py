@@ -65,7 +65,7 @@ def _connect(address):
 #: Per-row data a table's columns can give (``fastep fit`` and ``fastep predict``): the
 #: keyword of the estimator's fit / predict, and its command-line option.
 ROW_DATA = {"exposure": "--exposure", "lower": "--lower-column", "upper": "--upper-column",
-            "event": "--event"}
+            "event": "--event", "trials": "--trials"}
 
 
 def _row_data_specs(args):
@@ -78,6 +78,6 @@ def _row_data_specs(args):
 def _row_values(key, values):
     """A column of per-row data as the estimator takes it: an empty limit cell (NaN) is no
     limit on that row (-inf below, +inf above)."""
-    if key in ("exposure", "event"):
+    if key in ("exposure", "event", "trials"):
         return values
     return np.where(np.isnan(values), -np.inf if key == "lower" else np.inf, values)

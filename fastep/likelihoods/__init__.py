@@ -12,6 +12,7 @@ from ._base import Likelihood, check_likelihood, check_power  # noqa: F401 (for 
 from .custom import CustomLikelihood, _rebuild_custom
 from .annotators import MultiAnnotator
 from .binary import Logistic, Probit
+from .binomial import Binomial
 from .counts import (NegativeBinomial, Poisson, ZeroInflatedNegativeBinomial,
                      ZeroInflatedPoisson)
 from .gaussian import Gaussian
@@ -25,7 +26,7 @@ from .tobit import Tobit, censored_predictive, censored_quantile
 _TYPES = {c.__name__: c for c in (Gaussian, Probit, Logistic, Tobit, Poisson,
                                    NegativeBinomial, ZeroInflatedPoisson,
                                    ZeroInflatedNegativeBinomial, StudentT, Weibull, LogLogistic,
-                                   LogNormal)}
+                                   LogNormal, Binomial)}
 
 
 def _positive_number(v: Any) -> bool:
@@ -108,7 +109,7 @@ def likelihood_from_dict(d: Any) -> Union[Likelihood, RobustMax]:
 # class lived: it is found there still (assigned, so that _base does not import custom)
 setattr(_base, "_rebuild_custom", _rebuild_custom)
 
-__all__ = ["Poisson", "NegativeBinomial", "ZeroInflatedPoisson", "ZeroInflatedNegativeBinomial",
+__all__ = ["Poisson", "NegativeBinomial", "Binomial", "ZeroInflatedPoisson", "ZeroInflatedNegativeBinomial",
            "StudentT", "Weibull", "LogLogistic", "LogNormal", "OrdinalProbit",
            "MultiAnnotator", "RobustMax", "MultinomialProbit", "Tobit", "censored_predictive", "censored_quantile",
            "Likelihood", "CustomLikelihood", "Gaussian", "Probit", "Logistic",

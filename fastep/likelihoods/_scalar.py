@@ -13,7 +13,7 @@ from .._jit import jit
 from .._numerics import LOG_SQRT_2PI, digamma, log_add_exp, log_diff_exp, log_phi
 
 (PROBIT, LOGISTIC, ANNOTATORS, TOBIT, POISSON, NEG_BINOMIAL, STUDENT_T, ORDINAL, ZI_POISSON,
- ZI_NEG_BINOMIAL, WEIBULL, LOG_LOGISTIC, LOG_NORMAL) = range(13)
+ ZI_NEG_BINOMIAL, WEIBULL, LOG_LOGISTIC, LOG_NORMAL, BINOMIAL) = range(14)
 #: Below this count, Gamma(y + r) / Gamma(r) is summed term by term (no cancellation).
 _SMALL_COUNT = 32
 
@@ -66,6 +66,21 @@ def poisson_log_lik(y, log_exposure, f):
     if eta > 709.0:
         return -math.inf
     return y * eta - math.exp(eta) - math.lgamma(y + 1.0)
+
+
+@jit("f8(f8, f8, f8)")
+def binomial_log_lik(y, trials, f):
+    """log Binomial(y | trials, sigma(f)) = log C(trials, y) + y log sigma(f)
+    + (trials - y) log sigma(-f) (logit link); -inf for y outside 0..trials."""
+    if y < 0.0 or y > trials:
+        return -math.inf
+    log_c = math.lgamma(trials + 1.0) - math.lgamma(y + 1.0) - math.lgamma(trials - y + 1.0)
+    out = log_c
+    if y > 0.0:
+        out += y * logistic_log_lik(1.0, f)
+    if trials > y:
+        out += (trials - y) * logistic_log_lik(-1.0, f)
+    return out
 
 
 @jit("f8(f8, f8)")
@@ -282,6 +297,8 @@ def builtin_log_lik(kind, y, extra, f, params):
     if kind == ZI_NEG_BINOMIAL:
         return zero_inflated_log_lik(y, neg_binomial_log_lik(y, extra[0], f, params[0]),
                                      params[1])
+    if kind == BINOMIAL:
+        return binomial_log_lik(y, extra[0], f)
     return math.nan
 
 

@@ -16,7 +16,7 @@ from .._caller import user_stacklevel
 from .._dask import is_dask_array, scalar_data
 from ..backend import resolve
 from ..likelihoods.counts import LOG_MAX
-from ..likelihoods import (Gaussian, Likelihood, LogLogistic, LogNormal, NegativeBinomial,
+from ..likelihoods import (Binomial, Gaussian, Likelihood, LogLogistic, LogNormal, NegativeBinomial,
                            OrdinalProbit, Poisson, StudentT, Tobit, Weibull,
                            ZeroInflatedNegativeBinomial, ZeroInflatedPoisson)
 from ._base import SingleLatentEstimator, as_generator, fit_entry, shared
@@ -31,7 +31,8 @@ REGRESSION_LIKELIHOODS: Dict[str, Type[Likelihood]] = {
     "negative_binomial": NegativeBinomial, "tobit": Tobit,
     "zero_inflated_poisson": ZeroInflatedPoisson,
     "zero_inflated_negative_binomial": ZeroInflatedNegativeBinomial,
-    "weibull": Weibull, "log_logistic": LogLogistic, "log_normal": LogNormal}
+    "weibull": Weibull, "log_logistic": LogLogistic, "log_normal": LogNormal,
+    "binomial": Binomial}
 
 
 class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
@@ -53,7 +54,7 @@ class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
     kernel : kernel, default=None
         ``RBF()``; ML-II starts its lengthscale at the median distance between rows
         of X (with ``optimizer=None``: ``RBF()``).
-    likelihood : {"student_t", "gaussian", "poisson", "negative_binomial", "tobit", \
+    likelihood : {"student_t", "gaussian", "poisson", "negative_binomial", "binomial", "tobit", \
 "zero_inflated_poisson", "zero_inflated_negative_binomial", "weibull", "log_logistic", \
 "log_normal"} or Likelihood, default="student_t"
         A name (the likelihood with its default parameters) or an instance, whose
@@ -90,8 +91,8 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
     Notes
     -----
     Per-observation data of the likelihood go to ``fit`` and ``predict*`` as keywords:
-    ``exposure=`` for the count likelihoods (default 1), ``lower=``/``upper=`` for Tobit
-    (default: the likelihood's own).  ``loo_log_predictive_density()`` and ``loo_predict()``
+    ``exposure=`` for the count likelihoods (default 1), ``trials=`` for the binomial
+    (default 1), ``lower=``/``upper=`` for Tobit (default: the likelihood's own).  ``loo_log_predictive_density()`` and ``loo_predict()``
     give leave-one-out checks from EP's cavities without refitting.
 
     Examples

@@ -796,3 +796,33 @@ def test_predict_writes_the_format_its_output_extension_names(tmp_path, capsys):
         mp.setitem(sys.modules, "pyarrow", None)        # as if not installed
         assert main(["predict", str(model), data, "-o", str(tmp_path / "q.parquet")]) == 2
     assert 'pip install "fastep[dask]"' in capsys.readouterr().err
+
+
+def test_binomial_regression_takes_trials_from_a_column(tmp_path, capsys):
+    """--likelihood binomial with --trials: the trials column is per-row data (not a
+    feature) at fit and at predict, predict writes the latent logit, the success
+    probability p and y_mean = trials p, equal to the library's predictions from the
+    model file; --trials is refused for another likelihood."""
+    rng = np.random.default_rng(2)
+    n = 60
+    x1, x2 = rng.normal(size=n), rng.normal(size=n)
+    trials = rng.integers(1, 20, n).astype(float)
+    y = rng.binomial(trials.astype(int), 1 / (1 + np.exp(-(x1 - 0.5 * x2)))).astype(float)
+    path, model, out = tmp_path / "t.csv", tmp_path / "m.npz", tmp_path / "p.npy"
+    _write_csv(path, {"x1": x1, "x2": x2, "trials": trials, "passed": y})
+    assert main(["fit", str(path), "-o", str(model), "--model", "regression",
+                 "--likelihood", "binomial", "--trials", "trials", "--target", "passed",
+                 "--no-optimize"]) == 0
+    assert main(["predict", str(model), str(path), "-o", str(out), "--trials", "trials"]) == 0
+    est, scaled = _load(model)
+    assert est.n_features_in_ == 2 and _columns(model).columns == ["x1", "x2"]
+    X = scaled(np.column_stack([x1, x2]))
+    got = np.load(out)
+    mean, std = est.predict_latent(X, return_std=True)
+    p = est.predict(X, trials=np.ones(n))
+    np.testing.assert_allclose(got, np.column_stack([mean, std, p, trials * p]), rtol=1e-10)
+    capsys.readouterr()
+    assert main(["fit", str(path), "-o", str(model), "--model", "regression",
+                 "--likelihood", "poisson", "--trials", "trials", "--target", "passed"]) == 2
+    assert "--trials applies to --model regression with --likelihood binomial" in \
+        capsys.readouterr().err

@@ -312,7 +312,8 @@ def likelihood_and_targets(data, n):
                                       "custom", "custom-mixture", "poisson",
                                       "negative_binomial", "zero_inflated_poisson",
                                       "zero_inflated_negative_binomial", "student_t",
-                                      "weibull", "log_logistic", "log_normal"]),
+                                      "weibull", "log_logistic", "log_normal",
+                                      "binomial"]),
                      label="likelihood")
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
     sign = np.where(rng.random(n) < 0.5, 1.0, -1.0)
@@ -336,6 +337,11 @@ def likelihood_and_targets(data, n):
         cls = {"weibull": fl.Weibull, "log_logistic": fl.LogLogistic,
                "log_normal": fl.LogNormal}[kind]
         return cls(shape, event=event), times, None
+    if kind == "binomial":
+        trials = np.minimum(np.ceil(rng.uniform(0, 1, n) * scale * 10.0), 1e6)
+        trials = np.maximum(trials, 1.0)
+        y = rng.binomial(trials.astype(np.int64), rng.uniform(0, 1, n)).astype(float)
+        return fl.Binomial(trials=trials), y, None
     if kind in COUNT_KINDS:
         exposure = exposures(data, n)
         rate = np.minimum(scale * (1.0 if exposure is None else exposure), 1e9)
@@ -602,8 +608,8 @@ def prop_regressor(data):
     d = data.draw(st.integers(1, 2))
     X = inputs(data, n, d)
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
-    name = data.draw(st.sampled_from(["student_t", "gaussian", "tobit", *COUNT_KINDS]),
-                     label="likelihood")
+    name = data.draw(st.sampled_from(["student_t", "gaussian", "tobit", "binomial",
+                                      *COUNT_KINDS]), label="likelihood")
     scale = data.draw(log_uniform(1e-3, 1e6), label="target scale")
     fit_kw, counts = {}, name in COUNT_KINDS
     if counts:
@@ -612,6 +618,13 @@ def prop_regressor(data):
         y = rng.poisson(np.broadcast_to(rate, (n,))).astype(float)
         if exposure is not None:
             fit_kw["exposure"] = exposure
+    elif name == "binomial":                  # successes out of 1 to 10^6 trials per row
+        trials = np.maximum(np.ceil(rng.uniform(0.0, 1.0, n) * min(scale, 1e6)), 1.0)
+        if data.draw(st.booleans(), label="trials given"):
+            fit_kw["trials"] = trials
+        else:
+            trials = np.ones(n)
+        y = rng.binomial(trials.astype(np.int64), rng.uniform(0.0, 1.0, n)).astype(float)
     else:
         y = rng.standard_t(3, size=n) * scale + data.draw(st.sampled_from([0.0, 152.0, -1e4]))
         if name == "tobit":
@@ -626,7 +639,13 @@ def prop_regressor(data):
         return
     m = data.draw(st.integers(1, 8))
     Xt = inputs(data, m, d, "X_test")
+    pick = rng.integers(0, n, m)
     pred_kw = {}
+    if "trials" in fit_kw:
+        if call(est.predict, Xt) is not None:
+            raise Violation("message", "a binomial model fitted with trials= predicted "
+                            "without them")
+        pred_kw["trials"] = trials[pick]
     if counts and "exposure" in fit_kw and data.draw(st.booleans(), label="exposure again"):
         again = exposures(data, m)
         pred_kw["exposure"] = 1.0 if again is None else again
@@ -647,7 +666,7 @@ def prop_regressor(data):
                 finite(out, method.__name__)
                 if return_std:
                     non_negative(out[1], f"{method.__name__} std")
-    yt = y[rng.integers(0, n, m)]
+    yt = y[pick]
     finite(call(est.log_predictive_density, Xt, yt, **pred_kw), "log_predictive_density")
     finite(call(est.loo_log_predictive_density), "loo_log_predictive_density")
     finite(call(est.loo_predict), "loo_predict")

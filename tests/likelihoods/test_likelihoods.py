@@ -33,6 +33,15 @@ def _gaussian_ll(y):
     return lambda f: norm.logpdf(y, loc=f, scale=math.sqrt(NOISE))
 
 
+TRIALS = 7.0
+
+
+def _binomial_ll(y):
+    """log Binomial(y | 7, sigma(f)), from scipy's log-sigmoid and log-binomial coefficient."""
+    log_c = sc.gammaln(TRIALS + 1) - sc.gammaln(y + 1) - sc.gammaln(TRIALS - y + 1)
+    return lambda f: log_c + y * -np.logaddexp(0.0, -f) + (TRIALS - y) * -np.logaddexp(0.0, f)
+
+
 # (name, likelihood factory, reference log-likelihood factory, alpha, targets, rtol)
 # Closed forms and the numerical fallback (quad_tilted: Gauss-Legendre panels, used by
 # Logistic and by Probit at alpha != 1) are all held to 1e-8.
@@ -44,6 +53,9 @@ CASES = [
     # (quadrature is slowest here: one real target per alpha)
     ("gaussian-a1", lambda: Gaussian(NOISE), _gaussian_ll, 1.0, [-1.3], 1e-8),
     ("gaussian-a0.5", lambda: Gaussian(NOISE), _gaussian_ll, 0.5, [2.0], 1e-8),
+    ("binomial-a1", lambda: fl.Binomial(trials=TRIALS), _binomial_ll, 1.0, [0.0, 3.0, 7.0],
+     1e-8),
+    ("binomial-a0.5", lambda: fl.Binomial(trials=TRIALS), _binomial_ll, 0.5, [2.0], 1e-8),
 ]
 
 
@@ -404,3 +416,41 @@ def test_a_custom_likelihood_pickled_by_0_3_still_loads():
     assert type(back) is CustomLikelihood
     np.testing.assert_array_equal(back.predict_proba([0.3, -1.0], [1.0, 2.0]),
                                   lik.predict_proba([0.3, -1.0], [1.0, 2.0]))
+
+
+def test_binomial_of_one_trial_is_the_logistic_likelihood():
+    """Binomial(y | 1, sigma(f)) is Logistic's p(y' | f) with y' = 2 y - 1: the same tilted
+    moments (one panel quadrature against another), and its predictive moments are those
+    of the success probability's own quadrature: E[y] = N E[sigma], Var[y] = N E[sigma
+    sigma(-f)] + N^2 Var[sigma] (truth: scipy.integrate.quad)."""
+    mu = np.array([-3.0, 0.0, 1.5, 4.0])
+    var = np.array([0.1, 1.0, 10.0, 1e3])
+    for y in (0.0, 1.0):
+        got = fl.Binomial().tilted(np.full(4, y), mu, var)
+        want = Logistic().tilted(np.full(4, 2 * y - 1), mu, var)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
+    N = np.array([1.0, 5.0, 40.0, 1e4])
+    mean_y, var_y = fl.Binomial().predict_y(mu, var, trials=N)
+    for k in range(4):
+        s = math.sqrt(var[k])
+        dens = lambda f: norm.pdf(f, mu[k], s)                           # noqa: E731
+        sig = lambda f: sc.expit(f)                                       # noqa: E731
+        lim = (mu[k] - 12 * s, mu[k] + 12 * s)
+        p1 = scipy.integrate.quad(lambda f: sig(f) * dens(f), *lim, limit=400,
+                                  points=[0.0])[0]
+        p2 = scipy.integrate.quad(lambda f: sig(f) ** 2 * dens(f), *lim, limit=400,
+                                  points=[0.0])[0]
+        assert mean_y[k] == pytest.approx(N[k] * p1, rel=1e-8)
+        assert var_y[k] == pytest.approx(N[k] * (p1 - p2) + N[k] ** 2 * (p2 - p1 * p1),
+                                         rel=1e-6)
+
+
+def test_binomial_targets_and_trials_are_checked():
+    lik = fl.Binomial(trials=[3, 5])
+    with pytest.raises(ValueError, match=r"y\[1\] = 6 exceeds its trials 5"):
+        lik.with_data(2, trials=[3, 5]).encode_targets([1, 6])
+    with pytest.raises(ValueError, match="trials must hold whole numbers of trials"):
+        fl.Binomial(trials=[2.5, 3])
+    with pytest.raises(ValueError, match="success counts"):
+        fl.Binomial().encode_targets([0.5])
