@@ -37,8 +37,8 @@ class DenseMemoryError(MemoryError):
     --------
     >>> import numpy as np, fastep
     >>> X = np.zeros((200_000, 2)); y = np.arange(200_000) % 2
-    >>> try:
-    ...     fastep.EPGaussianProcessClassifier().fit(X, y)
+    >>> try:                    # dense EP asked for: n_inducing="auto" would go sparse
+    ...     fastep.EPGaussianProcessClassifier(n_inducing=None).fit(X, y)
     ... except fastep.DenseMemoryError as exc:
     ...     print(str(exc)[:48])
     dense inference on n = 200000 points needs about

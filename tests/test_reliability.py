@@ -320,7 +320,8 @@ def test_a_custom_likelihood_numba_cannot_compile_is_a_type_error():
 # ----------------------------------------------------------------------------------------
 def test_dense_fit_past_the_machine_fails_fast_without_allocating(tmp_path):
     """0.1: ``EPGaussianProcessClassifier().fit`` on 60,000 rows (and ``fastep fit``)
-    died after seconds with a raw "Unable to allocate 26.8 GiB".  Now: a
+    died after seconds with a raw "Unable to allocate 26.8 GiB".  Now: dense EP asked
+    for (``n_inducing=None``; the default goes sparse above 3,000 rows) is a
     DenseMemoryError naming n_inducing within a second, peak RSS far below 1 GB."""
     code, out, err = _run("""
         import time, numpy as np, fastep
@@ -329,7 +330,7 @@ def test_dense_fit_past_the_machine_fails_fast_without_allocating(tmp_path):
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1])
         X = np.random.default_rng(0).normal(size=(60000, 5)); y = X[:, 0] > 0
-        est = fastep.EPGaussianProcessClassifier()
+        est = fastep.EPGaussianProcessClassifier(n_inducing=None)
         t = time.perf_counter()
         try:
             est.fit(X, y)
@@ -548,7 +549,7 @@ def test_cli_writes_exactly_the_output_path(tmp_path):
     assert main(["fit", str(tmp_path / "d.csv"), "-o", str(tmp_path / "model.bin"),
                  "--no-optimize"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.csv", "model.bin"]
-    assert isinstance(load_model(tmp_path / "model.bin"), EPGaussianProcessClassifier)
+    assert isinstance(load_model(tmp_path / "model.bin")[-1], EPGaussianProcessClassifier)
 
 
 def test_threads_are_safe_under_numba_fallback_threading_layer():

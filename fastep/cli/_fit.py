@@ -31,8 +31,9 @@ NEEDED_LABELS = {"classifier": "2-20", "multiclass": "2 or more", "nested": "2 o
                  "ordinal": "3 or more ordered"}
 
 
-#: Inducing points ``fastep fit`` uses by itself when dense EP would not fit in memory.
-AUTO_INDUCING = 256
+#: Inducing points ``fastep fit`` uses by itself when dense EP would not fit in memory
+#: (the estimators' ``n_inducing="auto"`` count).
+from fastep.inference.inducing import AUTO_INDUCING  # noqa: E402
 
 #: The regression likelihoods of counts (they take a per-row exposure).
 COUNT_LIKELIHOODS = tuple(name for name, lik in REGRESSION_LIKELIHOODS.items()

@@ -81,15 +81,15 @@ class Binomial(Likelihood):
             check_trials(trials, np.size(trials))
         self.trials = trials
 
-    def site_extra(self, n):
+    def site_extra(self, n: int) -> np.ndarray:
         return check_trials(self.trials, n)[:, None].copy()
 
-    def check_targets(self, y):
+    def check_targets(self, y: ArrayLike) -> np.ndarray:
         return integer_values(y, "y", 0, None, "success counts (integers >= 0) for a "
                               "binomial likelihood", "Pass the number of successes of each "
                               "row (and trials= its trials).", "Counts must be finite.")
 
-    def encode_targets(self, y):
+    def encode_targets(self, y: ArrayLike) -> np.ndarray:
         y = super().encode_targets(y)
         trials = self.site_extra(y.shape[0])[:, 0]
         over = np.flatnonzero(y > trials)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Optional, Tuple, Union
 import copy
 import functools
+import logging
 from numbers import Integral, Real
 
 import numpy as np
@@ -33,13 +34,21 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..typing import Array, ArrayLike, ArrayOrStd
 from .._dask import is_dask_array
 from ..kernels import RBF, Kernel, as_kernel
-from ..inference.inducing import check_inducing
+from ..inference.inducing import AUTO_DENSE_ROWS, check_inducing, inducing_count
 from ..likelihoods import check_power
 from ..priors import hyperprior_terms
 from ._dask import DaskInputs, dask_sample
 from ._jobs import JOBS_MIN_ROWS, _fit_one, _with_posterior, in_process, run_jobs
 from ._latent import EPConfig
 from ._mlii import at_bounds, fit_theta
+
+_LOG = logging.getLogger("fastep")
+
+
+def fit_rows(X):
+    """The row count ``n_inducing="auto"`` reads: X's, or inf for a dask X."""
+    return float("inf") if is_dask_array(X) else X.shape[0]
+
 
 def fit_entry(fit):
     """Decorate an estimator's ``fit``: scikit-learn's parameter validation (once), and
@@ -70,7 +79,7 @@ SHARED_PARAMETERS = {
     "n_restarts_optimizer": [Interval(Integral, 0, None, closed="left")],
     "max_iter_optimizer": [Interval(Integral, 1, None, closed="left")],
     "tol_optimizer": [Interval(Real, 0, None, closed="neither"), None],
-    "n_inducing": [Interval(Integral, 1, None, closed="left"), None],
+    "n_inducing": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"}), None],
     "inducing_points": ["array-like", None],
     "power": [Interval(Real, 0, 1, closed="right")],
     "optimize_inducing": ["boolean"],
@@ -210,16 +219,25 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
     #: what ``method="auto"`` means for dense EP (a :func:`fastep.ep` method)
     _dense_auto = "parallel"
 
-    def _ep_config(self, backend, likelihood=None):
+    def _sparse_for(self, n):
+        """Whether a fit of n rows runs sparse EP (None: not known, a loaded model)."""
+        if self.inducing_points is not None:
+            return True
+        if n is None and self.n_inducing == "auto":
+            return None
+        return inducing_count(self.n_inducing, n) is not None
+
+    def _ep_config(self, backend, likelihood=None, n=None):
         """The immutable EP configuration of this fit (in ``fit`` and when loading); checks
         the parameters that only make sense together (sparse EP with its power; the
         schedule, "auto" resolved: ``_dense_auto`` for dense EP (:func:`fastep.ep`'s
         "auto" is parallel sweeps that go on sequentially if they stall), chunk-sequential
         sparse EP; dense EP for a ``likelihood`` that is not log-concave is robust EP's
-        sequential schedule where the backend runs it)."""
+        sequential schedule where the backend runs it).  ``n``: the fit's rows, which
+        ``n_inducing="auto"`` reads (None when loading: the fit checked the power)."""
         cls = type(self).__name__
-        sparse = self.n_inducing is not None or self.inducing_points is not None
-        if not sparse and self.power != 1.0:
+        sparse = self._sparse_for(n)
+        if sparse is False and self.power != 1.0:
             raise ValueError(f"The 'power' parameter of {cls} is the power of sparse Power EP "
                              f"and needs inducing points; dense EP has power 1. Got "
                              f"power={self.power!r} without n_inducing or inducing_points: set "
@@ -243,11 +261,17 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
         """The starting inducing inputs (``inducing_points``, or k-means++ on X; on a
         random sample of :data:`~fastep.models._dask.DASK_SAMPLE` rows of a dask X), or None
         for dense EP."""
-        if self.n_inducing is None and self.inducing_points is None:
+        m = inducing_count(self.n_inducing, fit_rows(X))
+        if m is None and self.inducing_points is None:
             return None
+        if self.n_inducing == "auto" and self.inducing_points is None:
+            m = min(m, max(1, X.shape[0] // 2))      # a dask X of few rows
+            _LOG.info("%s: n_inducing='auto' on %d rows: sparse EP with %d inducing points "
+                      "(dense up to %d rows; set n_inducing to choose)", type(self).__name__,
+                      X.shape[0], m, AUTO_DENSE_ROWS)
         if is_dask_array(X):
-            X = dask_sample(X, self.n_inducing or 0, rng)
-        return check_inducing(X, self.n_inducing, self.inducing_points, rng)
+            X = dask_sample(X, m or 0, rng)
+        return check_inducing(X, m, self.inducing_points, rng)
 
     def loo_log_predictive_density(self) -> np.ndarray:
         """Leave-one-out log predictive density of every training point, from EP's

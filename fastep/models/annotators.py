@@ -1,7 +1,7 @@
 """GP classification from multiple noisy annotators (Rodrigues, Pereira & Ribeiro, ICML 2014)."""
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 import dataclasses
 import warnings
 from numbers import Integral, Real
@@ -18,7 +18,7 @@ from .._dask import is_dask_array
 from ..backend import resolve
 from ..exceptions import ConvergenceWarning
 from ..likelihoods.annotators import MultiAnnotator, log_ab
-from ._base import EPEstimator, as_generator, fit_entry, latent_output, shared
+from ._base import EPEstimator, as_generator, fit_entry, fit_rows, latent_output, shared
 from ._latent import LatentGP
 from ._mlii import maximize_evidence
 from ._state import latent_from_state, latent_state
@@ -261,7 +261,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
                  sensitivity: Optional[ArrayLike] = None,
                  specificity: Optional[ArrayLike] = None, update_reliabilities: bool = True,
                  damping: Optional[float] = 0.9, tol: float = 1e-6, max_iter: int = 200,
-                 warm_start: bool = False, n_inducing: Optional[int] = None,
+                 warm_start: bool = False, n_inducing: Union[int, str, None] = "auto",
                  inducing_points: Optional[ArrayLike] = None, power: float = 1.0,
                  optimize_inducing: bool = False, random_state: RandomStateLike = None,
                  device: str = "cpu") -> None:
@@ -331,7 +331,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
             sens = np.array(self.sensitivity, dtype=float).reshape(-1)
             spec = np.array(self.specificity, dtype=float).reshape(-1)
         backend = resolve(self.device, type(self).__name__)
-        config = self._ep_config(backend)
+        config = self._ep_config(backend, n=fit_rows(X))
         rng = as_generator(self.random_state)
         X = X if is_dask_array(X) else np.ascontiguousarray(X)
         latent = LatentGP(X, np.ones(n), self._fresh_kernel(X),

@@ -1,7 +1,7 @@
 """GP regression with censored targets (Tobit likelihood; Groot & Lucas 2012)."""
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 from numbers import Real
 
 import numpy as np
@@ -13,7 +13,7 @@ from .._dask import is_dask_array, scalar_data
 from ..backend import resolve
 from ..likelihoods.tobit import (Tobit, censored_predictive, censored_quantile,
                                  check_censored_data, check_limits)
-from ._base import SingleLatentEstimator, as_generator, fit_entry, shared
+from ._base import SingleLatentEstimator, as_generator, fit_entry, fit_rows, shared
 from ._dask import da_map_rows
 from ..kernels import kernel_from_dict
 from ._latent import LaplaceGP, LatentGP
@@ -90,7 +90,7 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
                  optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
                  max_iter_optimizer: int = 200, tol_optimizer: Optional[float] = None,
                  damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 200,
-                 n_inducing: Optional[int] = None, inducing_points: Optional[ArrayLike] = None,
+                 n_inducing: Union[int, str, None] = "auto", inducing_points: Optional[ArrayLike] = None,
                  power: float = 1.0, optimize_inducing: bool = False,
                  random_state: RandomStateLike = None, device: str = "cpu") -> None:
         self.kernel = kernel
@@ -146,19 +146,20 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
             y = validate_column(y, dtype=np.float64, warn=True)  # NaN allowed: interval-censored
             same_rows(X, y)
             y, lo_arr, up_arr = check_censored_data(y, lo, up)
-        if self.inference == "laplace" and (self.device != "cpu" or self.n_inducing is not None
-                                            or self.inducing_points is not None):
+        laplace = self.inference == "laplace"
+        if laplace and (self.device != "cpu" or self.n_inducing not in (None, "auto")
+                        or self.inducing_points is not None):
             raise ValueError("inference='laplace' runs dense on the CPU: inducing points "
                              "(n_inducing / inducing_points) and device='cuda' need "
                              f"inference='ep'; got inference={self.inference!r}.")
         backend = resolve(self.device, type(self).__name__)
-        config = self._ep_config(backend)
+        config = self._ep_config(backend, n=0 if laplace else fit_rows(X))   # Laplace: dense
         rng = as_generator(self.random_state)
         X = X if is_dask_array(X) else np.ascontiguousarray(X)
         likelihood = Tobit(self.noise_variance, lower=lo_arr, upper=up_arr)
         problem = LaplaceGP if self.inference == "laplace" else LatentGP
         latent = problem(X, y, self._fresh_kernel(X), likelihood, config,
-                         self._inducing_inputs(X, rng))
+                         None if laplace else self._inducing_inputs(X, rng))
         latent, result = self._fit_latent(latent, rng)
         self._set_fitted(latent, result, _limit(lo), _limit(up))
         return self

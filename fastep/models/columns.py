@@ -51,7 +51,7 @@ class TableColumns(TransformerMixin, BaseEstimator):
     """
 
     def __init__(self, columns: Optional[Sequence[str]] = None, mean: Any = None,
-                 sd: Any = None):
+                 sd: Any = None) -> None:
         self.columns = columns
         self.mean = mean
         self.sd = sd

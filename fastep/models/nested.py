@@ -6,7 +6,7 @@ import dataclasses
 from contextlib import ExitStack
 from dataclasses import dataclass
 from numbers import Real
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 from scipy.linalg import solve_triangular
@@ -18,7 +18,7 @@ from ..typing import Array, ArrayLike, ArrayOrStd, HyperpriorLike, KernelLike, \
     OptimizerLike, RandomStateLike
 from ..backend import resolve
 from ..inference import carry_anderson, nested_ep as nep
-from ..inference.inducing import check_inducing, cholesky_uu, uu_from_whitened
+from ..inference.inducing import check_inducing, cholesky_uu, inducing_count, uu_from_whitened
 from ..kernels import kernel_from_dict
 from ..kernels.distances import reuse_distances
 from ..likelihoods import MultinomialProbit, multinomial_probit as mp
@@ -240,9 +240,10 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         Most outer EP sweeps.
     hyperprior : "auto", dict or None, default="auto"
         MAP-II priors on the log kernel parameters (:mod:`fastep.priors`).
-    n_inducing : int, optional
+    n_inducing : int, "auto" or None, default="auto"
         Sparse nested EP with this many inducing inputs, shared by the classes (k-means++
-        on X, then fixed); None is dense.
+        on X, then fixed); None is dense; "auto" is dense up to 3,000 rows and 256
+        inducing inputs above (as for :class:`EPGaussianProcessClassifier`).
     inducing_points : (m, n_features) array, optional
         The inducing inputs themselves (implies sparse; overrides ``n_inducing``).
     random_state : int, RandomState, Generator or None, default=None
@@ -297,7 +298,7 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
                  optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
                  max_iter_optimizer: int = 200, tol_optimizer: Optional[float] = None,
                  damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 200,
-                 hyperprior: HyperpriorLike = "auto", n_inducing: Optional[int] = None,
+                 hyperprior: HyperpriorLike = "auto", n_inducing: Union[int, str, None] = "auto",
                  inducing_points: Optional[ArrayLike] = None,
                  random_state: RandomStateLike = None, device: str = "cpu") -> None:
         self.kernel = kernel
@@ -351,9 +352,10 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
                              f"one class: {classes[0]!r}.")
         rng = as_generator(self.random_state)
         Z = None
-        self._check_device(self.n_inducing is not None or self.inducing_points is not None)
-        if self.n_inducing is not None or self.inducing_points is not None:
-            Z = check_inducing(X, self.n_inducing, self.inducing_points, rng)
+        m = inducing_count(self.n_inducing, X.shape[0])
+        self._check_device(m is not None or self.inducing_points is not None)
+        if m is not None or self.inducing_points is not None:
+            Z = check_inducing(X, m, self.inducing_points, rng)
         problem = self._problem(X, labels, self._fresh_kernel(X), classes.size, Z)
         problem.check_memory()
         owner = type(self).__name__

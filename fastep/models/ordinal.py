@@ -1,7 +1,7 @@
 """Ordinal regression: a GP classifier for ordered labels (ordinal probit likelihood)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 import numpy as np
 from scipy.special import ndtri
 from sklearn.base import ClassifierMixin
@@ -12,7 +12,7 @@ from .._checks import label_text
 from .._dask import is_dask_array
 from ..backend import resolve
 from ..likelihoods import OrdinalProbit
-from ._base import SingleLatentEstimator, as_generator, fit_entry, shared
+from ._base import SingleLatentEstimator, as_generator, fit_entry, fit_rows, shared
 from ._dask import da_map_rows, rows_like
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
@@ -86,7 +86,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                  optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
                  max_iter_optimizer: int = 200, tol_optimizer: Optional[float] = None,
                  damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 100,
-                 n_inducing: Optional[int] = None, inducing_points: Optional[ArrayLike] = None,
+                 n_inducing: Union[int, str, None] = "auto", inducing_points: Optional[ArrayLike] = None,
                  power: float = 1.0, optimize_inducing: bool = False,
                  random_state: RandomStateLike = None, device: str = "cpu") -> None:
         self.kernel = kernel
@@ -139,7 +139,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                                  f"the {classes.size} levels in y; got {cuts.size}.")
         likelihood = OrdinalProbit(cuts)
         backend = resolve(self.device, type(self).__name__)
-        config = self._ep_config(backend, likelihood)
+        config = self._ep_config(backend, likelihood, n=fit_rows(X))
         rng = as_generator(self.random_state)
         X = X if dask_input else np.ascontiguousarray(X)
         latent = LatentGP(X, levels, self._fresh_kernel(X), likelihood, config,

@@ -19,7 +19,7 @@ from ..likelihoods.counts import LOG_MAX
 from ..likelihoods import (Binomial, Gaussian, Likelihood, LogLogistic, LogNormal, NegativeBinomial,
                            OrdinalProbit, Poisson, StudentT, Tobit, Weibull,
                            ZeroInflatedNegativeBinomial, ZeroInflatedPoisson)
-from ._base import SingleLatentEstimator, as_generator, fit_entry, shared
+from ._base import SingleLatentEstimator, as_generator, fit_entry, fit_rows, shared
 from ._dask import da_map_rows
 from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
@@ -120,7 +120,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                  optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
                  max_iter_optimizer: int = 200, tol_optimizer: Optional[float] = None,
                  damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 200,
-                 n_inducing: Optional[int] = None, inducing_points: Optional[ArrayLike] = None,
+                 n_inducing: Union[int, str, None] = "auto", inducing_points: Optional[ArrayLike] = None,
                  power: float = 1.0, optimize_inducing: bool = False,
                  random_state: RandomStateLike = None, device: str = "cpu") -> None:
         self.kernel = kernel
@@ -225,7 +225,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
             self._y_shift, self._y_scale = shift, (scale if scale > 0.0 else 1.0)
             y = (y - self._y_shift) / self._y_scale
         backend = resolve(self.device, type(self).__name__)
-        config = self._ep_config(backend, likelihood)
+        config = self._ep_config(backend, likelihood, n=fit_rows(X))
         rng = as_generator(self.random_state)
         Z = self._inducing_inputs(X, rng)
         best, kernel = None, self._fresh_kernel(X)

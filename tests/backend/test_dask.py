@@ -181,8 +181,12 @@ def test_dask_input_errors_name_the_fix(client):
         sparse_ep(RBF(), Z, da.from_array(Xbad, chunks=100), da.from_array(y, chunks=100),
                   lik)
     with pytest.raises(ValueError, match="n_inducing"):
-        EPGaussianProcessClassifier().fit(da.from_array(X, chunks=100),
-                                          da.from_array(y, chunks=100))
+        EPGaussianProcessClassifier(n_inducing=None).fit(da.from_array(X, chunks=100),
+                                                         da.from_array(y, chunks=100))
+    # the default, n_inducing="auto", runs sparse on a dask X (half the rows at most)
+    est = EPGaussianProcessClassifier(optimizer=None).fit(da.from_array(X, chunks=100),
+                                                          da.from_array(y, chunks=100))
+    assert est.inducing_points_.shape == (250, X.shape[1])
 
 
 def test_dask_arrays_without_a_client_say_how_to_start_one():
