@@ -187,6 +187,28 @@ def read_table(path, columns=None):
     return np.column_stack([np.asarray(root[c][:], dtype=float) for c in use])
 
 
+def read_text_column(path, column):
+    """One column of the table at ``path`` as an array of text (CSV: the cells as written,
+    stripped, quotes removed; Parquet: the column's values as text); None for .npy and
+    Zarr, which hold numbers only.  For class labels that are words."""
+    kind = _kind(path)
+    if kind in (".csv", ".csv.gz"):
+        import csv
+        names, _ = _csv_header(path)
+        with _open_text(path, encoding="utf-8-sig", newline="") as fh:
+            rows = csv.reader(fh)
+            if names:
+                next(rows, None)
+            return np.array([row[column].strip() if column < len(row) else ""
+                             for row in rows if row], dtype=str)
+    if kind == ".parquet":
+        import pyarrow.parquet as pq
+        name = column_names(path)[column]
+        values = pq.read_table(path, columns=[name]).column(name).to_pylist()
+        return np.array(["" if v is None else str(v) for v in values], dtype=str)
+    return None
+
+
 #: Rows per chunk of :func:`read_dask`.
 DASK_CHUNK_ROWS = 2 ** 18
 

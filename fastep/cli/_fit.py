@@ -173,6 +173,32 @@ def _estimator(args, d, m):
     return cls(kernel, **kw)
 
 
+def _text_labels(args, y):
+    """Class labels that are words ("benign", "malignant"), read as text where the target
+    column of a CSV or Parquet table is not all numbers; None where it is (or the table
+    holds numbers only, or is read on a cluster).  An empty label is a ValueError naming
+    its row."""
+    from fastep.io import read_text_column, resolve_columns
+    if args.scheduler or hasattr(y, "compute") or np.all(np.isfinite(y)):
+        return None
+    from fastep.io import column_names
+    names = column_names(args.data)
+    column = resolve_columns(args.target or str(len(names) - 1), names, "--target")[0]
+    text = read_text_column(args.data, column)
+    if text is None or text.shape[0] != y.shape[0]:
+        return None
+    empty = np.flatnonzero(text == "")
+    if empty.size:
+        raise ValueError(f"--target: {empty.size} of {text.size} rows have an empty label "
+                         f"(the first is row {int(empty[0])} of DATA); drop those rows or "
+                         f"fill their labels.")
+    k = np.unique(text).size
+    if k < 2 or (args.model == "classifier" and k > 20):
+        raise ValueError(f"--target holds {k} distinct label(s); --model {args.model} needs "
+                         f"{NEEDED_LABELS[args.model]} class labels. Is it the label column?")
+    return text
+
+
 def _targets(args, T):
     """The target columns checked for the model (labels, limits, annotators).  Dask
     columns (``--scheduler``) are checked by summaries computed on the cluster: the
@@ -183,14 +209,18 @@ def _targets(args, T):
     y = T[:, 0]
     if args.model in ("classifier", "multiclass", "nested", "ordinal"):
         labels = distinct_values(y)
+        text = _text_labels(args, y) if args.model != "ordinal" else None
+        if text is not None:
+            return text
         if not np.all(np.isfinite(labels)):
             bad, n = int(np.sum(~np.isfinite(y))), int(y.shape[0])
             if bad == n:
                 raise ValueError(f"--target: none of the {n} rows holds a number (text "
-                                 "labels, or an empty column); the command line reads "
-                                 "integer class labels: map text labels to 0, 1, ... in "
-                                 "the table (or fit in Python, whose estimators take text "
-                                 "labels), or choose another column.")
+                                 "labels, or an empty column); ordinal levels, and labels "
+                                 "in .npy or Zarr tables or on a cluster, are integers: map "
+                                 "text labels to 0, 1, ... in the table (or fit in Python, "
+                                 "whose estimators take text labels), or choose another "
+                                 "column.")
             raise ValueError(f"--target: {bad} of {n} rows have no finite label (empty, "
                              "not a number or infinite); drop them or choose another "
                              "column.")

@@ -826,3 +826,32 @@ def test_binomial_regression_takes_trials_from_a_column(tmp_path, capsys):
                  "--likelihood", "poisson", "--trials", "trials", "--target", "passed"]) == 2
     assert "--trials applies to --model regression with --likelihood binomial" in \
         capsys.readouterr().err
+
+
+def test_text_labels_are_read_as_classes(tmp_path, capsys):
+    """A CSV whose label column holds words ("benign", "malignant") fits as Python does
+    with the same labels (it was refused: the command line read numbers only); the model
+    predicts those labels from a DataFrame in Python, and an empty label names its row."""
+    import pandas as pd
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(80, 2))
+    words = np.where(X[:, 0] + 0.3 * rng.normal(size=80) > 0, "benign", "malignant")
+    frame = pd.DataFrame({"a": X[:, 0], "b": X[:, 1], "diagnosis": words})
+    path, model, out = tmp_path / "t.csv", tmp_path / "m.npz", tmp_path / "p.csv"
+    frame.to_csv(path, index=False)
+    assert main(["fit", str(path), "-o", str(model), "--no-optimize"]) == 0
+    assert main(["predict", str(model), str(path), "-o", str(out)]) == 0
+    got = pd.read_csv(out)
+    assert list(got.columns) == ["p_benign", "p_malignant"]
+    pipe = load_model(model)
+    python = fastep.EPGaussianProcessClassifier(fastep.kernels.RBF(1.0, np.sqrt(2.0)),
+                                                optimizer=None).fit(
+        (X - X.mean(0)) / X.std(0), words)
+    np.testing.assert_allclose(got.to_numpy(), python.predict_proba((X - X.mean(0)) /
+                                                                   X.std(0)), rtol=1e-10)
+    assert list(pipe.predict(frame)) == list(python.predict((X - X.mean(0)) / X.std(0)))
+    frame.loc[7, "diagnosis"] = ""
+    frame.to_csv(path, index=False)
+    capsys.readouterr()
+    assert main(["fit", str(path), "-o", str(model), "--no-optimize"]) == 2
+    assert "empty label (the first is row 7 of DATA)" in capsys.readouterr().err
