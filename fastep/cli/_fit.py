@@ -179,7 +179,7 @@ def _text_labels(args, y):
     holds numbers only, or is read on a cluster).  An empty label is a ValueError naming
     its row."""
     from fastep.io import read_text_column, resolve_columns
-    if args.scheduler or hasattr(y, "compute") or np.all(np.isfinite(y)):
+    if getattr(args, "scheduler", None) or hasattr(y, "compute") or np.all(np.isfinite(y)):
         return None
     from fastep.io import column_names
     names = column_names(args.data)
