@@ -692,16 +692,28 @@ def test_mixed_type_labels_are_named_not_a_numpy_type_error():
 
 
 def test_bound_warning_names_the_likelihood_parameter_and_its_own_bounds():
-    # Gaussian noise: the Student-t df walks to its upper bound; 0.2 advised fixing the
-    # kernel variance (RBF(variance=10, variance_bounds='fixed'))
+    # Poisson counts under a negative binomial whose dispersion is bounded at 10: the
+    # dispersion walks to that bound; 0.2 advised fixing the kernel variance
+    # (RBF(variance=10, variance_bounds='fixed'))
     rng = np.random.default_rng(1)
     X = rng.uniform(-3, 3, (80, 1))
     y = np.sin(X[:, 0]) + 0.2 * rng.normal(size=80)
-    with pytest.warns(fastep.ConvergenceWarning, match="likelihood df at its upper") as rec:
-        fastep.EPGaussianProcessRegressor().fit(X, y)
-    text = " ".join(str(w.message) for w in rec if "likelihood df" in str(w.message))
-    assert "likelihood=StudentT(df=..., df_bounds=" in text
+    counts = np.random.default_rng(2).poisson(np.exp(np.sin(X[:, 0])))
+    lik = fastep.likelihoods.NegativeBinomial(dispersion_bounds=(1e-3, 10.0))
+    with pytest.warns(fastep.ConvergenceWarning,
+                      match="likelihood dispersion at its upper") as rec:
+        fastep.EPGaussianProcessRegressor(likelihood=lik).fit(X, counts)
+    text = " ".join(str(w.message) for w in rec if "likelihood dispersion" in str(w.message))
+    assert "likelihood=NegativeBinomial(dispersion=..., dispersion_bounds=" in text
     assert "variance_bounds" not in text
+    # Gaussian noise: the Student-t df walks to its upper bound, which is no bound
+    # problem but Gaussian data: said so, with the cheaper likelihood, and no bound advice
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        fastep.EPGaussianProcessRegressor().fit(X, y)
+    text = " ".join(str(w.message) for w in rec)
+    assert "the data look Gaussian" in text and "likelihood='gaussian'" in text
+    assert "df_bounds" not in text
 
 
 def test_point_cavity_shortcut_is_taken_only_where_the_likelihood_is_smooth_on_its_step():
