@@ -254,6 +254,12 @@ def _second(pair):
     return pair[1]
 
 
+def _add_second(*pairs):
+    """The sum of the reports of ``(sites, report)`` pairs (one task per worker, no
+    task per chunk to pick the report out first)."""
+    return _add(*(p[1] for p in pairs))
+
+
 def _field(state, name):
     if name in ("tau", "nu", "resid"):
         return getattr(state, name)
@@ -329,6 +335,10 @@ class ClusterSites(Sites):
         self.X, self.x_blocks = _block_futures(client, X)
         _, self.y_blocks = _block_futures(client, as_row_chunked(y, "y", self.n, rows, 1))
         self.y_blocks = _colocated(client, self.y_blocks, self.x_blocks)
+        # where each chunk lives, asked once: its tasks are placed there, and their reports
+        # summed there, sweep after sweep (a scheduler round trip per call saved)
+        who = client.who_has(self.x_blocks)
+        self.homes = [(who.get(f.key) or (None,))[0] for f in self.x_blocks]
         # extra=None: each chunk takes its columns from Likelihood.rows() on its worker
         if extra is not None:
             extra = as_row_chunked(extra, "extra", self.n, rows, 2)
@@ -362,25 +372,22 @@ class ClusterSites(Sites):
         chunk's rows.  Dask alone would run a task where it could start soonest and move
         the chunk (megabytes) there, sweep after sweep; the restriction is loose, so if
         that worker dies another one takes over (and recomputes what it lost)."""
-        who = self.client.who_has(self.x_blocks)
-        homes = [(who.get(f.key) or (None,))[0] for f in self.x_blocks]
         return [self.client.submit(fn, *args, pure=False, **_on(home))
-                for home, args in zip(homes, arg_rows)]
+                for home, args in zip(self.homes, arg_rows)]
 
-    def _reduce(self, futures):
-        """Sum the chunks' reports: on each worker first (in chunk order), then across
-        workers (in the order of their first chunk); the result on the client."""
-        wait(futures)
-        who = self.client.who_has(futures)
+    def _reduce(self, futures, add=_add):
+        """Sum the chunks' reports (``add`` of their futures): on each chunk's home worker
+        first (in chunk order), then across workers (in the order of their first chunk);
+        the result on the client.  The futures are grouped by the workers their tasks were
+        placed on, without waiting for them or asking the scheduler where they ended."""
         groups = {}
-        for f in futures:
-            holders = who.get(f.key) or ("",)
-            groups.setdefault(holders[0], []).append(f)
-        partials = [self.client.submit(_add, *g, pure=False, **_on(w))
+        for f, home in zip(futures, self.homes):
+            groups.setdefault(home or "", []).append(f)
+        partials = [self.client.submit(add, *g, pure=False, **_on(w))
                     for w, g in groups.items()]
         if len(partials) == 1:
             return partials[0].result()
-        return self.client.submit(_add, *partials, pure=False).result()
+        return _add(*self.client.gather(partials))      # m x m numbers each: added here
 
     def _q(self, q):
         """q(v)'s m x m numbers as a task the workers read (recomputable: its value is in
@@ -393,7 +400,7 @@ class ClusterSites(Sites):
         and their reports (summed, then released), so a chunk's m x m sums do not stay in
         memory with its sites."""
         sites = self._per_chunk(_first, ((p,) for p in pairs))
-        return sites, self._reduce(self._per_chunk(_second, ((p,) for p in pairs)))
+        return sites, self._reduce(pairs, add=_add_second)
 
     def warm_pass(self, build):
         self.states, out = self._split(self._map(_warm_block, build))
