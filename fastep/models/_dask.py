@@ -4,7 +4,7 @@ chunk), the sample of rows that places the inducing inputs, and predictions mapp
 the chunks (lazily, on the workers)."""
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
@@ -51,7 +51,7 @@ class DaskInputs:
     """Mixin of the EP estimators: their checks of dask inputs (see the module docstring);
     the estimator has the parameters ``n_inducing``, ``inducing_points`` and ``device``."""
 
-    n_inducing: Optional[int]
+    n_inducing: Union[int, str, None]
     inducing_points: Optional[ArrayLike]
     device: str
 
