@@ -75,6 +75,7 @@ print(f"Dask fit:  {time_dask:6.2f} s  {clf_dask.kernel_}  "
       f"log Z_EP = {clf_dask.log_marginal_likelihood_value_:.4f}")
 print(f"NumPy fit: {time_numpy:6.2f} s  {clf_numpy.kernel_}  "
       f"log Z_EP = {clf_numpy.log_marginal_likelihood_value_:.4f}")
+print(f"Dask fit / NumPy fit: {time_dask / time_numpy:.1f}x")
 print(f"largest difference of p(y = 1 | x) on {len(X_test)} held-out rows: "
       f"{np.max(np.abs(proba_dask - proba_numpy)):.1e}")
 
