@@ -363,6 +363,13 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         likelihood (``exposure=`` as in :meth:`predict`), a point prediction that stays
         steady where the mean is dominated by the latent variance (far from the data)."""
         check_is_fitted(self)
+        if not ("exposure" in self.likelihood_.data_names
+                or hasattr(self.likelihood_, "survival_function")):
+            raise ValueError(f"predict_median needs a survival likelihood (likelihood="
+                             f"'weibull', 'log_logistic' or 'log_normal') or a count "
+                             f"likelihood ('poisson', 'negative_binomial' and their zero-"
+                             f"inflated forms); this model's is "
+                             f"{type(self.likelihood_).__name__}.")
         if "exposure" in self.likelihood_.data_names:
             mean, _ = self._latent_standardised(X)
             lik = self._predictive_likelihood(mean, data)

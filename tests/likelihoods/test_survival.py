@@ -183,6 +183,11 @@ def test_bad_inputs_name_what_is_wrong():
     reg = fastep.EPGaussianProcessRegressor(likelihood="poisson", optimizer=None).fit(
         np.zeros((3, 1)), [0, 1, 2])
     with pytest.raises(ValueError, match="needs a survival likelihood"):
+        reg.predict_survival(np.zeros((1, 1)), [1.0])
+    reg = fastep.EPGaussianProcessRegressor(likelihood="gaussian", optimizer=None).fit(
+        np.zeros((3, 1)), [0.0, 1.0, 2.0])
+    with pytest.raises(ValueError, match="predict_median needs a survival likelihood .* or "
+                                         "a count likelihood"):
         reg.predict_median(np.zeros((1, 1)))
 
 
