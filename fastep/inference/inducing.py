@@ -74,12 +74,10 @@ AUTO_INDUCING = 256
 def inducing_count(n_inducing, n):
     """The inducing-point count of a fit of ``n`` rows (``inf`` for a dask X, which only
     sparse EP fits): ``n_inducing`` with ``"auto"`` resolved by :data:`AUTO_DENSE_ROWS`
-    (None: dense EP), at most half the rows."""
+    (None: dense EP; the estimators keep a dask X's count below its rows)."""
     if n_inducing != "auto":
         return n_inducing
-    if n <= AUTO_DENSE_ROWS:
-        return None
-    return AUTO_INDUCING if n > 2 * AUTO_INDUCING else max(1, int(n) // 2)
+    return None if n <= AUTO_DENSE_ROWS else AUTO_INDUCING
 
 
 def check_inducing(X, n_inducing, inducing_points, random_state=None):

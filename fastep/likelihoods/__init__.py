@@ -109,7 +109,8 @@ def likelihood_from_dict(d: Any) -> Union[Likelihood, RobustMax]:
 # class lived: it is found there still (assigned, so that _base does not import custom)
 setattr(_base, "_rebuild_custom", _rebuild_custom)
 
-__all__ = ["Poisson", "NegativeBinomial", "Binomial", "ZeroInflatedPoisson", "ZeroInflatedNegativeBinomial",
+__all__ = ["Poisson", "NegativeBinomial", "Binomial", "ZeroInflatedPoisson",
+           "ZeroInflatedNegativeBinomial",
            "StudentT", "Weibull", "LogLogistic", "LogNormal", "OrdinalProbit",
            "MultiAnnotator", "RobustMax", "MultinomialProbit", "Tobit", "censored_predictive", "censored_quantile",
            "Likelihood", "CustomLikelihood", "Gaussian", "Probit", "Logistic",

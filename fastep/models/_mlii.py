@@ -5,7 +5,8 @@ It maximises a problem's evidence over ``problem.theta`` (log kernel and likelih
 parameters, and inducing inputs where they move) with L-BFGS-B or a user optimiser,
 warm-starting EP at every evaluation from the sites of the previous one, with optional
 restarts from ``problem.draw(rng)``.  A problem is any object with ``theta``, ``bounds``,
-``X`` (its rows of data: the default stopping rule is in nats per row), ``with_theta(theta)``, ``evidence(sites, tol) -> (value, gradient, result)`` (EP warm-started
+``X`` (its rows of data: the default stopping rule is in nats per row),
+``with_theta(theta)``, ``evidence(sites, tol) -> (value, gradient, result)`` (EP warm-started
 from ``sites`` and run to ``tol``, None: the problem's own) and
 ``draw(rng)`` (:class:`fastep.models._latent.LatentGP` and the collapsed sparse
 regression problem of :class:`fastep.SparseGPRegressor`).

@@ -256,7 +256,8 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
 
     def __init__(self, kernel: Optional[KernelLike] = None, *, method: str = "auto",
                  optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
-                 max_iter_optimizer: int = 200, tol_optimizer: Optional[float] = None, em_every: int = 1,
+                 max_iter_optimizer: int = 200, tol_optimizer: Optional[float] = None,
+                 em_every: int = 1,
                  em_tol: float = 1e-4, max_em_iter: int = 200,
                  sensitivity: Optional[ArrayLike] = None,
                  specificity: Optional[ArrayLike] = None, update_reliabilities: bool = True,

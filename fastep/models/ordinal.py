@@ -86,7 +86,8 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                  optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
                  max_iter_optimizer: int = 200, tol_optimizer: Optional[float] = None,
                  damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 100,
-                 n_inducing: Union[int, str, None] = "auto", inducing_points: Optional[ArrayLike] = None,
+                 n_inducing: Union[int, str, None] = "auto",
+                 inducing_points: Optional[ArrayLike] = None,
                  power: float = 1.0, optimize_inducing: bool = False,
                  random_state: RandomStateLike = None, device: str = "cpu") -> None:
         self.kernel = kernel
