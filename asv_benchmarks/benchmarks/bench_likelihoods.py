@@ -82,3 +82,57 @@ class RegressorFit:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fastep.EPGaussianProcessRegressor(likelihood=name).fit(self.X, self.y)
+
+
+class TiltedOverProbit:
+    """Per-site cost of the tilted moments over probit's, on the same 20,000 ordinary
+    cavities (means N(0, 1), variances U(0.2, 2)), best of five each, in one setup:
+    the fast path's ratio (``scripts/tilted_cost.py`` prints the whole table)."""
+
+    params = ["logistic", "poisson", "negative_binomial", "binomial", "student_t",
+              "weibull", "log_logistic", "log_normal"]
+    param_names = ["likelihood"]
+    number = 1
+    repeat = (1, 3, 30.0)
+
+    def setup(self, name):
+        from fastep import likelihoods as fl
+        rng = np.random.default_rng(3)
+        n = 20_000
+        f, self.mu, self.var = rng.standard_normal(n), rng.standard_normal(n), \
+            rng.uniform(0.2, 2.0, n)
+        sign = np.where(rng.uniform(size=n) < 1.0 / (1.0 + np.exp(-f)), 1.0, -1.0)
+        counts = rng.poisson(np.exp(f)).astype(float)
+        times = np.exp(f + 0.7 * rng.gumbel(size=n))
+        event = (rng.uniform(size=n) < 0.7).astype(float)[:, None]
+        trials = np.full((n, 1), 10.0)
+        cases = {"logistic": (fl.Logistic(), sign, None),
+                 "poisson": (fl.Poisson(), counts, None),
+                 "negative_binomial": (fl.NegativeBinomial(2.0), counts, None),
+                 "binomial": (fl.Binomial(), np.minimum(counts, 10.0), trials),
+                 "student_t": (fl.StudentT(4.0, 0.5), f + 0.5 * rng.standard_t(4.0, n), None),
+                 "weibull": (fl.Weibull(1.5), times, event),
+                 "log_logistic": (fl.LogLogistic(2.0), times, event),
+                 "log_normal": (fl.LogNormal(0.7), times, event)}
+        self.lik, self.y, self.extra = cases[name]
+        self.probit, self.sign = fl.Probit(), sign
+        self.lik.tilted(self.y, self.mu, self.var, extra=self.extra)
+        self.probit.tilted(sign, self.mu, self.var)
+
+    def _best(self, fn):
+        import time
+        best = np.inf
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    def time_tilted(self, name):
+        self.lik.tilted(self.y, self.mu, self.var, extra=self.extra)
+
+    def track_ratio_to_probit(self, name):
+        mine = self._best(lambda: self.lik.tilted(self.y, self.mu, self.var, extra=self.extra))
+        return mine / self._best(lambda: self.probit.tilted(self.sign, self.mu, self.var))
+
+    track_ratio_to_probit.unit = "ratio"

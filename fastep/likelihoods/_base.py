@@ -13,8 +13,9 @@ these three numbers into site updates in one place
 for its target (the CUDA backend as a device function), so a likelihood knows nothing
 of devices or of inference.
 
-Likelihoods without a closed form are integrated by the panel quadrature of
-:mod:`fastep.likelihoods._quadrature`.
+Likelihoods without a closed form are integrated by the quadrature of
+:mod:`fastep.likelihoods._quadrature` (a mode-centred trapezoid rule, adaptive panels where
+it declines).
 """
 from __future__ import annotations
 

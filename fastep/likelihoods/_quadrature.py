@@ -1,15 +1,24 @@
-"""The panel quadrature of tilted moments, for likelihoods without a closed form.
+"""The tilted moments of likelihoods without a closed form.
 
-The tilted density ``p(y | f)^alpha N(f | mu_cav, var_cav)`` is integrated in the log
-domain: centred at its mode (Newton steps) and scaled by its curvature ``s``, then
-integrated outwards with 10-point Gauss-Legendre rules on panels whose widths follow the
-local slope and curvature of the log integrand (at most a few e-folds per panel), until it
-has fallen 42 below its peak.  A plain Gauss-Hermite rule, centred on the cavity or on
-the mode, fails when the likelihood changes on a scale far smaller than the cavity (a
-step-like logistic under a cavity of variance 1e4 loses several per cent); the panels
-follow both scales.  One source (:func:`_quad_source`) is compiled for each
-log-likelihood (:func:`_compile_quad`): the built-in ones (:data:`quad_moments`), a
-:class:`~fastep.likelihoods.CustomLikelihood`'s, and their GPU twins.
+Two rules, one compiled function (:data:`quad_moments`) per log-likelihood:
+
+* the fast path, a trapezoid rule centred and scaled at the tilted mode
+  (:mod:`fastep.likelihoods._trapezoid`; about 30-60 log-likelihood evaluations), taken
+  where its premises hold and its error estimate is below 1e-13 relative;
+* the reference and fallback, the adaptive panel quadrature below (:func:`_panel_source`,
+  several hundred evaluations): the tilted density ``p(y | f)^alpha N(f | mu_cav,
+  var_cav)`` is integrated in the log domain, centred at its mode (Newton steps) and
+  scaled by its curvature ``s``, then integrated outwards with 10-point Gauss-Legendre
+  rules on panels whose widths follow the local slope and curvature of the log integrand
+  (at most a few e-folds per panel), until it has fallen 42 below its peak.  A plain
+  Gauss-Hermite rule, centred on the cavity or on the mode, fails when the likelihood
+  changes on a scale far smaller than the cavity (a step-like logistic under a cavity of
+  variance 1e4 loses several per cent); the panels follow both scales.
+
+One source (:func:`_quad_source`) is compiled for each log-likelihood
+(:func:`_compile_quad`): the built-in ones (:data:`quad_moments`; :data:`panel_moments` is
+the panels alone, the fast path's reference in the tests and ``scripts/tilted_cost.py``),
+a :class:`~fastep.likelihoods.CustomLikelihood`'s, and their GPU twins.
 """
 from __future__ import annotations
 
@@ -21,7 +30,9 @@ import numpy as np
 from numba import njit, prange, types
 
 from .._jit import f8, f8_1d, pjit
-from ._scalar import builtin_dlog_lik, builtin_log_lik, builtin_peak
+from ._scalar import (builtin_dlog_lik, builtin_lik_const, builtin_lik_d2, builtin_lik_f,
+                      builtin_log_lik, builtin_peak, builtin_strip)
+from ._trapezoid import compile_trapezoid
 
 _LEGENDRE = np.polynomial.legendre.leggauss(10)
 # tuples, not arrays: Numba freezes them as constants, so the kernels stay cacheable
@@ -31,7 +42,7 @@ _DROP = 42.0            # stop once the log integrand is this far below its peak
 _MAX_PANELS = 200       # per side
 
 
-def _quad_source(kind, y, extra, mu, var, alpha, params, k):
+def _panel_source(kind, y, extra, mu, var, alpha, params, k):
     """(log Z, dlogZ/dmu, d2logZ/dmu2, dlogZ/dparams[k]) of
     ``Z = int exp(alpha*LOG_LIK(...)) N(f|mu,var) df``.
 
@@ -239,18 +250,68 @@ def _peak_at_target(kind, y, extra, params):
     return y
 
 
-def _compile_quad(log_lik, dlog_lik=_no_dlog_lik, lik_peak=_no_peak, **options):
-    """Compile :func:`_quad_source` with ``LOG_LIK``, ``DLOG_LIK``, ``LIK_PEAK`` bound to
-    ``log_lik``, ``dlog_lik``, ``lik_peak`` (``lik_peak(kind, y, extra, params)``: where
-    the likelihood peaks in f, a second start for the mode search, or NaN for none)."""
-    glb = dict(_quad_source.__globals__, LOG_LIK=log_lik, DLOG_LIK=dlog_lik, LIK_PEAK=lik_peak)
-    fn = types_module.FunctionType(_quad_source.__code__, glb, "quad_moments")
-    fn.__qualname__ = "quad_moments"
+def _quad_source(kind, y, extra, mu, var, alpha, params, k):
+    """The tilted moments as :func:`_panel_source` returns them: the mode-centred
+    trapezoid rule of :mod:`fastep.likelihoods._trapezoid` where it accepts the site,
+    the panels where it declines."""
+    ok, log_z, d1, d2, mg = FAST(kind, y, extra, mu, var, alpha, params, k)  # noqa: F821
+    if ok:
+        return log_z, d1, d2, mg
+    return PANELS(kind, y, extra, mu, var, alpha, params, k)  # noqa: F821
+
+
+def _bind(source, name, options, **bound):
+    glb = dict(source.__globals__, **bound)
+    fn = types_module.FunctionType(source.__code__, glb, name)
+    fn.__qualname__ = name
     return numba.njit(error_model="numpy", **options)(fn)
 
 
+def _no_d2_source(kind, y, extra, f, params):
+    return LOG_LIK(kind, y, extra, f, params), math.nan, math.nan  # noqa: F821
+
+
+@njit
+def _zero_const(kind, y, extra, params):
+    return 0.0
+
+
+@njit
+def _no_strip(kind, y, extra, params):
+    return math.nan, math.nan, 1.0
+
+
+def _compile_quad(log_lik, dlog_lik=_no_dlog_lik, lik_peak=_no_peak, lik_f=None, lik_d2=None,
+                  lik_const=None, lik_strip=_no_strip, fast=True, **options):
+    """Compile the tilted moments of one log-likelihood: :func:`_panel_source` with
+    ``LOG_LIK``, ``DLOG_LIK``, ``LIK_PEAK`` bound to ``log_lik``, ``dlog_lik``, ``lik_peak``
+    (``lik_peak(kind, y, extra, params)``: where the likelihood peaks in f, a second start
+    for the mode search, or NaN for none), behind the trapezoid fast path
+    (:func:`fastep.likelihoods._trapezoid.compile_trapezoid`; ``lik_f``, ``lik_d2``,
+    ``lik_const`` split log p into its f-dependent part, with derivatives, and the rest;
+    by default all of log p, derivatives by finite differences).  ``fast=False``: the
+    panels alone (the reference)."""
+    panels = _bind(_panel_source, "panel_moments", options, LOG_LIK=log_lik,
+                   DLOG_LIK=dlog_lik, LIK_PEAK=lik_peak)
+    if not fast:
+        return panels
+    if lik_f is None:
+        lik_f = log_lik
+        lik_d2 = _bind(_no_d2_source, "lik_d2", options, LOG_LIK=log_lik)
+        lik_const = _zero_const
+    trap = compile_trapezoid(lik_f, lik_d2, lik_const, dlog_lik, lik_peak, lik_strip,
+                             **options)
+    return _bind(_quad_source, "quad_moments", options, FAST=trap, PANELS=panels)
+
+
 #: Tilted moments (and one parameter derivative) of the built-in log-likelihood ``kind``.
-quad_moments = _compile_quad(builtin_log_lik, builtin_dlog_lik, builtin_peak, cache=True)
+quad_moments = _compile_quad(builtin_log_lik, builtin_dlog_lik, builtin_peak,
+                             lik_f=builtin_lik_f, lik_d2=builtin_lik_d2,
+                             lik_const=builtin_lik_const, lik_strip=builtin_strip,
+                             cache=True)
+#: The same by the adaptive panels alone: the reference of the fast path.
+panel_moments = _compile_quad(builtin_log_lik, builtin_dlog_lik, builtin_peak, fast=False,
+                              cache=True)
 
 
 @njit(cache=True, error_model="numpy")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from .._jit import jit
-from .._numerics import LOG_SQRT_2PI, digamma, log_add_exp, log_diff_exp, log_phi
+from .._numerics import LOG_SQRT_2PI, digamma, log_add_exp, log_diff_exp, log_phi, mills, mills_shift
 
 (PROBIT, LOGISTIC, ANNOTATORS, TOBIT, POISSON, NEG_BINOMIAL, STUDENT_T, ORDINAL, ZI_POISSON,
  ZI_NEG_BINOMIAL, WEIBULL, LOG_LOGISTIC, LOG_NORMAL, BINOMIAL) = range(14)
@@ -329,3 +329,173 @@ def builtin_peak(kind, y, extra, params):
     if kind == ZI_NEG_BINOMIAL and y == 0.0:
         return zero_inflated_edge(extra[0], params[1], params[0])
     return math.nan
+
+
+@jit("f8(f8)")
+def sigmoid(z):
+    """1 / (1 + exp(-z)), overflow-free."""
+    if z >= 0.0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+@jit("f8(i8, f8, f8[::1], f8[::1])")
+def builtin_lik_const(kind, y, extra, params):
+    """The part of log p(y | f) of ``kind`` that does not depend on f (see
+    :func:`builtin_lik_d2`): added once to log Z instead of at every node."""
+    if kind == POISSON:
+        return y * extra[0] - math.lgamma(y + 1.0)
+    if kind == NEG_BINOMIAL:
+        r = params[0]
+        return log_rising(r, y) - math.lgamma(y + 1.0) + r * math.log(r) + y * extra[0]
+    if kind == BINOMIAL:
+        n = extra[0]
+        if y < 0.0 or y > n:
+            return 0.0
+        return math.lgamma(n + 1.0) - math.lgamma(y + 1.0) - math.lgamma(n - y + 1.0)
+    if kind == STUDENT_T:
+        nu, sigma = params[0], params[1]
+        return (math.lgamma(0.5 * (nu + 1.0)) - math.lgamma(0.5 * nu)
+                - 0.5 * math.log(nu * math.pi) - math.log(sigma))
+    if kind == WEIBULL or kind == LOG_LOGISTIC:
+        return math.log(params[0]) - math.log(y) if extra[0] != 0.0 else 0.0
+    if kind == LOG_NORMAL:
+        return -math.log(params[0]) - LOG_SQRT_2PI - math.log(y) if extra[0] != 0.0 else 0.0
+    return 0.0
+
+
+@jit("UniTuple(f8, 3)(i8, f8, f8[::1], f8, f8[::1])")
+def builtin_lik_d2(kind, y, extra, f, params):
+    """(l(f), l'(f), l''(f)) for the f-dependent part l = log p(y | f) - const of the
+    built-in likelihood ``kind`` (const: :func:`builtin_lik_const`); NaN derivatives for
+    the kinds without them here (finite differences are taken).  With u = log t - f and
+    z = r u for the survival models, mu = exp(f + log exposure) for the counts::
+
+        logistic      log sigma(y f)                 y sigma(-y f), -sigma(f) sigma(-f)
+        Poisson       y f - mu                       y - mu, -mu
+        neg. binomial y f - (r + y) log(r + mu)      y - (r + y) t, -(r + y) t (1 - t),
+                                                     t = mu / (r + mu)
+        binomial      y log s(f) + (N - y) log s(-f) y - N s(f), -N s(f) s(-f)
+        Student-t     -(nu + 1)/2 log(1 + q^2/nu), q = (y - f) / sigma
+        Weibull       z - e^z (event), -e^z          ... (d/df = -r d/dz)
+    """
+    if kind == LOGISTIC:
+        s = sigmoid(y * f)
+        return logistic_log_lik(y, f), y * (1.0 - s), -s * (1.0 - s)
+    if kind == POISSON:
+        eta = f + extra[0]
+        if eta > 709.0:
+            return -math.inf, math.nan, math.nan
+        m = math.exp(eta)
+        return y * f - m, y - m, -m
+    if kind == NEG_BINOMIAL:
+        r = params[0]
+        eta = f + extra[0]
+        log_rm = log_add_exp(math.log(r), eta)
+        t = math.exp(eta - log_rm)
+        return y * f - (r + y) * log_rm, y - (r + y) * t, -(r + y) * t * (1.0 - t)
+    if kind == BINOMIAL:
+        n = extra[0]
+        if y < 0.0 or y > n:
+            return -math.inf, math.nan, math.nan
+        s = sigmoid(f)
+        out = 0.0
+        if y > 0.0:
+            out += y * logistic_log_lik(1.0, f)
+        if n > y:
+            out += (n - y) * logistic_log_lik(-1.0, f)
+        return out, y - n * s, -n * s * (1.0 - s)
+    if kind == STUDENT_T:
+        nu, sigma = params[0], params[1]
+        q = (y - f) / sigma
+        den = nu + q * q
+        return (-0.5 * (nu + 1.0) * math.log1p(q * q / nu), (nu + 1.0) * q / (sigma * den),
+                -(nu + 1.0) * (nu - q * q) / (sigma * sigma * den * den))
+    if kind == WEIBULL or kind == LOG_LOGISTIC or kind == LOG_NORMAL:
+        r = params[0]
+        u = math.log(y) - f
+        event = extra[0] != 0.0
+        if kind == LOG_NORMAL:
+            if event:
+                return -0.5 * (u / r) * (u / r), u / (r * r), -1.0 / (r * r)
+            a = -u / r
+            m = mills(a)
+            return log_phi(a), m / r, -m * mills_shift(a) / (r * r)
+        z = r * u
+        if kind == WEIBULL:
+            if z > 700.0:
+                return -math.inf, math.nan, math.nan
+            e = math.exp(z)
+            if event:
+                return z - e, -r * (1.0 - e), -r * r * e
+            return -e, r * e, -r * r * e
+        s = sigmoid(z)
+        if event:
+            return z - 2.0 * softplus(z), -r * (1.0 - 2.0 * s), -2.0 * r * r * s * (1.0 - s)
+        return -softplus(z), r * s, -r * r * s * (1.0 - s)
+    return builtin_log_lik(kind, y, extra, f, params), math.nan, math.nan
+
+
+@jit("f8(i8, f8, f8[::1], f8, f8[::1])")
+def builtin_lik_f(kind, y, extra, f, params):
+    """The f-dependent part of log p(y | f): the first value of :func:`builtin_lik_d2`,
+    without the derivatives."""
+    if kind == LOGISTIC:
+        return logistic_log_lik(y, f)
+    if kind == POISSON:
+        eta = f + extra[0]
+        return y * f - math.exp(eta) if eta <= 709.0 else -math.inf
+    if kind == NEG_BINOMIAL:
+        r = params[0]
+        return y * f - (r + y) * log_add_exp(math.log(r), f + extra[0])
+    if kind == STUDENT_T:
+        q = (y - f) / params[1]
+        return -0.5 * (params[0] + 1.0) * math.log1p(q * q / params[0])
+    if kind == WEIBULL or kind == LOG_LOGISTIC or kind == LOG_NORMAL \
+            or kind == BINOMIAL:
+        return builtin_lik_d2(kind, y, extra, f, params)[0]
+    return builtin_log_lik(kind, y, extra, f, params)
+
+
+@jit("UniTuple(f8, 3)(i8, f8, f8[::1], f8[::1])")
+def builtin_strip(kind, y, extra, params):
+    """(d, c, p): log p(y | f) of ``kind`` is analytic for |Im f| < d, its nearest
+    singularity has real part c (NaN: unknown) and p(y | f) blows up there like a pole of
+    order p (1 where it does not); d NaN where not declared here, inf where log p is
+    entire with at most Gaussian growth.  The trapezoid rule's step and its error
+    estimate follow from them (:mod:`fastep.likelihoods._trapezoid`)::
+
+        logistic, binomial  poles of sigma(f) at f = +-i pi             d = pi, c = 0,
+                                                                        p = 1, N trials
+        neg. binomial       r + exp(f + log exposure) = 0               d = pi, p = r + y,
+                                                                        c = log r - log exposure
+        Poisson, Weibull    exp(f) grows without bound for |Im f| > pi/2 d = pi / (2 r)
+        log-logistic        softplus(r (log t - f)) singular at pi i    d = pi / r, c = log t,
+                                                                        p = 2 (event)
+        Student-t           1 + (y - f)^2 / (nu sigma^2) = 0            d = sigma sqrt(nu), c = y,
+                                                                        p = (nu + 1) / 2
+        log-normal, probit  event: Gaussian in f (entire); censored (and log Phi(y f)):
+                            the zeros of Phi(a) nearest the real axis, a = 1.916 +- 2.816 i
+    """
+    if kind == LOGISTIC:
+        return math.pi, 0.0, 1.0
+    if kind == BINOMIAL:
+        return math.pi, 0.0, max(extra[0], 1.0)
+    if kind == PROBIT:
+        return 2.816, 1.916 * y, 1.0
+    if kind == NEG_BINOMIAL:
+        return math.pi, math.log(params[0]) - extra[0], params[0] + y
+    if kind == POISSON:
+        return 0.5 * math.pi, math.nan, 1.0
+    if kind == WEIBULL:
+        return 0.5 * math.pi / params[0], math.nan, 1.0
+    if kind == LOG_LOGISTIC:
+        return math.pi / params[0], math.log(y), 2.0 if extra[0] != 0.0 else 1.0
+    if kind == STUDENT_T:
+        return params[1] * math.sqrt(params[0]), y, 0.5 * (params[0] + 1.0)
+    if kind == LOG_NORMAL:
+        if extra[0] != 0.0:
+            return math.inf, math.nan, 1.0
+        return 2.816 * params[0], math.log(y) + 1.916 * params[0], 1.0
+    return math.nan, math.nan, 1.0

@@ -55,9 +55,10 @@ class Probit(Likelihood):
 class Logistic(Likelihood):
     """Logistic likelihood ``p(y | f) = 1 / (1 + exp(-y f))``, y in {-1, +1}.
 
-    No closed form exists: the tilted moments come from the panel quadrature of
-    :func:`fastep.likelihoods._quadrature.quad_tilted` (10-point Gauss-Legendre panels laid outwards
-    from the tilted mode).
+    No closed form exists: the tilted moments come from the quadrature of
+    :func:`fastep.likelihoods._quadrature.quad_tilted`: a trapezoid rule centred and scaled at
+    the tilted mode (its step from the logistic's poles at +-i pi), handing over to adaptive
+    Gauss-Legendre panels where its checks fail (a cavity of variance 1e4 under the step).
 
     Examples
     --------

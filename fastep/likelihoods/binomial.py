@@ -6,7 +6,7 @@
 
 the likelihood of a binomial GLM with a GP in place of the linear predictor (e.g. the
 share of pupils above a test's median in each school, statsmodels' ``star98``).  It is
-log-concave in f.  The tilted moments have no closed form: they come from the panel
+log-concave in f.  The tilted moments have no closed form: they come from the
 quadrature of :func:`fastep.likelihoods._quadrature.quad_tilted` (as the counts' do), and
 so do the predictive moments, ``E[sigma(f)]`` and ``E[sigma(f)^2]`` being the tilted
 normalisers of one success in one trial and two in two.  ``site_extra`` holds ``N_i``.

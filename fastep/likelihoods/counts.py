@@ -15,8 +15,8 @@ zero-inflated form adds structural zeros with probability pi (Lambert 1992; GPst
 which is not log-concave in f at y = 0 (it falls from 1 to pi as the rate grows), so EP
 runs with robust updates there, as for the Student-t.  The
 tilted moments have no closed form (the Poisson-lognormal integral): they come from the
-panel quadrature of :func:`fastep.likelihoods._quadrature.quad_tilted`, which follows the
-likelihood's own scale (counts up to 1e4 and beyond), and the dispersion gradient from
+quadrature of :func:`fastep.likelihoods._quadrature.quad_tilted` (mode-centred trapezoid,
+adaptive panels where it declines), which follows the likelihood's own scale (counts up to 1e4 and beyond), and the dispersion gradient from
 the same quadrature, by differentiation under the integral.  ``site_extra`` holds
 ``log exposure_i``.
 """

@@ -1,5 +1,5 @@
 """The user's own likelihood from a scalar log-density (:class:`CustomLikelihood`),
-integrated by the panel quadrature of :mod:`fastep.likelihoods._quadrature` and compiled
+integrated by the quadrature of :mod:`fastep.likelihoods._quadrature` and compiled
 for every target from the user's Python source."""
 from __future__ import annotations
 

@@ -7,9 +7,11 @@ with learnable degrees of freedom nu and scale sigma.  An outlier far from the c
 gives a tilted density that is wider than the cavity (d2 log Z / d mu2 > 0), i.e. a
 negative site precision: the EP engine keeps such sites through its split factorisation,
 and runs its robust schedule for this likelihood (``log_concave = False``; see
-:func:`fastep.ep`).  Tilted moments and both parameter gradients come from the panel
-quadrature (differentiation under the integral), which follows both the cavity's and
-the likelihood's scale and the bimodal tilted density of an outlier.
+:func:`fastep.ep`).  Tilted moments and both parameter gradients come from the quadrature
+of :mod:`fastep.likelihoods._quadrature` (differentiation under the integral): a
+mode-centred trapezoid rule where the tilted density is unimodal, adaptive panels, which
+follow both the cavity's and the likelihood's scale, for the bimodal tilted density of an
+outlier.
 Reference: Jylanki, Vanhatalo & Vehtari (2011), Robust Gaussian process regression with a
 Student-t likelihood, JMLR 12.
 """

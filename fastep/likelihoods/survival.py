@@ -5,8 +5,8 @@ model (Weibull, log-logistic, log-normal; GPstuff's ``lik_weibull``, ``lik_loglo
 ``lik_loggaussian``).  Each observation is a time ``t > 0`` and an event indicator: 1 if
 the event was seen at t, 0 if the subject was still event-free at t (right-censored), so
 that its likelihood is the survival function ``S(t | f)``.  All three are log-concave in f.
-The tilted moments come from the panel quadrature
-(:func:`fastep.likelihoods._quadrature.quad_tilted`) and the shape gradient from the same
+The tilted moments come from the quadrature of
+:func:`fastep.likelihoods._quadrature.quad_tilted` (mode-centred trapezoid, panels where it declines) and the shape gradient from the same
 quadrature, by differentiation under the integral.
 
 The predictions average over the latent posterior ``f ~ N(mean, var)`` exactly as EP's
@@ -22,8 +22,11 @@ from typing import Optional, Tuple, Union
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import gamma as gamma_fn
+from scipy.special import log_ndtr
+from scipy.stats import norm
 
 from .._checks import float_array
+from .._numerics import LOG_SQRT_2PI, log_phi, mills, mills_shift
 from .._jit import tilted_function
 from ._base import Likelihood
 from ._quadrature import QuadratureParams, quad_tilted
@@ -46,7 +49,29 @@ def log_logistic_tilted(y, extra, mu, var, alpha, params):
 
 @tilted_function
 def log_normal_tilted(y, extra, mu, var, alpha, params):
-    """Panel quadrature of alpha * log log-normal-AFT(t | f, sigma)."""
+    """Closed forms where log T = f + N(0, sigma^2) makes them Gaussian, with
+    l = log t and c^2 = var + sigma^2 / alpha:
+
+    event, any alpha: N(l | f, sigma^2)^alpha / t^alpha, so (as the Tobit's exact
+    observation) log Z = log N(l | mu, c^2) + (1 - alpha)/2 log(2 pi sigma^2)
+    - log(alpha)/2 - alpha l, d1 = (l - mu)/c^2, d2 = -1/c^2;
+    censored, alpha = 1: S = Phi((f - l)/sigma), so log Z = log Phi(z), z = (mu - l)/c,
+    d1 = lambda(z)/c, d2 = -lambda(z)(z + lambda(z))/c^2 (lambda the inverse Mills ratio).
+    Censored at alpha < 1: the quadrature of alpha * log Phi((f - l)/sigma)."""
+    s2 = params[0] * params[0]
+    log_t = math.log(y)
+    if extra[0] != 0.0:
+        c2 = var + s2 / alpha
+        d = log_t - mu
+        log_z = (-0.5 * d * d / c2 - LOG_SQRT_2PI - 0.5 * math.log(c2)
+                 + (1.0 - alpha) * (LOG_SQRT_2PI + 0.5 * math.log(s2))
+                 - 0.5 * math.log(alpha) - alpha * log_t)
+        return log_z, d / c2, -1.0 / c2
+    if alpha == 1.0:
+        c = math.sqrt(var + s2)
+        z = (mu - log_t) / c
+        lam = mills(z)
+        return log_phi(z), lam / c, -lam * mills_shift(z) / (c * c)
     log_z, d1, d2 = quad_tilted(LOG_NORMAL, y, extra, mu, var, alpha, params)
     return log_z, d1, min(d2, 0.0)
 
@@ -266,6 +291,31 @@ class LogNormal(_Survival):
                  sigma_bounds: Union[Tuple[float, float], str] = (1e-3, 1e2)) -> None:
         super().__init__(sigma=sigma, sigma_bounds=sigma_bounds)
         self._init_event(event)
+
+    def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
+        """d log Z_i / d log(sigma), shape (n, 1) (none if sigma is fixed): the
+        derivatives of :func:`log_normal_tilted`'s closed forms (event: ``(d^2/c^4 -
+        1/c^2) sigma^2 / alpha + 1 - alpha``; censored at alpha = 1: ``-lambda(z) z
+        sigma^2 / c^2``), the quadrature for censored sites at alpha < 1."""
+        y, mu, var = self._site_arrays(y, mu_cav, var_cav)
+        ext = self.check_extra(extra, mu.shape[0])
+        event = ext[:, 0] != 0.0
+        if self.n_dims == 0:
+            return np.empty((mu.shape[0], 0))
+        if alpha != 1.0 and not event.all():
+            out = super().tilted_dparams(y, mu, var, extra=ext, alpha=alpha)
+        else:
+            out = np.empty((mu.shape[0], 1))
+        s2 = self.sigma ** 2
+        d = np.log(y) - mu
+        c2 = var + s2 / alpha
+        out[event, 0] = ((d * d / (c2 * c2) - 1.0 / c2) * s2 / alpha + 1.0 - alpha)[event]
+        if alpha == 1.0:
+            cens = ~event
+            z = -d[cens] / np.sqrt(c2[cens])
+            lam = np.exp(norm.logpdf(z) - log_ndtr(z))
+            out[cens, 0] = -lam * z * s2 / c2[cens]
+        return out
 
     def predict_y(self, mean: ArrayLike, var: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
         """Mean and variance of T: log T ~ N(mean, var + sigma^2)."""
