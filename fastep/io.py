@@ -370,12 +370,19 @@ class TableWriter:
     """Appends chunks of an (n, k) result to a CSV with a header (gzip-compressed for
     .csv.gz), a .npy file (written through a memory map of the final size, so nothing is
     held in memory) or a Parquet file (one row group per chunk; pyarrow), by the path's
-    extension (:func:`output_kind`)."""
+    extension (:func:`output_kind`).  ``text`` names columns that hold text (class labels
+    that are words), which a .npy file cannot: CSV and Parquet only.  Fewer rows than
+    ``n_total`` (rows skipped) are allowed where ``exact`` is False."""
 
-    def __init__(self, path, header, n_total):
+    def __init__(self, path, header, n_total, text=(), exact=True):
         self.path, self.header, self.n_total, self.at = path, list(header), n_total, 0
+        self.text = [name in text for name in self.header]
+        self.exact = exact
         self.kind = output_kind(path)
         if self.kind == ".npy":
+            if any(self.text):
+                raise ValueError(f"-o {path!r}: a .npy file holds numbers only, and the "
+                                 "predicted labels are text; write .csv or .parquet.")
             self.out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64,
                                                  shape=(n_total, len(self.header)))
         elif self.kind == ".parquet":
@@ -386,30 +393,49 @@ class TableWriter:
                 raise ValueError(f"-o {path!r}: writing Parquet needs pyarrow: pip install "
                                  '"fastep[dask]" (or write .csv or .npy).') from None
             self._pa = pa
-            self._schema = pa.schema([(name, pa.float64()) for name in self.header])
+            self._schema = pa.schema([(name, pa.string() if t else pa.float64())
+                                      for name, t in zip(self.header, self.text)])
             self.out = pq.ParquetWriter(path, self._schema)
         else:
             self.out = _open_text(path, "wt")
             self.out.write(",".join(self.header) + "\n")
 
-    def write(self, block):
-        block = np.asarray(block, dtype=float).reshape(-1, len(self.header))
+    def write(self, columns):
+        """Append rows given as a list of k columns (text columns as strings) or as an
+        (n, k) array of numbers."""
+        if isinstance(columns, np.ndarray):
+            block = columns.reshape(-1, len(self.header))
+            columns = [block[:, j] for j in range(block.shape[1])]
+        n = len(columns[0])
+        cols = [np.asarray(c, dtype=object if t else float)
+                for c, t in zip(columns, self.text)]
         if self.kind == ".npy":
-            self.out[self.at:self.at + block.shape[0]] = block
+            self.out[self.at:self.at + n] = np.column_stack(cols) if n else 0.0
         elif self.kind == ".parquet":
             self.out.write_table(self._pa.Table.from_arrays(
-                [self._pa.array(block[:, j]) for j in range(block.shape[1])],
-                schema=self._schema))
+                [self._pa.array([str(v) for v in c] if t else c)
+                 for c, t in zip(cols, self.text)], schema=self._schema))
+        elif not any(self.text):
+            np.savetxt(self.out, np.column_stack(cols).reshape(n, -1), delimiter=",",
+                       fmt="%.17g")
         else:
-            np.savetxt(self.out, block, delimiter=",", fmt="%.17g")
-        self.at += block.shape[0]
+            import csv
+            cells = [[str(v) for v in c] if t else [f"{v:.17g}" for v in c]
+                     for c, t in zip(cols, self.text)]
+            csv.writer(self.out, lineterminator="\n").writerows(zip(*cells))
+        self.at += n
 
     def close(self):
-        if self.at != self.n_total:
+        if self.at != self.n_total and (self.exact or self.at > self.n_total):
             raise ValueError(f"DATA held {self.at} rows where {self.n_total} were counted; "
                              "check it for blank or broken lines.")
         if self.kind == ".npy":
             self.out.flush()
-            del self.out
+            if self.at < self.n_total:              # rows skipped: keep the written ones
+                kept = np.array(self.out[:self.at])
+                del self.out
+                np.save(self.path, kept)
+            else:
+                del self.out
         else:
             self.out.close()

@@ -9,6 +9,7 @@
                                          fit on a CSV, .npy, Parquet or Zarr table
                                          (multiclass: GWI; nested: nested EP)
     fastep predict MODEL.npz DATA -o P   stream probabilities / moments for new inputs
+                                         (and the predicted label, and each row's id)
     fastep info MODEL.npz                what a saved model holds
     fastep bench                         one EP sweep against one LAPACK Cholesky of the same n
 """
@@ -148,6 +149,11 @@ def main(argv=None):
     p.add_argument("--lower-column", help="a censored model fitted with limit columns: the "
                    "column of each row's lower limit")
     p.add_argument("--upper-column", help="the same for the upper limit")
+    p.add_argument("--missing", choices=("error", "skip", "mark"), default="error",
+                   help="rows with an empty, non-numeric or infinite feature cell: error "
+                   "(the default: stop and say where), skip (leave them out; the row "
+                   "column says which rows were written) or mark (write them with empty "
+                   "predictions)")
     p.add_argument("--chunk", type=_positive(int), default=100000, help="rows per chunk")
     p.set_defaults(func=cmd_predict)
     p = sub.add_parser("info", help="what a saved model holds: estimator, kernel, "

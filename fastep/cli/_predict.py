@@ -72,24 +72,52 @@ def cmd_predict(args):
         def predict(Xc):
             mean, std = est.predict_latent(Xc, return_std=True)
             return np.column_stack([mean, std])
+    # the predicted class (classifiers) and the row's 0-based position in DATA close
+    # every output row, after the columns of earlier versions (which keep their places)
+    text = ()
+    if classes is not None:
+        header.append("label")
+        if np.asarray(classes).dtype.kind not in "biuf":
+            text = ("label",)
+    header.append("row")
     total = n_rows(args.data)
-    writer = TableWriter(args.output, header, total)
+    missing = getattr(args, "missing", "error")
+    writer = TableWriter(args.output, header, total, text=text, exact=missing != "skip")
     done = 0
     read = columns + [data_columns[k] for k in keys]
     for block in _progress(iter_rows(args.data, read, args.chunk), total, args.chunk,
                            "predict"):
         block, extra = block[:, :d], block[:, d:]
-        if not np.all(np.isfinite(block)):
-            k = int(np.argwhere(~np.isfinite(block))[0, 0])
-            where = _bad_cell(~np.isfinite(block[k]), done + k, [names[j] for j in columns])
-            raise ValueError(f"DATA: {where}.")
-        data = {key: _row_values(key, extra[:, i]) for i, key in enumerate(keys)}
-        if scaling is not None:                 # as `fastep fit` standardised the columns
-            block = (block - scaling[0]) / scaling[1]
-        writer.write(predict(block, **data))
+        rows = np.arange(done, done + block.shape[0])
         done += block.shape[0]
+        good = np.isfinite(block).all(axis=1)
+        if not good.all() and missing == "error":
+            k = int(np.argmin(good))
+            where = _bad_cell(~np.isfinite(block[k]), rows[k], [names[j] for j in columns])
+            raise ValueError(f"DATA: {where}; --missing skip leaves such rows out, "
+                             "--missing mark writes them with empty predictions.")
+        keep = good if missing == "skip" else np.ones(block.shape[0], bool)
+        out = np.full((int(keep.sum()), len(header) - 1 - (classes is not None)), np.nan)
+        use = good[keep]
+        if use.any():
+            Xc = block[good]
+            if scaling is not None:             # as `fastep fit` standardised the columns
+                Xc = (Xc - scaling[0]) / scaling[1]
+            data = {key: _row_values(key, extra[good, i]) for i, key in enumerate(keys)}
+            out[use] = predict(Xc, **data)
+        cols = [out[:, j] for j in range(out.shape[1])]
+        if classes is not None:
+            label = np.empty(out.shape[0], dtype=object if text else float)
+            label[:] = "" if text else np.nan
+            if use.any():
+                label[use] = np.asarray(classes)[np.argmax(out[use], axis=1)]
+            cols.append(label)
+        cols.append(rows[keep].astype(float))
+        writer.write(cols)
     writer.close()
-    print(f"wrote {done} rows ({', '.join(header)}) to {args.output}", file=sys.stderr)
+    left = f" ({done - writer.at} with an empty cell left out)" if writer.at < done else ""
+    print(f"wrote {writer.at} rows{left} ({', '.join(header)}) to {args.output}",
+          file=sys.stderr)
     return 0
 
 

@@ -21,6 +21,21 @@ def _load(path):
     return est, lambda X: (np.asarray(X, dtype=float) - mean) / sd
 
 
+def _predictions(path, classes=None):
+    """The prediction columns of ``fastep predict``'s output, after checking the columns
+    that close every row: the predicted label (a classifier's: the class of the largest
+    probability) and the row's 0-based position in DATA."""
+    path = str(path)
+    a = np.load(path) if path.endswith(".npy") else np.loadtxt(path, delimiter=",",
+                                                              skiprows=1, ndmin=2)
+    np.testing.assert_array_equal(a[:, -1], np.arange(a.shape[0]))
+    a = a[:, :-1]
+    if classes is not None:
+        np.testing.assert_array_equal(a[:, -1], np.asarray(classes)[np.argmax(a[:, :-1], 1)])
+        a = a[:, :-1]
+    return a
+
+
 def _columns(path):
     """The TableColumns step of a model file that ``fastep fit`` wrote (None: none)."""
     return table_parts(load_model(path))[1]
@@ -93,7 +108,7 @@ def test_fit_save_predict_round_trip(tmp_path, kind, capsys):
     np.testing.assert_allclose(mean, train_X.mean(0), rtol=1e-12)
     np.testing.assert_allclose(sd, train_X.std(0), rtol=1e-12)
     Xt = (Xt - mean) / sd
-    got = np.load(out)
+    got = _predictions(out, getattr(est, "classes_", None))
     capsys.readouterr()
     assert main(["info", str(model)]) == 0          # what the file holds, in words
     info = dict(line.split(":", 1) for line in capsys.readouterr().out.splitlines()
@@ -133,8 +148,8 @@ def test_fit_save_predict_round_trip(tmp_path, kind, capsys):
         csv_out = tmp_path / "p.csv"
         assert main(["predict", str(model), str(train), "-o", str(csv_out)]) == 0
         header = csv_out.read_text().splitlines()[0]
-        assert header == "p_0,p_1"
-        np.testing.assert_allclose(np.loadtxt(csv_out, delimiter=",", skiprows=1),
+        assert header == "p_0,p_1,label,row"
+        np.testing.assert_allclose(_predictions(csv_out, [0, 1]),
                                    est.predict_proba((train_X - mean) / sd), rtol=1e-8)
 
 
@@ -159,7 +174,7 @@ def test_parquet_and_zarr_tables(tmp_path, fmt):
                  "x1,x2"]) == 0
     X = np.column_stack([cols["x1"], cols["x2"]])
     est, scaled = _load(model)
-    np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1),
+    np.testing.assert_allclose(_predictions(out, est.classes_),
                                est.predict_proba(scaled(X)), rtol=1e-8)
 
 
@@ -365,7 +380,7 @@ def test_fit_standardises_the_features_unless_told_not_to(tmp_path, capsys):
     python = fastep.EPGaussianProcessClassifier(fastep.kernels.RBF(1.0, np.sqrt(3.0)),
                                                 optimizer=None).fit(scaler.transform(X), y)
     assert main(["predict", str(tmp_path / "s.npz"), str(path), "-o", str(out)]) == 0
-    np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1),
+    np.testing.assert_allclose(_predictions(out, python.classes_),
                                python.predict_proba(scaler.transform(X)), rtol=1e-6)
     assert main(["fit", str(path), "-o", str(tmp_path / "r.npz"), "--no-optimize",
                  "--no-standardize"]) == 0
@@ -374,7 +389,7 @@ def test_fit_standardises_the_features_unless_told_not_to(tmp_path, capsys):
         raw, table = table_parts(load_model(tmp_path / "r.npz"))
     assert table.mean is None and table.columns == ["area", "smoothness", "c"]
     assert main(["predict", str(tmp_path / "r.npz"), str(path), "-o", str(out)]) == 0
-    np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1),
+    np.testing.assert_allclose(_predictions(out, raw.classes_),
                                raw.predict_proba(X), rtol=1e-8)
     capsys.readouterr()
     assert main(["info", str(tmp_path / "r.npz")]) == 0
@@ -397,8 +412,7 @@ def test_predict_matches_columns_by_name(tmp_path, capsys):
         np.savetxt(path, np.column_stack([cols[c] for c in order]), delimiter=",",
                    header=",".join(order), comments="")
         assert main(["predict", str(model), str(path), "-o", str(out)]) == 0
-        np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1), expected,
-                                   rtol=1e-10)
+        np.testing.assert_allclose(_predictions(out, est.classes_), expected, rtol=1e-10)
     np.savetxt(path, np.column_stack([cols["x1"], cols["label"]]), delimiter=",",
                header="x1,label", comments="")
     assert main(["predict", str(model), str(path), "-o", str(out)]) == 2
@@ -487,7 +501,7 @@ def test_quoted_header_names_and_a_byte_order_mark_are_read_as_names(tmp_path):
     est, scaled = _load(tmp_path / "m.npz")
     assert _columns(tmp_path / "m.npz").columns == ["mean radius", "area, worst"]
     assert main(["predict", str(tmp_path / "m.npz"), str(test), "-o", str(out)]) == 0
-    np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1),
+    np.testing.assert_allclose(_predictions(out, est.classes_),
                                est.predict_proba(scaled(X)), rtol=1e-8)
 
 
@@ -551,7 +565,7 @@ def test_repeated_header_names_are_not_kept(tmp_path, capsys):
     assert main(["predict", str(model), str(path), "-o", str(out)]) == 2
     assert "DATA has 3 named columns" in capsys.readouterr().err
     assert main(["predict", str(model), str(path), "-o", str(out), "--features", "0,1"]) == 0
-    np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1),
+    np.testing.assert_allclose(_predictions(out, est.classes_),
                                est.predict_proba(scaled(A)), rtol=1e-10)
 
 
@@ -565,7 +579,7 @@ def test_counts_fitted_with_exposure_predict_the_latent_only(tmp_path, capsys):
     np.save(tmp_path / "X.npy", X)
     assert main(["predict", str(tmp_path / "m.npz"), str(tmp_path / "X.npy"), "-o",
                  str(tmp_path / "p.csv")]) == 0
-    assert (tmp_path / "p.csv").read_text().splitlines()[0] == "mean,std"
+    assert (tmp_path / "p.csv").read_text().splitlines()[0] == "mean,std,row"
 
 
 def test_unwritable_output_fails_before_the_fit(tmp_path, capsys, monkeypatch):
@@ -662,7 +676,7 @@ def test_per_row_exposure_and_limits_from_columns(tmp_path, capsys):
         table = counts_only if name == "counts, default features" else train
         assert main(["fit", str(table), "-o", str(model), "--no-optimize", *fit_args]) == 0, name
         assert main(["predict", str(model), str(table), "-o", str(out), *predict_args]) == 0
-        (est, scaled), got = _load(model), np.load(out)
+        (est, scaled), got = _load(model), _predictions(out)
         assert est.n_features_in_ == 2 and _columns(model).columns == ["x1", "x2"], name
         X = scaled(X_raw)
         mean, std = est.predict_latent(X, return_std=True)
@@ -776,12 +790,12 @@ def test_predict_writes_the_format_its_output_extension_names(tmp_path, capsys):
     for out in outs.values():
         assert main(["predict", str(model), data, "-o", str(out), "--chunk", "64"]) == 0
     ref = np.load(outs[".npy"])
-    assert ref.shape == (250, 2)
+    assert ref.shape == (250, 4)
     read = {".csv": lambda path: pd.read_csv(path, float_precision="round_trip"),
             ".parquet": pd.read_parquet}
     for ext in exts[1:]:
         frame = read.get(ext, read[".csv"])(outs[ext])
-        assert list(frame.columns) == ["p_0", "p_1"]
+        assert list(frame.columns) == ["p_0", "p_1", "label", "row"]
         np.testing.assert_array_equal(frame.to_numpy(), ref)      # %.17g round-trips
     with open(outs[".csv.gz"], "rb") as fh:
         assert fh.read(2) == b"\x1f\x8b"                          # gzip's magic number
@@ -817,7 +831,7 @@ def test_binomial_regression_takes_trials_from_a_column(tmp_path, capsys):
     est, scaled = _load(model)
     assert est.n_features_in_ == 2 and _columns(model).columns == ["x1", "x2"]
     X = scaled(np.column_stack([x1, x2]))
-    got = np.load(out)
+    got = _predictions(out)
     mean, std = est.predict_latent(X, return_std=True)
     p = est.predict(X, trials=np.ones(n))
     np.testing.assert_allclose(got, np.column_stack([mean, std, p, trials * p]), rtol=1e-10)
@@ -842,16 +856,66 @@ def test_text_labels_are_read_as_classes(tmp_path, capsys):
     assert main(["fit", str(path), "-o", str(model), "--no-optimize"]) == 0
     assert main(["predict", str(model), str(path), "-o", str(out)]) == 0
     got = pd.read_csv(out)
-    assert list(got.columns) == ["p_benign", "p_malignant"]
+    assert list(got.columns) == ["p_benign", "p_malignant", "label", "row"]
     pipe = load_model(model)
     python = fastep.EPGaussianProcessClassifier(fastep.kernels.RBF(1.0, np.sqrt(2.0)),
                                                 optimizer=None).fit(
         (X - X.mean(0)) / X.std(0), words)
-    np.testing.assert_allclose(got.to_numpy(), python.predict_proba((X - X.mean(0)) /
-                                                                   X.std(0)), rtol=1e-10)
-    assert list(pipe.predict(frame)) == list(python.predict((X - X.mean(0)) / X.std(0)))
+    Xs = (X - X.mean(0)) / X.std(0)
+    np.testing.assert_allclose(got[["p_benign", "p_malignant"]].to_numpy(),
+                               python.predict_proba(Xs), rtol=1e-10)
+    assert list(got["label"]) == list(python.predict(Xs))          # the words themselves
+    assert list(got["row"]) == list(range(80))
+    assert list(pipe.predict(frame)) == list(python.predict(Xs))
+    # a .npy output holds numbers only: the text labels are a clear error before any work
+    capsys.readouterr()
+    assert main(["predict", str(model), str(path), "-o", str(tmp_path / "p.npy")]) == 2
+    assert "write .csv or .parquet" in capsys.readouterr().err
     frame.loc[7, "diagnosis"] = ""
     frame.to_csv(path, index=False)
     capsys.readouterr()
     assert main(["fit", str(path), "-o", str(model), "--no-optimize"]) == 2
     assert "empty label (the first is row 7 of DATA)" in capsys.readouterr().err
+
+
+def test_predict_skips_or_marks_rows_with_empty_cells(tmp_path, capsys):
+    """One empty feature cell stopped the whole ``fastep predict``; it still does by
+    default (naming the row and the two options), ``--missing skip`` leaves such rows out
+    (the row column says which were written) and ``--missing mark`` writes them with
+    empty predictions, the other rows as without the empty ones."""
+    import pandas as pd
+    model, cols = _fit_classifier(tmp_path)
+    est, scaled = _load(model)
+    X = np.column_stack([cols["x1"], cols["x2"]])[:40].copy()
+    X[[3, 17], [0, 1]] = np.nan
+    path = tmp_path / "holes.csv"
+    frame = pd.DataFrame({"x1": X[:, 0], "x2": X[:, 1]})
+    frame.to_csv(path, index=False)                     # NaN is written as an empty cell
+    assert ",," in path.read_text() or "\n," in path.read_text()
+    out = tmp_path / "p.csv"
+    capsys.readouterr()
+    assert main(["predict", str(model), str(path), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "data row 3" in err and "--missing skip" in err and "--missing mark" in err
+    good = np.isfinite(X).all(axis=1)
+    expected = est.predict_proba(scaled(X[good]))
+    assert main(["predict", str(model), str(path), "-o", str(out), "--missing", "skip"]) == 0
+    got = pd.read_csv(out)
+    assert list(got["row"]) == list(np.flatnonzero(good))
+    np.testing.assert_allclose(got[["p_0", "p_1"]].to_numpy(), expected, rtol=1e-10)
+    assert "2 with an empty cell left out" in capsys.readouterr().err
+    for ext in (".csv", ".npy"):
+        out = tmp_path / f"m{ext}"
+        assert main(["predict", str(model), str(path), "-o", str(out), "--missing",
+                     "mark"]) == 0
+        got = np.load(out) if ext == ".npy" else pd.read_csv(out).to_numpy()
+        assert got.shape == (40, 4)
+        np.testing.assert_array_equal(got[:, -1], np.arange(40))
+        assert np.isnan(got[~good, :3]).all()
+        np.testing.assert_allclose(got[good, :2], expected, rtol=1e-10)
+        np.testing.assert_array_equal(got[good, 2], est.classes_[np.argmax(expected, 1)])
+    out = tmp_path / "s.npy"                    # skip into a .npy: the file holds the rest
+    assert main(["predict", str(model), str(path), "-o", str(out), "--missing", "skip"]) == 0
+    got = np.load(out)
+    assert got.shape == (38, 4)
+    np.testing.assert_array_equal(got[:, -1], np.flatnonzero(good))

@@ -928,7 +928,9 @@ def prop_cli(data):
     if rc not in (0, 2) or "Traceback" in stderr.getvalue():
         raise Violation("cli", f"predict: status {rc}: {stderr.getvalue()[-500:]}")
     if rc == 0:
-        probabilities(np.loadtxt(out, delimiter=",", ndmin=2, skiprows=1), "fastep predict")
+        # the probabilities, then the predicted label and the row id
+        probabilities(np.loadtxt(out, delimiter=",", ndmin=2, skiprows=1)[:, :-2],
+                      "fastep predict")
 
 
 #: Every entry point, by name (the order of the table ``scripts/fuzz.py`` prints).

@@ -138,7 +138,7 @@ def test_cli_fit_predict_and_demo(tmp_path, data):
     r = subprocess.run(run + ["predict", str(model), str(train), "-o", str(out)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    p = np.loadtxt(out, delimiter=",", skiprows=1)
+    p = np.loadtxt(out, delimiter=",", skiprows=1)[:, :2]      # p_0, p_1 (then label, row)
     # loaded in Python, the file takes the raw columns as `fastep predict` does: by name
     # from a DataFrame (in any order, other columns ignored), by position from an array
     # (it loaded the bare estimator, which predicted 0.5 for every raw row); truth: the
