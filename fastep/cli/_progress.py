@@ -25,40 +25,12 @@ def _progress(chunks, total, size, what):
 
 
 class _FitProgress:
-    """Progress bars of a fit on a terminal, fed by fastep's logging: ML-II steps (logger
-    ``fastep``, INFO) and EP sweeps (``fastep.sweeps``, DEBUG).  A no-op in a pipe."""
+    """Progress bars of a fit on a terminal (ML-II steps and EP sweeps, from fastep's
+    logging: :class:`fastep._progress.FitProgress`); a no-op in a pipe."""
 
     def __init__(self):
-        import logging
-        self.bar, self.handler = _tqdm(), None
-        if self.bar is None:
-            return
-        self.steps = self.bar(desc="ML-II steps", unit="step", position=0)
-        self.sweeps = self.bar(desc="EP sweeps", unit="sweep", position=1)
-        outer = self
-
-        class Handler(logging.Handler):
-            def emit(self, record):
-                msg = record.getMessage()
-                if record.name == "fastep" and not msg.startswith("ML-II step"):
-                    return
-                bar = outer.sweeps if record.name == "fastep.sweeps" else outer.steps
-                bar.update(1)
-                bar.set_postfix_str(msg.split(":", 1)[-1].strip()[:40], refresh=False)
-
-        self.handler = Handler()
-        for name, level in (("fastep", logging.INFO), ("fastep.sweeps", logging.DEBUG)):
-            log = logging.getLogger(name)
-            log.addHandler(self.handler)
-            log.setLevel(level)
-        logging.getLogger("fastep.sweeps").propagate = False
+        from .._progress import FitProgress
+        self.progress = FitProgress(2, terminal_only=True).__enter__()
 
     def close(self):
-        if self.handler is None:
-            return
-        import logging
-        for name in ("fastep", "fastep.sweeps"):
-            logging.getLogger(name).removeHandler(self.handler)
-        logging.getLogger("fastep.sweeps").propagate = True
-        self.steps.close()
-        self.sweeps.close()
+        self.progress.__exit__(None, None, None)

@@ -292,7 +292,8 @@ class LogNormal(_Survival):
         super().__init__(sigma=sigma, sigma_bounds=sigma_bounds)
         self._init_event(event)
 
-    def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
+    def tilted_dparams(self, y: ArrayLike, mu_cav: ArrayLike, var_cav: ArrayLike,
+                       extra: Optional[ArrayLike] = None, alpha: float = 1.0) -> np.ndarray:
         """d log Z_i / d log(sigma), shape (n, 1) (none if sigma is fixed): the
         derivatives of :func:`log_normal_tilted`'s closed forms (event: ``(d^2/c^4 -
         1/c^2) sigma^2 / alpha + 1 - alpha``; censored at alpha = 1: ``-lambda(z) z

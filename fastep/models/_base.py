@@ -33,6 +33,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..typing import Array, ArrayLike, ArrayOrStd
 from .._dask import is_dask_array
+from .._progress import FitProgress
 from ..kernels import RBF, Kernel, as_kernel
 from ..inference.inducing import AUTO_DENSE_ROWS, check_inducing, inducing_count
 from ..likelihoods import check_power
@@ -59,8 +60,11 @@ def fit_entry(fit):
     @functools.wraps(fit)
     def wrapper(self, *args, **kwargs):
         before = dict(self.__dict__)
+        verbose = getattr(self, "verbose", 0)
+        level = int(verbose) if isinstance(verbose, Integral) else 0
         try:
-            return validated(self, *args, **kwargs)
+            with FitProgress(level):
+                return validated(self, *args, **kwargs)
         except BaseException:
             self.__dict__.clear()
             self.__dict__.update(before)
@@ -86,6 +90,7 @@ SHARED_PARAMETERS = {
     "random_state": ["random_state", np.random.Generator],
     "device": [StrOptions({"cpu", "cuda"})],
     "hyperprior": [None, StrOptions({"auto"}), dict],
+    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
     "n_jobs": [Interval(Integral, None, -1, closed="right"),
                Interval(Integral, 1, None, closed="left"), None],
 }

@@ -218,6 +218,10 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
         As in :class:`~fastep.EPGaussianProcessClassifier` (the README's table of shared
         parameters).
+    verbose : int, default=0
+        Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
+        as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,
+        which ``logging`` can also configure without this parameter).
 
     Attributes
     ----------
@@ -245,7 +249,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     # parallel sweeps that go on sequentially if they stall (see the ``method`` parameter)
     _dense_auto = "auto"
     _parameter_constraints = shared(
-        "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
+        "verbose", "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
         "tol_optimizer", "damping", "tol", "max_iter",
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
         "device", em_every=[Interval(Integral, 1, None, closed="left")],
@@ -265,7 +269,8 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
                  warm_start: bool = False, n_inducing: Union[int, str, None] = "auto",
                  inducing_points: Optional[ArrayLike] = None, power: float = 1.0,
                  optimize_inducing: bool = False, random_state: RandomStateLike = None,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu",
+                 verbose: int = 0) -> None:
         self.kernel = kernel
         self.method = method
         self.optimizer = optimizer
@@ -288,6 +293,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         self.optimize_inducing = optimize_inducing
         self.random_state = random_state
         self.device = device
+        self.verbose = verbose
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -55,6 +55,10 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
     method, damping, tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
         As in :class:`~fastep.EPGaussianProcessClassifier` (the table of shared parameters
         in the README); sparse EP and ``device="cuda"`` need ``inference="ep"``.
+    verbose : int, default=0
+        Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
+        as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,
+        which ``logging`` can also configure without this parameter).
 
     Attributes
     ----------
@@ -78,7 +82,7 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
     """
 
     _parameter_constraints = shared(
-        "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
+        "verbose", "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
         "tol_optimizer", "damping", "tol", "max_iter",
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
         "device", noise_variance=[Interval(Real, 0, None, closed="neither")],
@@ -93,7 +97,8 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
                  n_inducing: Union[int, str, None] = "auto",
                  inducing_points: Optional[ArrayLike] = None,
                  power: float = 1.0, optimize_inducing: bool = False,
-                 random_state: RandomStateLike = None, device: str = "cpu") -> None:
+                 random_state: RandomStateLike = None, device: str = "cpu",
+                 verbose: int = 0) -> None:
         self.kernel = kernel
         self.noise_variance = noise_variance
         self.lower = lower
@@ -113,6 +118,7 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         self.optimize_inducing = optimize_inducing
         self.random_state = random_state
         self.device = device
+        self.verbose = verbose
 
     @fit_entry
     def fit(self, X: ArrayLike, y: ArrayLike, lower: Optional[ArrayLike] = None,

@@ -107,6 +107,10 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         of the cores; problems under 1,000 rows stay in this process (a worker costs
         about a second to start).  The problems after the first start ML-II from the
         first one's fitted parameters.
+    verbose : int, default=0
+        Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
+        as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,
+        which ``logging`` can also configure without this parameter).
 
     Attributes
     ----------
@@ -146,7 +150,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
     """
 
     _parameter_constraints = shared(
-        "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
+        "verbose", "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
         "tol_optimizer", "damping", "tol", "max_iter",
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
         "device", "hyperprior", "n_jobs",
@@ -161,7 +165,8 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
                  inducing_points: Optional[ArrayLike] = None,
                  power: float = 1.0, optimize_inducing: bool = False,
                  random_state: RandomStateLike = None, device: str = "cpu",
-                 hyperprior: HyperpriorLike = "auto", n_jobs: Optional[int] = None) -> None:
+                 hyperprior: HyperpriorLike = "auto", n_jobs: Optional[int] = None,
+                 verbose: int = 0) -> None:
         self.kernel = kernel
         self.likelihood = likelihood
         self.method = method
@@ -180,6 +185,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         self.device = device
         self.hyperprior = hyperprior
         self.n_jobs = n_jobs
+        self.verbose = verbose
 
     def _make_likelihood(self) -> Likelihood:
         if isinstance(self.likelihood, Likelihood):

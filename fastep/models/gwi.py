@@ -103,6 +103,10 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
         Where the robust-max Gauss-Hermite products run (the likelihood's scalar code
         compiled for that target; "cuda" needs numba's CUDA target, not CuPy); the rest
         of the fit is small dense algebra and stays on the CPU.
+    verbose : int, default=0
+        Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
+        as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,
+        which ``logging`` can also configure without this parameter).
 
     Attributes
     ----------
@@ -149,7 +153,7 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
     """
 
     _parameter_constraints = shared(
-        "kernel", "max_iter", "tol", "random_state", "device",
+        "verbose", "kernel", "max_iter", "tol", "random_state", "device",
         n_inducing=[Interval(Integral, 1, None, closed="left"), None],
         epsilon=[Interval(Real, 0, 1, closed="neither")],
         linear_mean=["boolean"], distance=[StrOptions({"squared", "unsquared"})],
@@ -167,7 +171,8 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
                  max_iter: int = 200, tol: float = 1e-6, batch_size: int = 256,
                  learning_rate: float = 0.01, n_subsample: int = 100, n_nodes: int = 20,
                  validation_fraction: float = 0.0, prior_mean: float = 0.0,
-                 random_state: RandomStateLike = None, device: str = "cpu") -> None:
+                 random_state: RandomStateLike = None, device: str = "cpu",
+                 verbose: int = 0) -> None:
         self.kernel = kernel
         self.n_inducing = n_inducing
         self.epsilon = epsilon
@@ -184,6 +189,7 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
         self.prior_mean = prior_mean
         self.random_state = random_state
         self.device = device
+        self.verbose = verbose
 
     @fit_entry
     def fit(self, X: ArrayLike, y: ArrayLike) -> GWIClassifier:

@@ -254,6 +254,10 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         extra); the per-point inner EP stays on the host.  Sparse nested EP runs on the
         CPU only.  The fitted posterior is kept in host memory, so the model predicts (and
         loads) on the CPU.
+    verbose : int, default=0
+        Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
+        as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,
+        which ``logging`` can also configure without this parameter).
 
     Attributes
     ----------
@@ -290,7 +294,7 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
     """
 
     _parameter_constraints = shared(
-        "kernel", "optimizer", "n_restarts_optimizer", "max_iter_optimizer", "tol_optimizer",
+        "verbose", "kernel", "optimizer", "n_restarts_optimizer", "max_iter_optimizer", "tol_optimizer",
         "damping", "max_iter", "random_state", "hyperprior", "n_inducing",
         "inducing_points", "device", tol=[Interval(Real, 0, None, closed="neither")])
 
@@ -300,7 +304,8 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
                  damping: Optional[float] = None, tol: float = 1e-6, max_iter: int = 200,
                  hyperprior: HyperpriorLike = "auto", n_inducing: Union[int, str, None] = "auto",
                  inducing_points: Optional[ArrayLike] = None,
-                 random_state: RandomStateLike = None, device: str = "cpu") -> None:
+                 random_state: RandomStateLike = None, device: str = "cpu",
+                 verbose: int = 0) -> None:
         self.kernel = kernel
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
@@ -314,6 +319,7 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         self.inducing_points = inducing_points
         self.random_state = random_state
         self.device = device
+        self.verbose = verbose
 
     def _check_device(self, sparse):
         """Sparse nested EP runs on the CPU only (checked before the device is resolved,

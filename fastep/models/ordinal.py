@@ -56,6 +56,10 @@ class OrdinalGPClassifier(ClassifierMixin, SingleLatentEstimator):
     method, optimizer, n_restarts_optimizer, max_iter_optimizer, tol_optimizer, damping, \
 tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
         As in :class:`~fastep.EPGaussianProcessClassifier`.
+    verbose : int, default=0
+        Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
+        as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,
+        which ``logging`` can also configure without this parameter).
 
     Attributes
     ----------
@@ -76,7 +80,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
     """
 
     _parameter_constraints = shared(
-        "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
+        "verbose", "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
         "tol_optimizer", "damping", "tol", "max_iter",
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
         "device", cut_points=["array-like", None])
@@ -89,7 +93,8 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                  n_inducing: Union[int, str, None] = "auto",
                  inducing_points: Optional[ArrayLike] = None,
                  power: float = 1.0, optimize_inducing: bool = False,
-                 random_state: RandomStateLike = None, device: str = "cpu") -> None:
+                 random_state: RandomStateLike = None, device: str = "cpu",
+                 verbose: int = 0) -> None:
         self.kernel = kernel
         self.cut_points = cut_points
         self.method = method
@@ -106,6 +111,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         self.optimize_inducing = optimize_inducing
         self.random_state = random_state
         self.device = device
+        self.verbose = verbose
 
     @fit_entry
     def fit(self, X: ArrayLike, y: ArrayLike) -> OrdinalGPClassifier:

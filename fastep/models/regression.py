@@ -83,6 +83,10 @@ class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
 tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
         As in :class:`~fastep.EPGaussianProcessClassifier` (the README's table of shared
         parameters).
+    verbose : int, default=0
+        Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
+        as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,
+        which ``logging`` can also configure without this parameter).
 
     Attributes
     ----------
@@ -110,7 +114,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
     """
 
     _parameter_constraints = shared(
-        "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
+        "verbose", "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
         "tol_optimizer", "damping", "tol", "max_iter",
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
         "device", likelihood=[StrOptions(set(REGRESSION_LIKELIHOODS)), Likelihood],
@@ -125,7 +129,8 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                  n_inducing: Union[int, str, None] = "auto",
                  inducing_points: Optional[ArrayLike] = None,
                  power: float = 1.0, optimize_inducing: bool = False,
-                 random_state: RandomStateLike = None, device: str = "cpu") -> None:
+                 random_state: RandomStateLike = None, device: str = "cpu",
+                 verbose: int = 0) -> None:
         self.kernel = kernel
         self.likelihood = likelihood
         self.normalize_y = normalize_y
@@ -143,6 +148,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         self.optimize_inducing = optimize_inducing
         self.random_state = random_state
         self.device = device
+        self.verbose = verbose
 
     #: y's shift and scale under ``normalize_y`` (class defaults: estimators of 0.2)
     _y_shift, _y_scale = 0.0, 1.0

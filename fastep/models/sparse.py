@@ -131,6 +131,10 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
         gradient below ten times it ends ML-II (0.2's rule; 1e-6 was its default).
     random_state : int, RandomState, Generator or None, default=None
         Seeds the k-means++ choice of inducing points and the restarts.
+    verbose : int, default=0
+        Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
+        as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,
+        which ``logging`` can also configure without this parameter).
 
     Attributes
     ----------
@@ -150,7 +154,7 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
     """
 
     _parameter_constraints = shared(
-        "kernel", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
+        "verbose", "kernel", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
         "tol_optimizer", "n_inducing", "inducing_points",
         "optimize_inducing", "random_state",
         power=[Interval(Real, 0, 1, closed="both")],
@@ -161,7 +165,8 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
                  inducing_points: Optional[ArrayLike] = None, optimize_inducing: bool = True,
                  optimizer: OptimizerLike = "L-BFGS-B", n_restarts_optimizer: int = 0,
                  max_iter_optimizer: int = 200, tol_optimizer: Optional[float] = None,
-                 random_state: RandomStateLike = None) -> None:
+                 random_state: RandomStateLike = None,
+                 verbose: int = 0) -> None:
         self.kernel = kernel
         self.power = power
         self.noise_variance = noise_variance
@@ -173,6 +178,7 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
         self.max_iter_optimizer = max_iter_optimizer
         self.tol_optimizer = tol_optimizer
         self.random_state = random_state
+        self.verbose = verbose
 
     @fit_entry
     def fit(self, X: ArrayLike, y: ArrayLike) -> SparseGPRegressor:

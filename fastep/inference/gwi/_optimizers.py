@@ -13,7 +13,7 @@ from ._objective import GWIParams
 _LOG = logging.getLogger("fastep")
 
 
-def fit_lbfgs(params, objective, max_iter=300, tol=1e-6, log_every=25):
+def fit_lbfgs(params, objective, max_iter=300, tol=1e-6, log_every=1):
     """Minimise ``objective(params) -> (value, grad, parts)`` with L-BFGS-B (full batch).
 
     The stopping test is SciPy's ``ftol``: the relative decrease of the objective in one
