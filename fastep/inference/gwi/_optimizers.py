@@ -13,45 +13,58 @@ from ._objective import GWIParams
 _LOG = logging.getLogger("fastep")
 
 
-def fit_lbfgs(params, objective, max_iter=300, tol=1e-6, log_every=1):
+#: Iterations over which fit_lbfgs averages the objective's relative decrease.
+WINDOW = 10
+
+
+def fit_lbfgs(params, objective, max_iter=1000, tol=2e-4, log_every=1):
     """Minimise ``objective(params) -> (value, grad, parts)`` with L-BFGS-B (full batch).
 
-    The stopping test is SciPy's ``ftol``: the relative decrease of the objective in one
-    iteration, ``(f_k - f_k+1) / max(|f_k|, |f_k+1|, 1) <= tol`` (the gradient test is
-    off: the likelihood term is a sum over the training points, so a gradient tolerance
-    would have to scale with n).
+    The stopping test: the objective's relative decrease per iteration, averaged over the
+    last :data:`WINDOW` iterations, ``(f_k-W - f_k) / (W max(|f_k|, 1)) <= tol`` (one
+    iteration's decrease, SciPy's ``ftol``, jumps by orders of magnitude from one
+    iteration to the next, so a single small step ended or failed to end a fit at
+    random).  The gradient test is off: the likelihood term is a sum over the training
+    points, so a gradient tolerance would have to scale with n.
 
     Returns ``(params, n_iter, converged, change)``: ``converged`` is False when the
     budget ran out (``max_iter`` iterations, or SciPy's limit on objective evaluations);
     a stop by ``tol`` or by a line search that cannot improve further counts as
-    converged.  ``change`` is the relative decrease of the last iteration (the quantity
-    compared with ``tol``; NaN when no iteration was taken), for the caller's
+    converged.  ``change`` is the last averaged relative decrease (the quantity compared
+    with ``tol``; NaN before :data:`WINDOW` iterations), for the caller's
     ``ConvergenceWarning``.
     """
     J, M, d = params.shape
-    state = {"it": 0, "f": None, "change": math.nan}
+    state = {"it": 0, "f": [], "change": math.nan, "stopped": False, "x": None}
 
     def fun(theta):
         value, grad, parts = objective(GWIParams.unpack(theta, J, M, d))
         state["last"] = (value, parts)
-        if state["f"] is None:                     # the objective at the starting point
-            state["f"] = float(value)
+        if not state["f"]:                         # the objective at the starting point
+            state["f"].append(float(value))
         return value, grad.pack()
 
     def callback(intermediate_result):
         state["it"] += 1
-        prev, state["f"] = state["f"], float(intermediate_result.fun)
-        state["change"] = (prev - state["f"]) / max(abs(prev), abs(state["f"]), 1.0)
+        f = state["f"]
+        f.append(float(intermediate_result.fun))
+        state["x"] = np.array(intermediate_result.x)
+        if len(f) > WINDOW:
+            state["change"] = (f[-WINDOW - 1] - f[-1]) / (WINDOW * max(abs(f[-1]), 1.0))
         if state["it"] % log_every == 0:
             value, parts = state["last"]
             _LOG.info("GWI L-BFGS-B iteration %d: objective %.4f (neg. expected log-lik %.4f, "
                       "sum W2^2 %.4f)", state["it"], value, parts["nell"], parts["w2"].sum())
+        if state["change"] <= tol:
+            state["stopped"] = True
+            raise StopIteration
 
     res = minimize(fun, params.pack(), jac=True, method="L-BFGS-B", callback=callback,
-                   options={"maxiter": int(max_iter), "ftol": tol, "gtol": 0.0,
+                   options={"maxiter": int(max_iter), "ftol": 0.0, "gtol": 0.0,
                             "maxcor": 20})
-    converged = int(res.status) != 1               # 1: iteration or evaluation limit
-    return GWIParams.unpack(res.x, J, M, d), int(res.nit), converged, state["change"]
+    x = state["x"] if state["stopped"] else res.x
+    converged = state["stopped"] or int(res.status) != 1     # 1: iteration/evaluation limit
+    return GWIParams.unpack(x, J, M, d), int(state["it"]), converged, state["change"]
 
 
 def fit_adam(params, objective, n, batch_size, n_epochs, learning_rate, rng):
