@@ -6,11 +6,15 @@ from __future__ import annotations
 import numbers
 from typing import Any, Callable, Dict, Optional
 
+from numpy.typing import ArrayLike
+
 import numba
+import numpy as np
 from numba import njit
 
 from .._jit import TILTED_SIG
 from ._base import Likelihood
+from .._checks import float_array
 from ._quadrature import _compile_quad, _no_peak, _peak_at_target
 
 
@@ -30,9 +34,11 @@ class CustomLikelihood(Likelihood):
     binary : bool
         Whether targets are labels in {-1, +1}.
     n_extra : int, default=0
-        Columns of the per-site ``extra`` array (passed as ``extra=`` to
-        :func:`fastep.ep`) that ``log_lik`` reads as ``extra[0] ... extra[n_extra - 1]``;
-        ``extra`` is checked to have exactly these columns.
+        Columns of the per-site ``extra`` array that ``log_lik`` reads as ``extra[0] ...
+        extra[n_extra - 1]`` (trials, exposures, limits: any per-row data): passed as
+        ``extra=`` to :func:`fastep.ep`, or to an estimator's ``fit`` and ``predict``
+        (an array of shape (n_samples, n_extra); a vector where n_extra is 1); it is
+        checked to have exactly these columns.
 
     Raises
     ------
@@ -69,6 +75,10 @@ class CustomLikelihood(Likelihood):
         self.log_concave = bool(log_concave)
         self.binary = bool(binary)
         self.n_extra = int(n_extra)
+        # per-row data of an estimator's fit or predict (with_data), when log_lik reads some
+        self.data_names = ("extra",) if self.n_extra else ()
+        self.predict_data = self.data_names
+        self.extra = None
         super().__init__(**params)
         self.log_lik = log_lik if hasattr(log_lik, "compile") else njit(log_lik)
         user = self.log_lik
@@ -100,6 +110,38 @@ class CustomLikelihood(Likelihood):
 
         self.scalar_tilted = scalar_tilted
 
+    def site_extra(self, n: int) -> np.ndarray:
+        """The per-row data given to the estimator (:meth:`with_data`), checked: (n,
+        n_extra); none is an error where ``log_lik`` reads some."""
+        if not self.n_extra:
+            return np.zeros((n, 0))
+        if self.extra is None:
+            raise ValueError(f"this CustomLikelihood reads {self.n_extra} extra column(s) "
+                             f"per row (n_extra={self.n_extra}); pass them as extra=, an "
+                             f"array of shape (n_samples, {self.n_extra}), to the "
+                             f"estimator's fit and predict (or to fastep.ep).")
+        extra = np.asarray(self.extra, dtype=float) if not hasattr(self.extra, "compute") \
+            else self.extra
+        if self.n_extra == 1 and np.ndim(extra) == 1:
+            extra = extra.reshape(-1, 1)
+        return float_array(extra, "extra", 2, (n, self.n_extra),
+                           fix=f"the likelihood reads {self.n_extra} extra column(s) per row.")
+
+    def predict_y(self, mean: ArrayLike, var: ArrayLike):
+        """Not available: ``log_lik`` gives p(y | f) at the observed y only, not the
+        distribution of y (its mean and variance)."""
+        raise ValueError("a CustomLikelihood gives p(y | f) at observed targets only, not "
+                         "the mean and variance of y: use predict_latent for the latent f "
+                         "(and map it to y's scale yourself), or a built-in likelihood.")
+
+    def rows(self, start: int, stop: int) -> "CustomLikelihood":
+        """This likelihood for the rows ``start:stop`` (their per-row data only)."""
+        if self.extra is None or not self.n_extra:
+            return self
+        new = self.__copy__()
+        new.extra = self.site_extra(np.shape(self.extra)[0])[start:stop]
+        return new
+
     def __copy__(self):
         # the compiled functions are immutable: copies share them (no recompilation)
         new = object.__new__(type(self))
@@ -115,7 +157,7 @@ class CustomLikelihood(Likelihood):
         # pickled as the user's Python function and the parameters; compiled anew on load
         return (_rebuild_custom, (getattr(self.log_lik, "py_func", self.log_lik),
                                   dict(self._values), dict(self._bounds), self.log_concave,
-                                  self.binary, self.n_extra))
+                                  self.binary, self.n_extra, self.extra))
 
     def to_dict(self) -> Dict[str, Any]:
         raise ValueError("a CustomLikelihood is Python code and cannot be saved without "
@@ -123,10 +165,11 @@ class CustomLikelihood(Likelihood):
                          "joblib keep a model with a custom likelihood).")
 
 
-def _rebuild_custom(log_lik, values, bounds, log_concave, binary, n_extra=0):
+def _rebuild_custom(log_lik, values, bounds, log_concave, binary, n_extra=0, extra=None):
     lik = CustomLikelihood(log_lik, params=values, log_concave=log_concave, binary=binary,
                            n_extra=n_extra)
     lik._bounds = dict(bounds)
+    lik.extra = extra
     return lik
 
 

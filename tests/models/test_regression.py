@@ -288,3 +288,43 @@ def test_count_predictions_far_from_the_data_warn_and_offer_the_median():
                                                        rel=1e-2)
     np.testing.assert_allclose(reg.predict_median(near, exposure=np.array([3.0])),
                                3.0 * reg.predict_median(near), rtol=1e-12)
+
+
+def _custom_binomial(y, extra, f, params):
+    """log Binomial(y | extra[0] trials, sigma(f)), written as a user would (module level:
+    a pickled CustomLikelihood keeps its function by reference)."""
+    n = extra[0]
+    lp = -math.log1p(math.exp(-f)) if f > 0 else f - math.log1p(math.exp(f))
+    lq = -math.log1p(math.exp(f)) if f < 0 else -f - math.log1p(math.exp(-f))
+    return (math.lgamma(n + 1) - math.lgamma(y + 1) - math.lgamma(n - y + 1)
+            + y * lp + (n - y) * lq)
+
+
+def test_custom_likelihood_with_per_row_data_fits_as_the_builtin():
+    from fastep import EPGaussianProcessRegressor
+    """A CustomLikelihood that reads per-row data (a binomial's trials, n_extra=1) was
+    refused by the regressor (issue 60); given as extra= it fits as the built-in Binomial
+    with trials= does (truth: that independent implementation), is a clear error without
+    its data or at predict, and survives pickling with its data."""
+    import math
+    import pickle
+    from fastep.likelihoods import CustomLikelihood
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 1))
+    trials = rng.integers(1, 10, 80).astype(float)
+    y = rng.binomial(trials.astype(int), 1 / (1 + np.exp(-X[:, 0]))).astype(float)
+    lik = CustomLikelihood(_custom_binomial, n_extra=1)
+    with pytest.raises(ValueError, match="reads 1 extra column.*extra="):
+        EPGaussianProcessRegressor(likelihood=lik).fit(X, y)
+    est = EPGaussianProcessRegressor(likelihood=lik).fit(X, y, extra=trials)
+    ref = EPGaussianProcessRegressor(likelihood="binomial").fit(X, y, trials=trials)
+    np.testing.assert_allclose(est.kernel_.theta, ref.kernel_.theta, rtol=1e-6)
+    np.testing.assert_allclose(est.log_marginal_likelihood_value_,
+                               ref.log_marginal_likelihood_value_, rtol=1e-9)
+    np.testing.assert_allclose(est.predict_latent(X[:5]), ref.predict_latent(X[:5]),
+                               rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match="predict_latent"):
+        est.predict(X[:5], extra=trials[:5])
+    again = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(again.predict_latent(X[:5]), est.predict_latent(X[:5]))
