@@ -78,7 +78,7 @@ class CustomLikelihood(Likelihood):
         # per-row data of an estimator's fit or predict (with_data), when log_lik reads some
         self.data_names = ("extra",) if self.n_extra else ()
         self.predict_data = self.data_names
-        self.extra = None
+        self.extra: Any = None
         super().__init__(**params)
         self.log_lik = log_lik if hasattr(log_lik, "compile") else njit(log_lik)
         user = self.log_lik
@@ -120,8 +120,8 @@ class CustomLikelihood(Likelihood):
                              f"per row (n_extra={self.n_extra}); pass them as extra=, an "
                              f"array of shape (n_samples, {self.n_extra}), to the "
                              f"estimator's fit and predict (or to fastep.ep).")
-        extra = np.asarray(self.extra, dtype=float) if not hasattr(self.extra, "compute") \
-            else self.extra
+        extra: Any = self.extra if hasattr(self.extra, "compute") else \
+            np.asarray(self.extra, dtype=np.float64)
         if self.n_extra == 1 and np.ndim(extra) == 1:
             extra = extra.reshape(-1, 1)
         return float_array(extra, "extra", 2, (n, self.n_extra),
