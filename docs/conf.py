@@ -8,6 +8,7 @@ Build (from the repository root, after ``pip install ".[docs]"``)::
 (CI does so to stay within its time).
 """
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -44,7 +45,24 @@ myst_heading_anchors = 3
 
 # --- API reference: numpydoc renders the docstrings, autosummary makes one page a name
 autosummary_generate = True
-autodoc_default_options = {"members": False, "inherited-members": False}
+# Class pages list their methods, inherited ones included (fit, predict, score, ...), but
+# not scikit-learn's metadata-routing setters, which fastep's estimators do not use.
+autodoc_default_options = {
+    "exclude-members": ", ".join(["get_metadata_routing"] + [f"set_{m}_request" for m in (
+        "fit", "predict", "predict_proba", "score", "transform", "partial_fit",
+        "predict_log_proba", "decision_function", "inverse_transform")]),
+}
+
+
+def _plain_sklearn_refs(app, what, name, obj, options, lines):
+    """Methods inherited from scikit-learn (``score``, ``get_params``, ``set_output``)
+    bring their docstrings' :ref: roles, whose labels live in scikit-learn's own site:
+    keep their text, without the link."""
+    if not getattr(obj, "__module__", "").startswith("sklearn"):
+        return
+    for i, line in enumerate(lines):
+        line = re.sub(r":ref:`([^`<]+?)\s*<[^`>]+>`", r"\1", line)
+        lines[i] = re.sub(r":ref:`([^`]+)`", r"\1", line)
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
@@ -95,3 +113,7 @@ html_theme_options = {
 }
 html_context = {"default_mode": "light"}
 html_show_sourcelink = False
+
+
+def setup(app):
+    app.connect("autodoc-process-docstring", _plain_sklearn_refs)

@@ -33,10 +33,11 @@ from ._scalar import ANNOTATORS
 def annotators_tilted(y, extra, mu, var, alpha, params):
     """alpha = 1 (paper, eq. 3-6, supplement typos corrected): with c = sqrt(1 + v),
     z = mu / c, Z = a Phi(z) + b Phi(-z), weights w_a = a Phi(z)/Z, w_b = b Phi(-z)/Z,
-    r = (a - b) phi(z) / Z = w_a lambda(z) - w_b lambda(-z)  (lambda = phi/Phi):
+    r = (a - b) phi(z) / Z = w_a lambda(z) - w_b lambda(-z)  (lambda = phi/Phi)::
 
         d log Z / d mu = r / c,   d2 log Z / d mu2 = -r (z + r) / c^2,
         z + r = w_a (z + lambda(z)) - w_b (-z + lambda(-z))   (no cancellation).
+
     Other alpha: numerical quadrature of alpha * log(a Phi(f) + b Phi(-f))."""
     if alpha != 1.0:
         return quad_tilted(ANNOTATORS, y, extra, mu, var, alpha, params)

@@ -112,16 +112,19 @@ POINT_CAVITY = 1e-16
 
 @tilted_function
 def tobit_tilted(y, extra, mu, var, alpha, params):
-    """alpha = 1, with c = sqrt(v + sigma^2):
-    left  z = (l - mu)/c: log Z = log Phi(z), d1 = -lambda(z)/c, d2 = -lambda(z)(z + lambda(z))/c^2
-    right z = (mu - u)/c: log Z = log Phi(z), d1 = +lambda(z)/c, d2 as above
-    exact: log Z = log N(y | mu, c^2), d1 = (y - mu)/c^2, d2 = -1/c^2
-    interval [l, u]: Z = Phi(b) - Phi(a); d1 = -(phi(b) - phi(a))/(c Z);
-                     d2 = -(b phi(b) - a phi(a))/(c^2 Z) - d1^2.
-    exact, any alpha: N(y | f, s^2)^alpha = (2 pi s^2)^((1 - alpha)/2) alpha^(-1/2)
-                      N(y | f, s^2 / alpha), so log Z gains (1 - alpha)/2 log(2 pi s^2)
-                      - log(alpha)/2 and c^2 = v + s^2 / alpha.
-    Other alpha, censored: numerical quadrature of alpha * log p(y | f)."""
+    """Tilted moments of the Tobit likelihood.  At alpha = 1, with c = sqrt(v + sigma^2)::
+
+        left  z = (l - mu)/c: log Z = log Phi(z), d1 = -lambda(z)/c,
+                              d2 = -lambda(z)(z + lambda(z))/c^2
+        right z = (mu - u)/c: log Z = log Phi(z), d1 = +lambda(z)/c, d2 as above
+        exact: log Z = log N(y | mu, c^2), d1 = (y - mu)/c^2, d2 = -1/c^2
+        interval [l, u]: Z = Phi(b) - Phi(a); d1 = -(phi(b) - phi(a))/(c Z);
+                         d2 = -(b phi(b) - a phi(a))/(c^2 Z) - d1^2.
+
+    Exact observations at any alpha: N(y | f, s^2)^alpha = (2 pi s^2)^((1 - alpha)/2)
+    alpha^(-1/2) N(y | f, s^2 / alpha), so log Z gains (1 - alpha)/2 log(2 pi s^2)
+    - log(alpha)/2 and c^2 = v + s^2 / alpha.  Other alpha, censored: numerical
+    quadrature of alpha * log p(y | f)."""
     lower = extra[0]
     upper = extra[1]
     if lower < y < upper:                          # observed (NaN compares false)

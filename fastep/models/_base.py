@@ -280,9 +280,9 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
 
     def loo_log_predictive_density(self) -> np.ndarray:
         """Leave-one-out log predictive density of every training point, from EP's
-        cavities at the fixed point, without refitting: ``log p(y_i | y_-i) ~ log int
-        p(y_i | f) q_-i(f) df``, where the cavity ``q_-i`` (the posterior without site i) is
-        EP's approximation of p(f_i | y_-i) (Opper & Winther 2000; GPstuff's
+        cavities at the fixed point, without refitting: ``log p(y_i | y_(-i)) ~ log int
+        p(y_i | f) q_(-i)(f) df``, where the cavity ``q_(-i)`` (the posterior without site
+        i) is EP's approximation of ``p(f_i | y_(-i))`` (Opper & Winther 2000; GPstuff's
         ``gp_loopred``).  Sparse EP removes the whole site from its marginal.
 
         Returns

@@ -511,8 +511,8 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     def query(self, X_pool: ArrayLike, n_queries: int = 1) -> Tuple[np.ndarray, np.ndarray]:
         """Instances to label next and, for each, the annotator most likely to be right.
 
-        Instances: smallest |mu| / sqrt(1 + sigma^2) (eq. 11, latent posterior
-        N(mu, sigma^2)).  Annotator: argmax_r alpha_r p + beta_r (1 - p) (eq. 12) with
+        Instances: smallest ``|mu| / sqrt(1 + sigma^2)`` (eq. 11, latent posterior
+        ``N(mu, sigma^2)``).  Annotator: argmax_r alpha_r p + beta_r (1 - p) (eq. 12) with
         p = p(z = 1 | x, data) and leave-own-labels-out reliabilities.
 
         Returns
