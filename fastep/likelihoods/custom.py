@@ -127,7 +127,7 @@ class CustomLikelihood(Likelihood):
         return float_array(extra, "extra", 2, (n, self.n_extra),
                            fix=f"the likelihood reads {self.n_extra} extra column(s) per row.")
 
-    def predict_y(self, mean: ArrayLike, var: ArrayLike):
+    def predict_y(self, mean: ArrayLike, var: ArrayLike) -> Any:
         """Not available: ``log_lik`` gives p(y | f) at the observed y only, not the
         distribution of y (its mean and variance)."""
         raise ValueError("a CustomLikelihood gives p(y | f) at observed targets only, not "

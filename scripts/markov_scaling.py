@@ -1,0 +1,93 @@
+"""State-space EP in O(n): one EP iteration's time per point against its floor.
+
+For n in ``--sizes`` (Poisson counts on a regular daily grid, f drawn from a Matern-3/2
+with lengthscale 30; ``--irregular`` jitters the times), this prints the median over
+``--repeats`` of one :func:`fastep.inference.markov_ep.markov_ep` iteration (filter,
+smoother, cavities, tilted moments, site update: ``(t(max_iter=4) - t(max_iter=1)) /
+3``), per point, and its floor measured in the same run: one Kalman filter + RTS smoother
+pass at the same n and state size (the compiled ``filter_smooth`` alone, fixed sites) plus
+one vectorised ``likelihood.tilted`` of the n sites; then the ratio iteration / floor and
+the spread of the per-point times across n (``--check``: ratio at most 3, spread at most
+1.3), and the process's peak memory.
+
+    python scripts/markov_scaling.py [--sizes 100000 1000000 10000000] [--repeats 3] [--check]
+"""
+import argparse
+import statistics
+import sys
+import time
+import warnings
+
+import numpy as np
+
+import fastep
+from fastep.inference._kalman import filter_smooth
+from fastep.inference.markov_ep import markov_ep
+from fastep.kernels import Matern32
+from fastep.kernels.statespace import state_space
+from fastep.likelihoods import Poisson
+
+
+def data(n, irregular, seed=0):
+    rng = np.random.default_rng(seed)
+    t = np.arange(n, dtype=float)
+    if irregular:
+        t += rng.uniform(-0.45, 0.45, n)
+    # a smooth rate without an O(n^2) draw: a few sinusoids
+    f = 0.8 * np.sin(t / 30.0) + 0.5 * np.sin(t / 7.3 + 1.0)
+    return t, rng.poisson(np.exp(f)).astype(float)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--irregular", action="store_true")
+    ap.add_argument("--check", action="store_true")
+    args = ap.parse_args(argv)
+    kernel, lik = Matern32(1.0, 30.0), Poisson()
+    ss = state_space(kernel)
+    t, y = data(2000, args.irregular)
+    markov_ep(t, y, kernel, lik, max_iter=2)                      # compile
+    per_point = []
+    print(f"{'n':>11s} {'iteration':>10s} {'floor':>10s} {'us/point':>9s} {'ratio':>6s}")
+    bad = False
+    for n in args.sizes:
+        t, y = data(n, args.irregular)
+        iters, floors = [], []
+        for _ in range(args.repeats):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+                t0 = time.perf_counter()
+                markov_ep(t, y, kernel, lik, max_iter=1, tol=0.0)
+                t1 = time.perf_counter()
+                markov_ep(t, y, kernel, lik, max_iter=4, tol=0.0)
+                t2 = time.perf_counter()
+            iters.append(((t2 - t1) - (t1 - t0)) / 3.0)
+            D = ss.n_states
+            tau, nu = np.full(n, 0.5), np.zeros(n)
+            mf, Pf = np.empty((n, D)), np.empty((n, D, D))
+            mean, var, ln = np.empty(n), np.empty(n), np.empty(1)
+            starts = np.array([0, n], dtype=np.int64)
+            t3 = time.perf_counter()
+            filter_smooth(t, tau, nu, starts, ss.order, ss.lam, ss.variance, mf, Pf, mean,
+                          var, ln)
+            lik.tilted(y, mean, var)
+            floors.append(time.perf_counter() - t3)
+            del mf, Pf
+        it, fl = statistics.median(iters), statistics.median(floors)
+        per_point.append(it / n)
+        ratio = it / fl
+        bad |= ratio > 3.0
+        print(f"{n:11,d} {it:9.3f}s {fl:9.3f}s {1e6 * it / n:9.3f} {ratio:6.2f}")
+    spread = max(per_point) / min(per_point)
+    print(f"time per point, largest / smallest over n: {spread:.2f}")
+    import resource
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+    print(f"peak resident memory of this process: {peak:.2f} GB")
+    bad |= spread > 1.3
+    return 1 if (args.check and bad) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

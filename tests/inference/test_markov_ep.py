@@ -1,0 +1,127 @@
+"""State-space EP (fastep.inference.markov_ep) against independent truth.
+
+Gaussian likelihood: dense GP regression by NumPy's solve (posterior mean, variance, log
+marginal likelihood); other likelihoods: fastep's dense parallel EP with the Gram matrix of
+the same kernel, at convergence (a different algorithm: O(n^3) Cholesky refreshes).
+"""
+import numpy as np
+import pytest
+
+import fastep
+from fastep.inference.markov_ep import markov_ep
+from fastep.kernels import RBF, Matern12, Matern32, Matern52
+from fastep.kernels.statespace import state_space
+from fastep.likelihoods import Gaussian, Poisson, Probit, StudentT
+
+KERNELS = {
+    "matern12": Matern12(1.3, 2.0),
+    "matern32": Matern32(0.7, 3.0),
+    "matern52": Matern52(1.1, 4.0),
+    "sum": Matern12(0.5, 1.0) + Matern52(1.0, 6.0) + Matern32(0.3, 0.5),
+}
+
+
+def _gp_regression(K, y, noise):
+    """Dense GP regression with noise variance ``noise``: mean, variance, log p(y)."""
+    n = y.shape[0]
+    C = K + noise * np.eye(n)
+    L = np.linalg.cholesky(C)
+    alpha = np.linalg.solve(C, y)
+    mean = K @ alpha
+    var = np.diag(K) - np.einsum("ij,ji->i", K, np.linalg.solve(C, K))
+    log_ml = -0.5 * y @ alpha - np.log(np.diag(L)).sum() - 0.5 * n * np.log(2 * np.pi)
+    return mean, var, log_ml
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_gaussian_likelihood_is_dense_gp_regression(name):
+    kernel = KERNELS[name]
+    rng = np.random.default_rng(0)
+    t = rng.uniform(0.0, 50.0, 300)                     # irregular, unsorted
+    t[7] = t[8]                                          # and one time repeated
+    y = np.sin(t / 5.0) + 0.5 * rng.normal(size=t.size)
+    res = markov_ep(t, y, kernel, Gaussian(0.3), damping=1.0, tol=1e-12)
+    mean, var, log_ml = _gp_regression(kernel(t[:, None]), y, 0.3)
+    np.testing.assert_allclose(res.mean, mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(res.var, var, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(res.log_marginal_likelihood, log_ml, rtol=1e-10)
+    assert res.converged
+
+
+@pytest.mark.parametrize("case", ["probit", "poisson", "student_t"])
+def test_non_gaussian_equals_dense_parallel_ep(case):
+    rng = np.random.default_rng(1)
+    n = 500
+    t = rng.uniform(0.0, 100.0, n)
+    kernel = Matern32(1.0, 5.0)
+    K = kernel(t[:, None])
+    f = np.linalg.cholesky(K + 1e-8 * np.eye(n)) @ rng.normal(size=n)
+    lik, y = {"probit": (Probit(), np.where(f + rng.normal(size=n) > 0, 1.0, -1.0)),
+              "poisson": (Poisson(), rng.poisson(np.exp(f)).astype(float)),
+              "student_t": (StudentT(4.0, 0.3), f + 0.3 * rng.standard_t(4.0, n))}[case]
+    res = markov_ep(t, y, kernel, lik, tol=1e-11, max_iter=3000)
+    dense = fastep.ep(K, y, lik, tol=1e-13, max_iter=3000)
+    assert res.converged and dense.converged
+    np.testing.assert_allclose(res.mean, dense.mean, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(res.var, dense.var, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(res.log_marginal_likelihood, dense.log_marginal_likelihood,
+                               rtol=1e-8)
+    np.testing.assert_allclose(res.site_tau, dense.site_tau, rtol=1e-5, atol=1e-7)
+
+
+def test_many_series_are_independent_and_their_evidences_add():
+    """Three series of different lengths, rows shuffled together, with a series id: the
+    same marginals as each series alone, and the sum of their evidences."""
+    rng = np.random.default_rng(2)
+    kernel, lik = Matern52(1.0, 3.0), Poisson()
+    parts = []
+    for j, n in enumerate((50, 120, 7)):
+        t = np.sort(rng.uniform(0.0, 30.0, n))
+        parts.append((t, rng.poisson(np.exp(np.sin(t / 4.0 + j))).astype(float)))
+    t = np.concatenate([p[0] for p in parts])
+    y = np.concatenate([p[1] for p in parts])
+    ids = np.repeat(["a", "b", "c"], [p[0].size for p in parts])
+    perm = rng.permutation(t.size)
+    together = markov_ep(t[perm], y[perm], kernel, lik, series=ids[perm], tol=1e-12)
+    alone = [markov_ep(tp, yp, kernel, lik, tol=1e-12) for tp, yp in parts]
+    inv = np.argsort(perm)
+    np.testing.assert_allclose(together.mean[inv], np.concatenate([a.mean for a in alone]),
+                               rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(together.log_marginal_likelihood,
+                               sum(a.log_marginal_likelihood for a in alone), rtol=1e-10)
+
+
+def test_state_space_form_reproduces_the_kernel():
+    """H expm(F dt) P_inf H^T is the kernel at lag dt (scipy's expm; the kernel objects'
+    own Gram matrix)."""
+    import scipy.linalg
+    from fastep.inference import _kalman
+    for kernel in KERNELS.values():
+        ss = state_space(kernel)
+        D = ss.n_states
+        N = _kalman._nilpotent(ss.order, ss.lam, D)
+        Pinf = _kalman._pinf(ss.order, ss.lam, ss.variance, D)
+        lam = np.repeat(ss.lam, ss.order + 1)
+        F = N - np.diag(lam)
+        H = np.zeros(D)
+        H[np.concatenate([[0], np.cumsum(ss.order + 1)[:-1]])] = 1.0
+        for dt in (0.0, 0.3, 2.0, 7.5):
+            k_ss = H @ scipy.linalg.expm(F * dt) @ Pinf @ H
+            k = kernel(np.array([[0.0]]), np.array([[dt]]))[0, 0]
+            np.testing.assert_allclose(k_ss, k, rtol=1e-12, atol=1e-14)
+
+
+def test_bad_input_is_a_clear_error():
+    t, y = np.arange(5.0), np.ones(5)
+    with pytest.raises(ValueError, match="Matern12, Matern32 or Matern52"):
+        markov_ep(t, y, RBF(1.0, 1.0), Gaussian(0.1))
+    bad = t.copy()
+    bad[2] = np.nan
+    with pytest.raises(ValueError, match="t"):
+        markov_ep(bad, y, Matern32(), Gaussian(0.1))
+    with pytest.raises(ValueError, match="series must hold one id per row"):
+        markov_ep(t, y, Matern32(), Gaussian(0.1), series=[0, 1])
+    with pytest.raises(ValueError, match="one target per time"):
+        markov_ep(t, y[:4], Matern32(), Gaussian(0.1))
+    with pytest.raises(ValueError, match="one lengthscale"):
+        markov_ep(t, y, Matern32(1.0, [1.0, 2.0]), Gaussian(0.1))
