@@ -143,11 +143,11 @@ def _cholesky(P, L):
 
 
 @jit
-def _series(t, tau, nu, order, lam, variance, mf, Pf, mean, var):
-    """Filter and smooth one series (sorted times t); returns the log normaliser
-    log int p(f) prod_i site_i(f_i) df and writes the marginals into mean, var.  The
-    transition is recomputed only where the step dt changes (a regular grid computes it
-    once)."""
+def _series(t, tau, nu, order, lam, variance, mf, Pf, mean, var, smooth):
+    """Filter and (``smooth``) smooth one series (sorted times t); returns the log
+    normaliser log int p(f) prod_i site_i(f_i) df and writes the marginals into mean,
+    var.  The transition is recomputed only where the step dt changes (a regular grid
+    computes it once)."""
     n = t.shape[0]
     D = mf.shape[1]
     N = _nilpotent(order, lam, D)
@@ -205,6 +205,8 @@ def _series(t, tau, nu, order, lam, variance, mf, Pf, mean, var):
                 P[r, q] = v
                 P[q, r] = v
         Pf[i] = P
+    if not smooth:
+        return log_norm
     # RTS smoother, backwards: G = Pf A^T Pp^-1 from Pp G^T = A Pf (Cholesky of Pp)
     ms, Ps = mf[n - 1].copy(), Pf[n - 1].copy()
     mean[n - 1] = _h_vec(ms, first)
@@ -298,15 +300,16 @@ def _h_mat(P, first):
 
 
 @pjit
-def filter_smooth(t, tau, nu, starts, order, lam, variance, mf, Pf, mean, var, log_norm):
+def filter_smooth(t, tau, nu, starts, order, lam, variance, mf, Pf, mean, var, log_norm,
+                  smooth=True):
     """Every series ``starts[j]:starts[j + 1]`` of the sorted times ``t`` filtered and
-    smoothed (one prange iteration each, writing only its own rows); ``log_norm[j]``
-    its log normaliser."""
+    (``smooth``) smoothed, one prange iteration each, writing only its own rows;
+    ``log_norm[j]`` its log normaliser."""
     for j in prange(starts.shape[0] - 1):
         a = starts[j]
         b = starts[j + 1]
         log_norm[j] = _series(t[a:b], tau[a:b], nu[a:b], order, lam, variance,
-                              mf[a:b], Pf[a:b], mean[a:b], var[a:b])
+                              mf[a:b], Pf[a:b], mean[a:b], var[a:b], smooth)
 
 
 @pjit

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
@@ -71,6 +71,33 @@ class MarkovEPResult:
     log_marginal_likelihood: float
     n_iter: int
     converged: bool
+
+
+def _arrange(t, series):
+    """(order, starts): the rows sorted by series, then time, and where each series
+    starts in that order (with n at the end)."""
+    n = t.shape[0]
+    if series is None:
+        return np.argsort(t, kind="stable"), np.array([0, n], dtype=np.int64)
+    ids = np.asarray(series)
+    if ids.ndim != 1 or ids.shape[0] != n:
+        raise ValueError(f"series must hold one id per row ({n}); got shape {ids.shape}.")
+    _, codes = np.unique(ids, return_inverse=True)
+    order = np.lexsort((t, codes))
+    breaks = np.flatnonzero(np.diff(codes[order])) + 1
+    return order, np.concatenate([[0], breaks, [n]]).astype(np.int64)
+
+
+def _log_norm(ts, tau, nu, starts, kernel, smooth=False):
+    """The filter's log int p(f) prod_i t_i(f_i) df (and the marginals, ``smooth``)."""
+    ss = state_space(kernel)
+    n, D = ts.shape[0], ss.n_states
+    mf, Pf = np.empty((n, D)), np.empty((n, D, D))
+    mean, var = np.empty(n), np.empty(n)
+    log_norm = np.empty(starts.shape[0] - 1)
+    filter_smooth(ts, tau, nu, starts, ss.order, ss.lam, ss.variance, mf, Pf, mean, var,
+                  log_norm, smooth)
+    return float(np.sum(log_norm)), mean, var
 
 
 def _site_normaliser(mu, s, tau, nu):
@@ -137,18 +164,7 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
     if not (0.0 < damping <= 1.0):
         raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
     ss = state_space(kernel)
-    if series is None:
-        order = np.argsort(t, kind="stable")
-        starts = np.array([0, n], dtype=np.int64)
-    else:
-        ids = np.asarray(series)
-        if ids.ndim != 1 or ids.shape[0] != n:
-            raise ValueError(f"series must hold one id per row ({n}); got shape "
-                             f"{ids.shape}.")
-        _, codes = np.unique(ids, return_inverse=True)
-        order = np.lexsort((t, codes))
-        breaks = np.flatnonzero(np.diff(codes[order])) + 1
-        starts = np.concatenate([[0], breaks, [n]]).astype(np.int64)
+    order, starts = _arrange(t, series)
     ts = np.ascontiguousarray(t[order])
     ys = np.ascontiguousarray(y[order])
     es = np.ascontiguousarray(extra[order])
@@ -164,7 +180,7 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
 
     def posterior(tau, nu):
         filter_smooth(ts, tau, nu, starts, ss.order, ss.lam, ss.variance, mf, Pf, mean, var,
-                      log_norm)
+                      log_norm, True)
         cavities(mean, var, tau, nu, ok, mc, vc)
         return ok, mc, vc
 
@@ -200,3 +216,102 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
     inv[order] = np.arange(n)
     return MarkovEPResult(mean[inv].copy(), var[inv].copy(), tau[inv], nu[inv], mc[inv],
                           vc[inv], evidence, it, converged)
+
+
+def markov_ep_gradient(result: MarkovEPResult, t: Any, y: Any, kernel: Any, likelihood: Any,
+                       *, series: Any = None, extra: Any = None,
+                       step: float = 1e-5) -> Tuple[np.ndarray, np.ndarray]:
+    """Gradient of ``result.log_marginal_likelihood`` at its (fixed-point) sites, as
+    :func:`fastep.inference.ep_gradient` returns it: ``(d/d kernel.theta, d/d log
+    likelihood parameters)``.
+
+    At EP's fixed point the kernel part is the gradient of ``log int p(f | theta)
+    prod_i t_i(f_i) df`` with the sites held (Seeger 2005, "Expectation propagation for
+    exponential families"), here the Kalman filter's exact log normaliser, differentiated
+    by central differences of step ``step`` in each log-parameter (two O(n) filter passes
+    per parameter; the filter is a smooth closed form, so the difference is accurate to
+    about step^2); the likelihood part is ``sum_i d log Z_i / d log psi`` at the
+    cavities.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastep.kernels import Matern32
+    >>> from fastep.likelihoods import Poisson
+    >>> t = np.arange(100.0); y = np.ones(100)
+    >>> res = markov_ep(t, y, Matern32(1.0, 10.0), Poisson(), tol=1e-10)
+    >>> d_kernel, d_lik = markov_ep_gradient(res, t, y, Matern32(1.0, 10.0), Poisson())
+    >>> d_kernel.shape, d_lik.shape
+    ((2,), (0,))
+    """
+    t = float_array(t, "t", 1, fix="t holds one time per row.")
+    n = t.shape[0]
+    if result.site_tau.shape != (n,):
+        raise ValueError(f"t must hold the {result.site_tau.size} times of the EP result; "
+                         f"got {n}.")
+    order, starts = _arrange(t, series)
+    ts = np.ascontiguousarray(t[order])
+    tau = np.ascontiguousarray(result.site_tau[order])
+    nu = np.ascontiguousarray(result.site_nu[order])
+    theta = np.asarray(kernel.theta, dtype=float)
+    d_theta = np.empty(theta.shape[0])
+    for j in range(theta.shape[0]):
+        up, down = theta.copy(), theta.copy()
+        up[j] += step
+        down[j] -= step
+        d_theta[j] = (_log_norm(ts, tau, nu, starts, kernel.clone_with_theta(up))[0]
+                      - _log_norm(ts, tau, nu, starts, kernel.clone_with_theta(down))[0]) \
+            / (2.0 * step)
+    if not likelihood.n_dims:
+        return d_theta, np.zeros(0)
+    y = likelihood.encode_targets(y)
+    ok = np.isfinite(result.cavity_var)
+    d_lik = likelihood.tilted_dparams(y[ok], result.cavity_mean[ok], result.cavity_var[ok],
+                                      extra=None if extra is None else
+                                      likelihood.check_extra(extra, n)[ok]).sum(0)
+    return d_theta, d_lik
+
+
+def markov_predict(result: MarkovEPResult, t: Any, t_new: Any, kernel: Any, *,
+                   series: Any = None, series_new: Any = None
+                   ) -> Tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and variance of f at the times ``t_new`` (interpolation between
+    the training times, forecasts beyond them), from the sites of ``result`` at ``t``:
+    the new times join the filter as sites that carry no information (O(n + n_new)).
+    ``series_new`` says which series each new time belongs to (with ``series``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastep.kernels import Matern12
+    >>> from fastep.likelihoods import Gaussian
+    >>> t = np.array([0.0, 1.0]); res = markov_ep(t, np.array([1.0, 1.0]), Matern12(),
+    ...                                           Gaussian(0.01), tol=1e-12)
+    >>> mean, var = markov_predict(res, t, [0.5, 50.0], Matern12())
+    >>> bool(mean[0] > 0.9), bool(abs(mean[1]) < 1e-6 and abs(var[1] - 1.0) < 1e-6)
+    (True, True)
+    """
+    t = float_array(t, "t", 1, fix="t holds one time per row.")
+    t_new = float_array(t_new, "t_new", 1, fix="t_new holds one time per row.")
+    n, m = t.shape[0], t_new.shape[0]
+    if result.site_tau.shape != (n,):
+        raise ValueError(f"t must hold the {result.site_tau.size} times of the EP result; "
+                         f"got {n}.")
+    if (series is None) != (series_new is None):
+        raise ValueError("give series and series_new together (the series of the "
+                         "training times and of the new ones), or neither.")
+    both = np.concatenate([t, t_new])
+    ids = None if series is None else np.concatenate([np.asarray(series),
+                                                      np.asarray(series_new)])
+    if ids is not None and ids.shape[0] != n + m:
+        raise ValueError(f"series must hold {n} ids and series_new {m}; got "
+                         f"{np.asarray(series).shape[0]} and "
+                         f"{np.asarray(series_new).shape[0]}.")
+    order, starts = _arrange(both, ids)
+    tau = np.concatenate([result.site_tau, np.zeros(m)])[order]
+    nu = np.concatenate([result.site_nu, np.zeros(m)])[order]
+    _, mean, var = _log_norm(np.ascontiguousarray(both[order]), np.ascontiguousarray(tau),
+                             np.ascontiguousarray(nu), starts, kernel, smooth=True)
+    inv = np.empty(n + m, dtype=np.int64)
+    inv[order] = np.arange(n + m)
+    return mean[inv][n:].copy(), var[inv][n:].copy()

@@ -125,3 +125,54 @@ def test_bad_input_is_a_clear_error():
         markov_ep(t, y[:4], Matern32(), Gaussian(0.1))
     with pytest.raises(ValueError, match="one lengthscale"):
         markov_ep(t, y, Matern32(1.0, [1.0, 2.0]), Gaussian(0.1))
+
+
+def test_gradient_equals_differences_of_the_converged_evidence():
+    """markov_ep_gradient against central differences of log Z_EP re-converged at each
+    perturbed parameter (kernel: log variance and log lengthscale of two components;
+    likelihood: the negative binomial's log dispersion)."""
+    from fastep.inference.markov_ep import markov_ep_gradient
+    from fastep.likelihoods import NegativeBinomial
+    rng = np.random.default_rng(3)
+    t = rng.uniform(0.0, 100.0, 300)
+    y = rng.poisson(np.exp(np.sin(t / 10.0))).astype(float)
+    kernel, lik = Matern12(0.7, 3.0) + Matern52(0.5, 20.0), NegativeBinomial(3.0)
+    res = markov_ep(t, y, kernel, lik, tol=1e-12, max_iter=5000)
+    d_kernel, d_lik = markov_ep_gradient(res, t, y, kernel, lik)
+
+    def evidence(k, lk):
+        return markov_ep(t, y, k, lk, tol=1e-13, max_iter=5000, site_tau=res.site_tau,
+                         site_nu=res.site_nu).log_marginal_likelihood
+
+    h = 1e-4
+    theta = kernel.theta
+    for j in range(theta.size):
+        up, down = theta.copy(), theta.copy()
+        up[j] += h
+        down[j] -= h
+        fd = (evidence(kernel.clone_with_theta(up), lik)
+              - evidence(kernel.clone_with_theta(down), lik)) / (2 * h)
+        np.testing.assert_allclose(d_kernel[j], fd, rtol=1e-5, atol=1e-7)
+    log_r = np.log(lik.params[:1])
+    fd = (evidence(kernel, lik.clone_with_theta(log_r + h))
+          - evidence(kernel, lik.clone_with_theta(log_r - h))) / (2 * h)
+    np.testing.assert_allclose(d_lik[0], fd, rtol=1e-5, atol=1e-7)
+
+
+def test_predictions_at_new_times_are_the_dense_gp_posterior():
+    """markov_predict at new times (between, before and after the data, and at a
+    training time) equals dense GP regression's predictive mean and variance of f."""
+    from fastep.inference.markov_ep import markov_predict
+    rng = np.random.default_rng(4)
+    t = rng.uniform(0.0, 20.0, 80)
+    y = np.cos(t / 3.0) + 0.3 * rng.normal(size=t.size)
+    kernel = Matern32(1.2, 2.5) + Matern12(0.2, 0.7)
+    res = markov_ep(t, y, kernel, Gaussian(0.1), damping=1.0, tol=1e-13)
+    t_new = np.array([-3.0, 0.5, 7.25, t[3], 19.9, 40.0])
+    mean, var = markov_predict(res, t, t_new, kernel)
+    C = kernel(t[:, None]) + 0.1 * np.eye(t.size)
+    Ks = kernel(t_new[:, None], t[:, None])
+    np.testing.assert_allclose(mean, Ks @ np.linalg.solve(C, y), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(var, kernel.diag(t_new[:, None]) -
+                               np.einsum("ij,ji->i", Ks, np.linalg.solve(C, Ks.T)),
+                               rtol=1e-8, atol=1e-10)
