@@ -288,7 +288,7 @@ def markov_predict(result: MarkovEPResult, t: Any, t_new: Any, kernel: Any, *,
     >>> t = np.array([0.0, 1.0]); res = markov_ep(t, np.array([1.0, 1.0]), Matern12(),
     ...                                           Gaussian(0.01), tol=1e-12)
     >>> mean, var = markov_predict(res, t, [0.5, 50.0], Matern12())
-    >>> bool(mean[0] > 0.9), bool(abs(mean[1]) < 1e-6 and abs(var[1] - 1.0) < 1e-6)
+    >>> bool(0.5 < mean[0] < 1.0), bool(abs(mean[1]) < 1e-6 and abs(var[1] - 1.0) < 1e-6)
     (True, True)
     """
     t = float_array(t, "t", 1, fix="t holds one time per row.")
