@@ -135,6 +135,7 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
         Stop when no site's tau or nu changes by more than ``tol`` (relative to 1 + its
         size).
     max_iter : int
+        At most this many iterations (0: the posterior and evidence of the given sites).
     site_tau, site_nu : array-like (n,), optional
         Starting sites (default zero).
 
@@ -203,7 +204,8 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
         log_z[ok] = likelihood.tilted(ys[ok], mc[ok], vc[ok], extra=es[ok])[0]
         site[ok] = _site_normaliser(mc[ok], vc[ok], tau[ok], nu[ok])
     evidence = float(np.sum(log_norm) + np.sum(log_z - site))
-    if not converged:
+    change = change if max_iter > 0 else math.nan
+    if not converged and max_iter > 0:
         warnings.warn(f"markov_ep did not converge in max_iter={max_iter} iterations "
                       f"(largest site change {change:.2e}, tol={tol:g}); raise max_iter or "
                       f"lower damping if the sites oscillate.", ConvergenceWarning,

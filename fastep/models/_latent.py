@@ -24,6 +24,7 @@ from ..inference import carry_anderson
 from ..kernels.distances import reuse_distances
 from ..inference.laplace import laplace
 from ..inference.sparse_ep import run_sparse_ep, sparse_ep_gradient
+from ..inference.markov_ep import markov_ep, markov_ep_gradient, markov_predict
 from ._mlii import theta_names
 
 
@@ -307,3 +308,36 @@ class LaplaceGP(LatentGP):
 
     def _latent_block(self, result, X):
         return result.predict_latent(self.kernel(self.X, X), self.kernel.diag(X))
+
+
+@dataclass(frozen=True)
+class MarkovGP(LatentGP):
+    """The same problem by state-space EP (:func:`fastep.inference.markov_ep`): X is one
+    column of times and the kernel a Matern kernel or a sum of them; O(n) time and memory,
+    so neither the memory checks of dense EP nor inducing inputs apply."""
+
+    def reuse(self):
+        return nullcontext()
+
+    def check_memory(self):
+        """Nothing to check: the filter's memory is O(n)."""
+
+    def run(self, sites=None, tol=None, max_iter=None, outer=None, keep_gram=False):
+        """State-space EP at the current parameters (``outer``, ``keep_gram``: not used)."""
+        c = self.config
+        tau, nu = sites if sites is not None else (None, None)
+        n = self.X.shape[0]
+        return markov_ep(self.X[:, 0], self.y, self.kernel, self.likelihood,
+                         extra=self.likelihood.site_extra(n),
+                         damping=0.5 if c.damping is None else c.damping,
+                         tol=c.tol if tol is None else tol,
+                         max_iter=c.max_iter if max_iter is None else max_iter,
+                         site_tau=tau, site_nu=nu)
+
+    def gradient(self, result):
+        gk, gl = markov_ep_gradient(result, self.X[:, 0], self.y, self.kernel, self.likelihood,
+                                    extra=self.likelihood.site_extra(self.X.shape[0]))
+        return np.concatenate([gk, gl])
+
+    def _latent_block(self, result, X):
+        return markov_predict(result, self.X[:, 0], X[:, 0], self.kernel)

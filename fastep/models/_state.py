@@ -15,7 +15,7 @@ from ..inference.ep import posterior_from_sites
 from ..inference.sparse_ep import sparse_posterior_from_state
 from ..kernels import kernel_from_dict
 from ..likelihoods import likelihood_from_dict
-from ._latent import LatentGP
+from ._latent import LatentGP, MarkovGP
 
 
 class StateReader:
@@ -89,9 +89,12 @@ def latent_state(prefix, latent, result, arrays):
         arrays[f"{prefix}Z"] = latent.Z
         arrays[f"{prefix}L_P"] = result._q.L_P
         arrays[f"{prefix}b"] = result._q.b
-    return {"kernel": latent.kernel.to_dict(), "likelihood": latent.likelihood.to_dict(),
+    meta = {"kernel": latent.kernel.to_dict(), "likelihood": latent.likelihood.to_dict(),
             "sparse": latent.sparse, "n_iter": int(result.n_iter),
             "converged": bool(result.converged)}
+    if isinstance(latent, MarkovGP):
+        meta["markov"] = True
+    return meta
 
 
 def latent_from_state(reader, meta, prefix, X, y, likelihood, config):
@@ -115,6 +118,12 @@ def latent_from_state(reader, meta, prefix, X, y, likelihood, config):
         latent = LatentGP(X, y, kernel, likelihood, config, Z)
         result = sparse_posterior_from_state(kernel, Z, X, y, likelihood, config.power, tau, nu,
                                              L_P, b)
+    elif meta.get("markov", False):               # state-space EP: the filter at the sites
+        if X.shape[1] != 1:
+            raise ValueError("a state-space model (header value 'markov') needs one input "
+                             f"column, time; the stored X has {X.shape[1]}")
+        latent = MarkovGP(X, y, kernel, likelihood, config)
+        result = latent.run((tau, nu), max_iter=0)
     else:
         latent = LatentGP(X, y, kernel, likelihood, config)
         result = posterior_from_sites(kernel(X), y, likelihood, tau, nu)

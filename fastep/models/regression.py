@@ -15,13 +15,15 @@ from ..typing import Array, ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, Ra
 from .._caller import user_stacklevel
 from .._dask import is_dask_array, scalar_data
 from ..backend import resolve
+from ..kernels import Matern32
 from ..likelihoods.counts import LOG_MAX
 from ..likelihoods import (Binomial, Gaussian, Likelihood, LogLogistic, LogNormal, NegativeBinomial,
                            OrdinalProbit, Poisson, StudentT, Tobit, Weibull,
                            ZeroInflatedNegativeBinomial, ZeroInflatedPoisson)
-from ._base import SingleLatentEstimator, as_generator, fit_entry, fit_rows, shared
+from ._base import (SingleLatentEstimator, as_generator, fit_entry, fit_rows,
+                    median_heuristic, shared)
 from ._dask import da_map_rows
-from ._latent import LatentGP
+from ._latent import LatentGP, MarkovGP
 from ._state import latent_from_state, latent_state, likelihood_of
 from ._validation import same_rows, validate_X, validate_column
 
@@ -83,6 +85,11 @@ class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
 tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
         As in :class:`~fastep.EPGaussianProcessClassifier` (the README's table of shared
         parameters).
+    inference : {"ep", "markov"}, default="ep"
+        "markov": state-space EP (:func:`fastep.markov_ep`) over X's one column, time, in
+        O(n) time and memory (no inducing points), for a Matern kernel of time or a sum of
+        them (default ``Matern32`` at the median spacing); ``predict`` at new times
+        interpolates and forecasts.  "ep": dense or sparse EP over any inputs.
     verbose : int, default=0
         Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
         as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,
@@ -118,7 +125,8 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         "tol_optimizer", "damping", "tol", "max_iter",
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
         "device", likelihood=[StrOptions(set(REGRESSION_LIKELIHOODS)), Likelihood],
-        normalize_y=["boolean", StrOptions({"auto"})])
+        normalize_y=["boolean", StrOptions({"auto"})],
+        inference=[StrOptions({"ep", "markov"})])
 
     def __init__(self, kernel: Optional[KernelLike] = None, *,
                  likelihood: Union[str, Likelihood] = "student_t",
@@ -130,7 +138,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                  inducing_points: Optional[ArrayLike] = None,
                  power: float = 1.0, optimize_inducing: bool = False,
                  random_state: RandomStateLike = None, device: str = "cpu",
-                 verbose: int = 0) -> None:
+                 inference: str = "ep", verbose: int = 0) -> None:
         self.kernel = kernel
         self.likelihood = likelihood
         self.normalize_y = normalize_y
@@ -148,6 +156,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         self.optimize_inducing = optimize_inducing
         self.random_state = random_state
         self.device = device
+        self.inference = inference
         self.verbose = verbose
 
     #: y's shift and scale under ``normalize_y`` (class defaults: estimators of 0.2)
@@ -236,12 +245,16 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         backend = resolve(self.device, type(self).__name__)
         config = self._ep_config(backend, likelihood, n=fit_rows(X))
         rng = as_generator(self.random_state)
-        Z = self._inducing_inputs(X, rng)
+        markov = self._check_markov(X, dask_input)
+        Z = None if markov else self._inducing_inputs(X, rng)
+        problem = MarkovGP if markov else LatentGP
         best, kernel = None, self._fresh_kernel(X)
+        if markov and self.kernel is None:          # a kernel of time with a Markov form
+            kernel = Matern32(1.0, float(np.clip(median_heuristic(X), 1e-5, 1e5)))
         for start in self._likelihood_starts(likelihood, y):
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                latent = LatentGP(X, y, copy.deepcopy(kernel), start, config, Z)
+                latent = problem(X, y, copy.deepcopy(kernel), start, config, Z)
                 fit = self._fit_latent(latent, rng)
             if best is None or (fit[1].log_marginal_likelihood
                                 > best[0][1].log_marginal_likelihood):
@@ -251,6 +264,20 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
             warnings.warn(w.message, stacklevel=user_stacklevel())
         self._set_latent(*best[0])
         return self
+
+    def _check_markov(self, X, dask_input):
+        """Whether this fit runs state-space EP (``inference="markov"``), whose inputs
+        are one column of times in memory."""
+        if self.inference != "markov":
+            return False
+        if dask_input:
+            raise ValueError("inference='markov' runs in memory (O(n)): X must be a NumPy "
+                             "array of times, not a dask array.")
+        if X.shape[1] != 1:
+            raise ValueError(f"inference='markov' models one input, time: X must have one "
+                             f"column; got {X.shape[1]}. Use inference='ep' for several "
+                             f"inputs.")
+        return True
 
     def _likelihood_starts(self, likelihood, y):
         """The likelihoods ML-II starts from: the given one, and for the default

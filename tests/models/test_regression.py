@@ -328,3 +328,38 @@ def test_custom_likelihood_with_per_row_data_fits_as_the_builtin():
         est.predict(X[:5], extra=trials[:5])
     again = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(again.predict_latent(X[:5]), est.predict_latent(X[:5]))
+
+
+def test_markov_inference_fits_a_count_series_as_dense_ep_does(tmp_path):
+    """inference='markov' (state-space EP, O(n)) learns the kernel of a count series to
+    the optimum dense EP's ML-II finds (truth: the dense fit, a different algorithm), its
+    predictions at held-out times agree, save/load is exact, and inputs it cannot model
+    are a clear error."""
+    from fastep import EPGaussianProcessRegressor
+    from fastep.kernels import Matern32
+    rng = np.random.default_rng(5)
+    t = np.arange(700.0)
+    y = rng.poisson(np.exp(0.8 * np.sin(t / 40.0) + 0.4 * np.sin(t / 9.0))).astype(float)
+    train = rng.uniform(size=t.size) < 0.7
+    X = t[:, None]
+    fits = {inference: EPGaussianProcessRegressor(
+        Matern32(1.0, 10.0), likelihood="poisson", inference=inference, n_inducing=None,
+        tol_optimizer=1e-9).fit(X[train], y[train]) for inference in ("markov", "ep")}
+    markov, dense = fits["markov"], fits["ep"]
+    np.testing.assert_allclose(markov.kernel_.theta, dense.kernel_.theta, atol=2e-3)
+    np.testing.assert_allclose(markov.log_marginal_likelihood_value_,
+                               dense.log_marginal_likelihood_value_, rtol=1e-6)
+    m1, s1 = markov.predict_latent(X[~train], return_std=True)
+    m2, s2 = dense.predict_latent(X[~train], return_std=True)
+    np.testing.assert_allclose(m1, m2, atol=5e-3)
+    np.testing.assert_allclose(s1, s2, atol=5e-3)
+    path = tmp_path / "markov.npz"
+    fastep.save_model(markov, path)
+    again = fastep.load_model(path)
+    np.testing.assert_array_equal(again.predict(X[~train]), markov.predict(X[~train]))
+    with pytest.raises(ValueError, match="one column"):
+        EPGaussianProcessRegressor(Matern32(), likelihood="poisson",
+                                   inference="markov").fit(np.c_[t, t], y)
+    with pytest.raises(ValueError, match="Matern12, Matern32 or Matern52"):
+        EPGaussianProcessRegressor(RBF(), likelihood="poisson", inference="markov",
+                                   optimizer=None).fit(X, y)
