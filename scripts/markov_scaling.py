@@ -10,7 +10,15 @@ one vectorised ``likelihood.tilted`` of the n sites; then the ratio iteration / 
 the spread of the per-point times across n (``--check``: ratio at most 3, spread at most
 1.3), and the process's peak memory.
 
-    python scripts/markov_scaling.py [--sizes 100000 1000000 10000000] [--repeats 3] [--check]
+``--routes N`` fits a daily count series of N days (a yearly and a weekly cycle and a
+trend, Poisson; every third day held out) with ``EPGaussianProcessRegressor(
+likelihood="poisson")`` three ways, ML-II included: ``inference="markov"`` (kernel
+Matern32 + Matern12), sparse EP with 256 inducing points (the same kernel) and, up to
+3,000 days, dense EP; it prints each fit's time, its held-out log predictive density and
+the sparse / state-space time ratio (``--check``: at least 10, at a density no worse).
+
+    python scripts/markov_scaling.py [--sizes 100000 1000000 10000000] [--repeats 3]
+                                     [--routes 10000] [--check]
 """
 import argparse
 import statistics
@@ -38,20 +46,59 @@ def data(n, irregular, seed=0):
     return t, rng.poisson(np.exp(f)).astype(float)
 
 
+def routes(n, seed=0):
+    """{route: (seconds, held-out mean log predictive density)} on N daily counts."""
+    from fastep import EPGaussianProcessRegressor
+    from fastep.kernels import Matern12
+    rng = np.random.default_rng(seed)
+    t = np.arange(n, dtype=float)
+    f = (0.6 * np.sin(2 * np.pi * t / 365.25) + 0.4 * np.sin(2 * np.pi * t / 7.0)
+         + 0.5 * t / n + 1.0)
+    y = rng.poisson(np.exp(f)).astype(float)
+    test = np.arange(n) % 3 == 2
+    X = t[:, None]
+    out = {}
+    runs = {"state-space": dict(inference="markov"), "sparse m=256": dict(n_inducing=256)}
+    if n <= 3000:
+        runs["dense"] = dict(n_inducing=None)
+    for name, kw in runs.items():
+        kernel = Matern32(1.0, 30.0) + Matern12(0.3, 3.0)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = EPGaussianProcessRegressor(kernel, likelihood="poisson", random_state=0,
+                                             **kw).fit(X[~test], y[~test])
+        sec = time.perf_counter() - t0
+        mean, std = est.predict_latent(X[test], return_std=True)
+        lpd = float(np.mean(est.likelihood_.log_predictive_density(y[test], mean, std ** 2)))
+        out[name] = (sec, lpd, est.kernel_, est.log_marginal_likelihood_value_)
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--irregular", action="store_true")
+    ap.add_argument("--routes", type=int, default=0, metavar="N")
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args(argv)
+    bad = False
+    if args.routes:
+        res = routes(args.routes)
+        print(f"daily counts, {args.routes:,} days (every third held out):")
+        for name, (sec, lpd, kernel, evidence) in res.items():
+            print(f"  {name:14s} {sec:8.2f} s   held-out log density {lpd:.4f}   "
+                  f"log evidence {evidence:.2f}   {kernel}")
+        ratio = res["sparse m=256"][0] / res["state-space"][0]
+        print(f"  sparse / state-space time: {ratio:.1f}x")
+        bad |= ratio < 10 or res["state-space"][1] < res["sparse m=256"][1] - 1e-3
     kernel, lik = Matern32(1.0, 30.0), Poisson()
     ss = state_space(kernel)
     t, y = data(2000, args.irregular)
     markov_ep(t, y, kernel, lik, max_iter=2)                      # compile
     per_point = []
     print(f"{'n':>11s} {'iteration':>10s} {'floor':>10s} {'us/point':>9s} {'ratio':>6s}")
-    bad = False
     for n in args.sizes:
         t, y = data(n, args.irregular)
         iters, floors = [], []
@@ -71,7 +118,7 @@ def main(argv=None):
             starts = np.array([0, n], dtype=np.int64)
             t3 = time.perf_counter()
             filter_smooth(t, tau, nu, starts, ss.order, ss.lam, ss.variance, mf, Pf, mean,
-                          var, ln)
+                          var, ln, True)
             lik.tilted(y, mean, var)
             floors.append(time.perf_counter() - t3)
             del mf, Pf

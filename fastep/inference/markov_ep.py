@@ -107,7 +107,7 @@ def _site_normaliser(mu, s, tau, nu):
 
 
 def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = None,
-              extra: Any = None, damping: float = 0.5, tol: float = 1e-6,
+              extra: Any = None, damping: Optional[float] = None, tol: float = 1e-6,
               max_iter: int = 500, site_tau: Any = None,
               site_nu: Any = None) -> MarkovEPResult:
     """Parallel EP for ``f ~ GP(0, kernel)`` over time, ``y_i ~ p(y_i | f(t_i))``, by a
@@ -129,8 +129,10 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
         the evidence is their sum.
     extra : array-like (n, n_extra), optional
         Per-row data of the likelihood (as for :func:`fastep.ep`).
-    damping : float in (0, 1]
-        Step in the sites' natural parameters.
+    damping : float in (0, 1], optional
+        Step in the sites' natural parameters.  None (the default): adaptive, full steps
+        at first, halved (down to 0.05) each time the largest site change fails to
+        shrink (parallel EP oscillating).
     tol : float
         Stop when no site's tau or nu changes by more than ``tol`` (relative to 1 + its
         size).
@@ -162,8 +164,10 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
     if y.shape[0] != n:
         raise ValueError(f"y has {y.shape[0]} rows and t {n}; give one target per time.")
     extra = likelihood.check_extra(extra, n)
-    if not (0.0 < damping <= 1.0):
+    if damping is not None and not (0.0 < damping <= 1.0):
         raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
+    adaptive = damping is None
+    step = 1.0 if damping is None else float(damping)
     ss = state_space(kernel)
     order, starts = _arrange(t, series)
     ts = np.ascontiguousarray(t[order])
@@ -192,11 +196,14 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
         idx = np.flatnonzero(ok)
         _, d1, d2 = likelihood.tilted(ys[idx], mc[idx], vc[idx], extra=es[idx])
         new_tau, new_nu = tau.copy(), nu.copy()
-        change = update_sites(idx, d1, d2, mc, vc, tau, nu, damping, clip, new_tau, new_nu)
+        previous = change
+        change = update_sites(idx, d1, d2, mc, vc, tau, nu, step, clip, new_tau, new_nu)
         tau, nu = new_tau, new_nu
         if change < tol:
             converged = True
             break
+        if adaptive and change >= previous and step > 0.05:
+            step = max(0.5 * step, 0.05)
     ok, mc, vc = posterior(tau, nu)
     log_z = np.zeros(n)
     site = np.zeros(n)

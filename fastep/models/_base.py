@@ -327,7 +327,8 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
             latent, sites = fit_theta(
                 latent, self.optimizer, self.n_restarts_optimizer, rng, sites, owner,
                 self.max_iter_optimizer, self.tol_optimizer, prior,
-                stages=not (latent.sparse and latent.config.optimize_inducing))
+                stages=latent.subsample_stages and not (latent.sparse
+                                                        and latent.config.optimize_inducing))
         # outside reuse(): the posterior kept is the one load_model rebuilds, to the bit
         return latent, latent.run(sites)
 

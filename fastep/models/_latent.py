@@ -94,6 +94,9 @@ class LatentGP:
     def sparse(self):
         return self.Z is not None
 
+    #: Whether ML-II's subsample stages (random rows first) suit this problem.
+    subsample_stages = True
+
     @property
     def _moves_z(self):
         return self.sparse and self.config.optimize_inducing
@@ -314,7 +317,11 @@ class LaplaceGP(LatentGP):
 class MarkovGP(LatentGP):
     """The same problem by state-space EP (:func:`fastep.inference.markov_ep`): X is one
     column of times and the kernel a Matern kernel or a sum of them; O(n) time and memory,
-    so neither the memory checks of dense EP nor inducing inputs apply."""
+    so neither the memory checks of dense EP nor inducing inputs apply, nor ML-II's
+    subsample stages: random rows of a series are a coarser series, which cannot see its
+    short scales (a weekly cycle of daily counts), and the full evaluation is cheap."""
+
+    subsample_stages = False
 
     def reuse(self):
         return nullcontext()
@@ -329,7 +336,7 @@ class MarkovGP(LatentGP):
         n = self.X.shape[0]
         return markov_ep(self.X[:, 0], self.y, self.kernel, self.likelihood,
                          extra=self.likelihood.site_extra(n),
-                         damping=0.5 if c.damping is None else c.damping,
+                         damping=c.damping,
                          tol=c.tol if tol is None else tol,
                          max_iter=c.max_iter if max_iter is None else max_iter,
                          site_tau=tau, site_nu=nu)
