@@ -213,29 +213,23 @@ def _series(t, tau, nu, order, lam, variance, mf, Pf, mean, var, smooth):
     var[n - 1] = _h_mat(Ps, first)
     last = math.nan
     B, Gt, Pp, Dm = np.zeros((D, D)), np.zeros((D, D)), np.zeros((D, D)), np.zeros((D, D))
+    G = np.zeros((D, D))
     for i in range(n - 2, -1, -1):
         dt = t[i + 1] - t[i]
         if dt != last:
             _transition(dt, order, lam, N, Pinf, A, Q, W1, W2)
             last = dt
         Pfi = Pf[i]
-        # B = A Pf_i, Pp = B A^T + Q, mp = A mf_i
+        # mp = A mf_i; B = A Pf_i and Pp = B A^T + Q (the sandwich's scratch is B)
         for r in range(D):
             acc = 0.0
             for x in range(D):
                 acc += A[r, x] * mf[i, x]
             mp[r] = acc
-            for q in range(D):
-                acc = 0.0
-                for x in range(D):
-                    acc += A[r, x] * Pfi[x, q]
-                B[r, q] = acc
+        _sandwich(A, Pfi, B, Pp)
         for r in range(D):
             for q in range(D):
-                acc = 0.0
-                for x in range(D):
-                    acc += B[r, x] * A[q, x]
-                Pp[r, q] = acc + Q[r, q]
+                Pp[r, q] += Q[r, q]
         if not _cholesky(Pp, L):
             for r in range(D):                 # regularise (a degenerate step): tiny jitter
                 Pp[r, r] += 1e-12 * (1.0 + abs(Pp[r, r]))
@@ -260,23 +254,15 @@ def _series(t, tau, nu, order, lam, variance, mf, Pf, mean, var, smooth):
             for x in range(D):
                 acc += Gt[x, r] * g[x]
             ms[r] = acc
+        # Ps = Pf + G (Ps - Pp) G^T
         for r in range(D):
             for q in range(D):
                 Dm[r, q] = Ps[r, q] - Pp[r, q]
-        # W1 = G Dm, Ps = Pf + W1 G^T
+                G[r, q] = Gt[q, r]
+        _sandwich(G, Dm, W1, Ps)
         for r in range(D):
             for q in range(D):
-                acc = 0.0
-                for x in range(D):
-                    acc += Gt[x, r] * Dm[x, q]
-                W1[r, q] = acc
-        for r in range(D):
-            for q in range(r + 1):
-                acc = Pfi[r, q]
-                for x in range(D):
-                    acc += W1[r, x] * Gt[x, q]
-                Ps[r, q] = acc
-                Ps[q, r] = acc
+                Ps[r, q] += Pfi[r, q]
         mean[i] = _h_vec(ms, first)
         var[i] = _h_mat(Ps, first)
     return log_norm
