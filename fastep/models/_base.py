@@ -34,13 +34,13 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..typing import Array, ArrayLike, ArrayOrStd
 from .._dask import is_dask_array
 from .._progress import FitProgress
-from ..kernels import RBF, Kernel, as_kernel
+from ..kernels import RBF, Kernel, Matern32, as_kernel
 from ..inference.inducing import AUTO_DENSE_ROWS, check_inducing, inducing_count
 from ..likelihoods import check_power
 from ..priors import hyperprior_terms
 from ._dask import DaskInputs, dask_sample
 from ._jobs import JOBS_MIN_ROWS, _fit_one, _with_posterior, in_process, run_jobs
-from ._latent import EPConfig
+from ._latent import EPConfig, LatentGP, MarkovGP
 from ._mlii import at_bounds, fit_theta
 
 _LOG = logging.getLogger("fastep")
@@ -220,6 +220,24 @@ class EvidenceMixin:
 
 class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
     """Base of the estimators that run EP on latent GPs (see the module docstring)."""
+
+    def _problem(self, X, rng):
+        """``(problem class, kernel, inducing inputs)`` of a fit on X: state-space EP
+        (:class:`~fastep.models._latent.MarkovGP`) where ``inference="markov"`` (X one
+        column of times, in memory; the kernel parameter or ``Matern32`` at the median
+        spacing; no inducing inputs), else dense or sparse EP."""
+        if getattr(self, "inference", "ep") != "markov":
+            return LatentGP, self._fresh_kernel(X), self._inducing_inputs(X, rng)
+        if is_dask_array(X):
+            raise ValueError("inference='markov' runs in memory (O(n)): X must be a NumPy "
+                             "array of times, not a dask array.")
+        if X.shape[1] != 1:
+            raise ValueError(f"inference='markov' models one input, time: X must have one "
+                             f"column; got {X.shape[1]}. Use inference='ep' for several "
+                             f"inputs.")
+        if self.kernel is not None:
+            return MarkovGP, self._fresh_kernel(X), None
+        return MarkovGP, Matern32(1.0, float(np.clip(median_heuristic(X), 1e-5, 1e5))), None
 
     #: what ``method="auto"`` means for dense EP (a :func:`fastep.ep` method)
     _dense_auto = "parallel"

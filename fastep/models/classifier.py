@@ -16,7 +16,6 @@ from .._dask import is_dask_array
 from ..backend import resolve
 from ..likelihoods import Likelihood, Logistic, Probit
 from ._base import EPEstimator, as_generator, fit_entry, fit_rows, latent_output, shared
-from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
 from ._validation import class_labels, validate_X_y
 
@@ -107,6 +106,10 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         of the cores; problems under 1,000 rows stay in this process (a worker costs
         about a second to start).  The problems after the first start ML-II from the
         first one's fitted parameters.
+    inference : {"ep", "markov"}, default="ep"
+        "markov": state-space EP (:func:`fastep.markov_ep`) over X's one column, time, in
+        O(n) time and memory (no inducing points), for a Matern kernel of time or a sum of
+        them (default ``Matern32`` at the median spacing).  "ep": dense or sparse EP.
     verbose : int, default=0
         Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
         as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,
@@ -154,7 +157,8 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         "tol_optimizer", "damping", "tol", "max_iter",
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
         "device", "hyperprior", "n_jobs",
-        likelihood=[StrOptions(set(_LIKELIHOODS)), Likelihood])
+        likelihood=[StrOptions(set(_LIKELIHOODS)), Likelihood],
+        inference=[StrOptions({"ep", "markov"})])
 
     def __init__(self, kernel: Optional[KernelLike] = None, *,
                  likelihood: Union[str, Likelihood] = "probit", method: str = "auto",
@@ -165,7 +169,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
                  inducing_points: Optional[ArrayLike] = None,
                  power: float = 1.0, optimize_inducing: bool = False,
                  random_state: RandomStateLike = None, device: str = "cpu",
-                 hyperprior: HyperpriorLike = "auto", n_jobs: Optional[int] = None,
+                 hyperprior: HyperpriorLike = "auto", n_jobs: Optional[int] = None, inference: str = "ep",
                  verbose: int = 0) -> None:
         self.kernel = kernel
         self.likelihood = likelihood
@@ -185,6 +189,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         self.device = device
         self.hyperprior = hyperprior
         self.n_jobs = n_jobs
+        self.inference = inference
         self.verbose = verbose
 
     def _make_likelihood(self) -> Likelihood:
@@ -225,11 +230,11 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         config = self._ep_config(backend, n=fit_rows(X))
         rng = as_generator(self.random_state)
         X = X if dask_input else np.ascontiguousarray(X)
-        kernel, likelihood = self._fresh_kernel(X), self._make_likelihood()
-        Z = self._inducing_inputs(X, rng)
+        problem, kernel, Z = self._problem(X, rng)
+        likelihood = self._make_likelihood()
         targets = [classes[1]] if classes.size == 2 else list(classes)
-        fits = self._fit_latents([LatentGP(X, np.where(y == c, 1.0, -1.0), kernel, likelihood,
-                                           config, Z) for c in targets], rng)
+        fits = self._fit_latents([problem(X, np.where(y == c, 1.0, -1.0), kernel, likelihood,
+                                          config, Z) for c in targets], rng)
         self._set_fitted(classes, [f[0] for f in fits], [f[1] for f in fits])
         return self
 

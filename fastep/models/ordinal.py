@@ -5,6 +5,7 @@ from typing import Optional, Union
 import numpy as np
 from scipy.special import ndtri
 from sklearn.base import ClassifierMixin
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ..typing import Array, ArrayLike, KernelLike, OptimizerLike, RandomStateLike
@@ -14,7 +15,6 @@ from ..backend import resolve
 from ..likelihoods import OrdinalProbit
 from ._base import SingleLatentEstimator, as_generator, fit_entry, fit_rows, shared
 from ._dask import da_map_rows, rows_like
-from ._latent import LatentGP
 from ._state import latent_from_state, latent_state, likelihood_of
 from ._validation import class_labels, validate_X_y
 
@@ -56,6 +56,10 @@ class OrdinalGPClassifier(ClassifierMixin, SingleLatentEstimator):
     method, optimizer, n_restarts_optimizer, max_iter_optimizer, tol_optimizer, damping, \
 tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
         As in :class:`~fastep.EPGaussianProcessClassifier`.
+    inference : {"ep", "markov"}, default="ep"
+        "markov": state-space EP (:func:`fastep.markov_ep`) over X's one column, time, in
+        O(n) time and memory (no inducing points), for a Matern kernel of time or a sum of
+        them (default ``Matern32`` at the median spacing).  "ep": dense or sparse EP.
     verbose : int, default=0
         Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
         as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,
@@ -83,7 +87,8 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         "verbose", "kernel", "method", "optimizer", "n_restarts_optimizer", "max_iter_optimizer",
         "tol_optimizer", "damping", "tol", "max_iter",
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
-        "device", cut_points=["array-like", None])
+        "device", cut_points=["array-like", None],
+        inference=[StrOptions({"ep", "markov"})])
 
     def __init__(self, kernel: Optional[KernelLike] = None, *,
                  cut_points: Optional[ArrayLike] = None, method: str = "auto",
@@ -93,7 +98,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
                  n_inducing: Union[int, str, None] = "auto",
                  inducing_points: Optional[ArrayLike] = None,
                  power: float = 1.0, optimize_inducing: bool = False,
-                 random_state: RandomStateLike = None, device: str = "cpu",
+                 random_state: RandomStateLike = None, device: str = "cpu", inference: str = "ep",
                  verbose: int = 0) -> None:
         self.kernel = kernel
         self.cut_points = cut_points
@@ -111,6 +116,7 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         self.optimize_inducing = optimize_inducing
         self.random_state = random_state
         self.device = device
+        self.inference = inference
         self.verbose = verbose
 
     @fit_entry
@@ -149,8 +155,8 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         config = self._ep_config(backend, likelihood, n=fit_rows(X))
         rng = as_generator(self.random_state)
         X = X if dask_input else np.ascontiguousarray(X)
-        latent = LatentGP(X, levels, self._fresh_kernel(X), likelihood, config,
-                          self._inducing_inputs(X, rng))
+        problem, kernel, Z = self._problem(X, rng)
+        latent = problem(X, levels, kernel, likelihood, config, Z)
         latent, result = self._fit_latent(latent, rng)
         self.classes_ = classes
         self._set_fitted(latent, result)

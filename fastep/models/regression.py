@@ -15,15 +15,12 @@ from ..typing import Array, ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, Ra
 from .._caller import user_stacklevel
 from .._dask import is_dask_array, scalar_data
 from ..backend import resolve
-from ..kernels import Matern32
 from ..likelihoods.counts import LOG_MAX
 from ..likelihoods import (Binomial, Gaussian, Likelihood, LogLogistic, LogNormal, NegativeBinomial,
                            OrdinalProbit, Poisson, StudentT, Tobit, Weibull,
                            ZeroInflatedNegativeBinomial, ZeroInflatedPoisson)
-from ._base import (SingleLatentEstimator, as_generator, fit_entry, fit_rows,
-                    median_heuristic, shared)
+from ._base import SingleLatentEstimator, as_generator, fit_entry, fit_rows, shared
 from ._dask import da_map_rows
-from ._latent import LatentGP, MarkovGP
 from ._state import latent_from_state, latent_state, likelihood_of
 from ._validation import same_rows, validate_X, validate_column
 
@@ -245,12 +242,8 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         backend = resolve(self.device, type(self).__name__)
         config = self._ep_config(backend, likelihood, n=fit_rows(X))
         rng = as_generator(self.random_state)
-        markov = self._check_markov(X, dask_input)
-        Z = None if markov else self._inducing_inputs(X, rng)
-        problem = MarkovGP if markov else LatentGP
-        best, kernel = None, self._fresh_kernel(X)
-        if markov and self.kernel is None:          # a kernel of time with a Markov form
-            kernel = Matern32(1.0, float(np.clip(median_heuristic(X), 1e-5, 1e5)))
+        problem, kernel, Z = self._problem(X, rng)
+        best = None
         for start in self._likelihood_starts(likelihood, y):
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -264,20 +257,6 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
             warnings.warn(w.message, stacklevel=user_stacklevel())
         self._set_latent(*best[0])
         return self
-
-    def _check_markov(self, X, dask_input):
-        """Whether this fit runs state-space EP (``inference="markov"``), whose inputs
-        are one column of times in memory."""
-        if self.inference != "markov":
-            return False
-        if dask_input:
-            raise ValueError("inference='markov' runs in memory (O(n)): X must be a NumPy "
-                             "array of times, not a dask array.")
-        if X.shape[1] != 1:
-            raise ValueError(f"inference='markov' models one input, time: X must have one "
-                             f"column; got {X.shape[1]}. Use inference='ep' for several "
-                             f"inputs.")
-        return True
 
     def _likelihood_starts(self, likelihood, y):
         """The likelihoods ML-II starts from: the given one, and for the default

@@ -256,3 +256,30 @@ def test_ml2_stops_on_the_relative_change_of_the_evidence(data):
     assert n_default <= 40
     gap = tight.log_marginal_likelihood_value_ - default.log_marginal_likelihood_value_
     assert -1e-9 <= gap <= 1e-3 * abs(tight.log_marginal_likelihood_value_)
+
+
+@pytest.mark.parametrize("name", ["EPGaussianProcessClassifier", "OrdinalGPClassifier"])
+def test_markov_inference_of_labels_over_time_matches_dense_ep(name, tmp_path):
+    """inference='markov' in the classifier (binary events over time) and the ordinal
+    classifier: ML-II reaches the evidence dense EP's ML-II reaches from the same start
+    (truth: the dense fit, another algorithm), the same probabilities, and save/load is
+    exact."""
+    from fastep.kernels import Matern32
+    rng = np.random.default_rng(6)
+    t = np.sort(rng.uniform(0.0, 300.0, 500))
+    f = 1.5 * np.sin(t / 25.0)
+    y = ((f + rng.normal(size=t.size) > 0).astype(int) if name.startswith("EP")
+         else np.digitize(f + rng.normal(size=t.size), [-1.0, 0.0, 1.0]))
+    X = t[:, None]
+    cls = getattr(fastep, name)
+    fits = {inference: cls(Matern32(1.0, 10.0), inference=inference, n_inducing=None,
+                           tol_optimizer=1e-9).fit(X, y) for inference in ("markov", "ep")}
+    np.testing.assert_allclose(fits["markov"].log_marginal_likelihood_value_,
+                               fits["ep"].log_marginal_likelihood_value_, rtol=1e-5)
+    grid = np.linspace(-10.0, 320.0, 50)[:, None]
+    np.testing.assert_allclose(fits["markov"].predict_proba(grid),
+                               fits["ep"].predict_proba(grid), atol=5e-3)
+    path = tmp_path / "m.npz"
+    fastep.save_model(fits["markov"], path)
+    np.testing.assert_array_equal(fastep.load_model(path).predict_proba(grid),
+                                  fits["markov"].predict_proba(grid))
