@@ -10,6 +10,10 @@ one vectorised ``likelihood.tilted`` of the n sites; then the ratio iteration / 
 the spread of the per-point times across n (``--check``: ratio at most 3, spread at most
 1.3), and the process's peak memory.
 
+``--panel`` times one EP iteration (as above) on 1,000 series of 1,000 points (a series
+id per row) with all threads and with one (``numba.set_num_threads``), and on one series
+of 10^6 points, and prints the ratios (the panel's series are filtered in parallel).
+
 ``--routes N`` fits a daily count series of N days (a yearly and a weekly cycle and a
 trend, Poisson; every third day held out) with ``EPGaussianProcessRegressor(
 likelihood="poisson")`` three ways, ML-II included: ``inference="markov"`` (kernel
@@ -44,6 +48,39 @@ def data(n, irregular, seed=0):
     # a smooth rate without an O(n^2) draw: a few sinusoids
     f = 0.8 * np.sin(t / 30.0) + 0.5 * np.sin(t / 7.3 + 1.0)
     return t, rng.poisson(np.exp(f)).astype(float)
+
+
+def panel_times(repeats):
+    """(one series of 10^6, panel on one thread, panel on all threads): median seconds
+    of one EP iteration."""
+    import numba
+    kernel, lik = Matern32(1.0, 30.0), Poisson()
+    t, y = data(1_000_000, False)
+    ids = np.repeat(np.arange(1000), 1000)
+    tp = np.tile(np.arange(1000.0), 1000)
+
+    def iteration(**kw):
+        times = []
+        for _ in range(repeats):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+                t0 = time.perf_counter()
+                markov_ep(kw["t"], y, kernel, lik, series=kw.get("series"), max_iter=1, tol=0.0)
+                t1 = time.perf_counter()
+                markov_ep(kw["t"], y, kernel, lik, series=kw.get("series"), max_iter=4,
+                          tol=0.0)
+                times.append(((time.perf_counter() - t1) - (t1 - t0)) / 3.0)
+        return statistics.median(times)
+
+    one = iteration(t=t)
+    panel = iteration(t=tp, series=ids)
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        panel1 = iteration(t=tp, series=ids)
+    finally:
+        numba.set_num_threads(threads)
+    return one, panel1, panel
 
 
 def routes(n, seed=0):
@@ -81,9 +118,15 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--irregular", action="store_true")
     ap.add_argument("--routes", type=int, default=0, metavar="N")
+    ap.add_argument("--panel", action="store_true")
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args(argv)
     bad = False
+    if args.panel:
+        one, panel1, panel = panel_times(args.repeats)
+        print(f"one EP iteration: one series of 10^6 points {one:.3f} s; 1,000 series of "
+              f"1,000 points {panel:.3f} s (one thread {panel1:.3f} s): panel / series "
+              f"{panel / one:.2f}, one thread / all threads {panel1 / panel:.2f}")
     if args.routes:
         res = routes(args.routes)
         print(f"daily counts, {args.routes:,} days (every third held out):")
