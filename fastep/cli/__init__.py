@@ -114,6 +114,10 @@ def main(argv=None):
                    "for which predict also writes t_median; tobit: censored at --lower / "
                    "--upper or the limit columns)")
     p.add_argument("--kernel", choices=["rbf", "matern32", "matern52"], default="rbf")
+    p.add_argument("--inference", choices=["ep", "markov"], default="ep",
+                   help="markov: state-space EP in O(n) over one feature column, time "
+                   "(--model classifier, ordinal or regression; kernel matern32 unless "
+                   "--kernel matern52)")
     p.add_argument("--lengthscale", type=_positive(float),
                    help="initial lengthscale (default sqrt(d); multiclass: GWIClassifier's "
                    "median distance), in units of the columns' sds unless --no-standardize")

@@ -148,9 +148,30 @@ def _needs_inducing(n, args, n_matrices=None):
         return AUTO_INDUCING
 
 
+def _markov(args, d):
+    """Whether the fit runs state-space EP (``--inference markov``), checked: one feature
+    column (time), an estimator that takes it, in memory."""
+    if getattr(args, "inference", "ep") != "markov":
+        return False
+    if args.model not in ("classifier", "ordinal", "regression"):
+        raise ValueError(f"--inference markov applies to --model classifier, ordinal or "
+                         f"regression; got --model {args.model}.")
+    if d != 1:
+        raise ValueError(f"--inference markov models one feature column, time; got {d}. "
+                         f"Name it with --features.")
+    if args.scheduler or args.n_inducing:
+        raise ValueError("--inference markov runs in memory without inducing points; drop "
+                         "--scheduler and --n-inducing.")
+    return True
+
+
 def _estimator(args, d, m):
     import fastep
     kw = {"random_state": args.seed}
+    if getattr(args, "inference", "ep") == "markov":
+        kw["inference"] = "markov"
+        if args.kernel == "rbf":            # no state-space form: the Matern of time
+            args.kernel = "matern32"
     if args.model != "multiclass":
         kw["optimizer"] = None if args.no_optimize else "L-BFGS-B"
     if args.max_iter is not None:          # EP sweeps; GWI's optimiser iterations
@@ -308,8 +329,9 @@ def _fit_table(args, stack):
         X = (X - scaling[0]) / scaling[1]
     y = _targets(args, T)
     data = _row_data(args, names, data_columns)
-    m = _needs_inducing(X.shape[0], args, dense_matrices(np.unique(y).size)
-                        if args.model == "nested" else None)
+    markov = _markov(args, X.shape[1])
+    m = None if markov else _needs_inducing(X.shape[0], args, dense_matrices(
+        np.unique(y).size) if args.model == "nested" else None)
     if args.scheduler and not m:
         m = AUTO_INDUCING if X.shape[0] > AUTO_INDUCING else max(1, X.shape[0] // 2)
         print(f"fastep fit: --scheduler runs sparse EP; using {m} inducing points (set "

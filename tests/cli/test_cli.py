@@ -919,3 +919,34 @@ def test_predict_skips_or_marks_rows_with_empty_cells(tmp_path, capsys):
     got = np.load(out)
     assert got.shape == (38, 4)
     np.testing.assert_array_equal(got[:, -1], np.flatnonzero(good))
+
+
+def test_fit_a_count_series_with_state_space_ep(tmp_path, capsys):
+    """``--inference markov`` fits a count series over its time column by state-space EP
+    (the model file predicts it back as the same fit in Python does), and refuses what it
+    cannot model, before any work."""
+    import fastep
+    rng = np.random.default_rng(7)
+    day = np.arange(400.0)
+    counts = rng.poisson(np.exp(np.sin(day / 30.0))).astype(float)
+    path, model, out = tmp_path / "s.csv", tmp_path / "s.npz", tmp_path / "p.csv"
+    np.savetxt(path, np.column_stack([day, counts]), delimiter=",", header="day,count",
+               comments="")
+    assert main(["fit", str(path), "-o", str(model), "--model", "regression", "--likelihood",
+                 "poisson", "--target", "count", "--features", "day", "--inference",
+                 "markov"]) == 0
+    est, scaled = _load(model)
+    assert est.inference == "markov"
+    assert main(["predict", str(model), str(path), "-o", str(out)]) == 0
+    got = _predictions(out)
+    mean, std = est.predict_latent(scaled(day[:, None]), return_std=True)
+    np.testing.assert_allclose(got[:, :2], np.column_stack([mean, std]), rtol=1e-10)
+    capsys.readouterr()
+    assert main(["fit", str(path), "-o", str(model), "--model", "censored", "--lower", "0",
+                 "--inference", "markov"]) == 2
+    assert "--inference markov applies to" in capsys.readouterr().err
+    np.savetxt(path, np.column_stack([day, day, counts]), delimiter=",",
+               header="day,day2,count", comments="")
+    assert main(["fit", str(path), "-o", str(model), "--model", "regression", "--likelihood",
+                 "poisson", "--target", "count", "--inference", "markov"]) == 2
+    assert "one feature column, time" in capsys.readouterr().err
