@@ -95,12 +95,16 @@ class FitProgress:
             log.addHandler(handler)
             if log.getEffectiveLevel() > level:
                 log.setLevel(level)
-        logging.getLogger("fastep.sweeps").propagate = self.level < 2
+        sweeps_log = logging.getLogger("fastep.sweeps")
+        if self.level < 2:                 # not handled here: restored all the same
+            self._saved.append((sweeps_log, sweeps_log.level, sweeps_log.propagate))
+        else:
+            sweeps_log.propagate = False
         return self
 
     def __exit__(self, *exc) -> None:
         if self.handler is not None:
-            for log, level, propagate in self._saved:
+            for log, level, propagate in reversed(self._saved):
                 log.removeHandler(self.handler)
                 log.setLevel(level)
                 log.propagate = propagate

@@ -407,6 +407,8 @@ class TableWriter:
             block = columns.reshape(-1, len(self.header))
             columns = [block[:, j] for j in range(block.shape[1])]
         n = len(columns[0])
+        if n == 0:                                   # every row of the chunk left out
+            return
         cols = [np.asarray(c, dtype=object if t else float)
                 for c, t in zip(columns, self.text)]
         if self.kind == ".npy":

@@ -122,24 +122,35 @@ def _sandwich(A, P, W, out):
 
 
 @jit
-def _cholesky(P, L):
-    """L (lower) with L L^T = P; False where P is not positive definite."""
-    D = P.shape[0]
-    for j in range(D):
-        acc = P[j, j]
-        for x in range(j):
-            acc -= L[j, x] * L[j, x]
-        if not acc > 0.0:
-            return False
-        L[j, j] = math.sqrt(acc)
-        for r in range(j + 1, D):
-            acc = P[r, j]
-            for x in range(j):
-                acc -= L[r, x] * L[j, x]
-            L[r, j] = acc / L[j, j]
-        for r in range(j):
-            L[r, j] = 0.0
-    return True
+def _solve(M, B, X, W):
+    """X = M^-1 B for a D x D M (Gaussian elimination with partial pivoting; W: scratch
+    copy of M)."""
+    D = M.shape[0]
+    for r in range(D):
+        for q in range(D):
+            W[r, q] = M[r, q]
+            X[r, q] = B[r, q]
+    for c in range(D):
+        p = c
+        for r in range(c + 1, D):
+            if abs(W[r, c]) > abs(W[p, c]):
+                p = r
+        if p != c:
+            for q in range(D):
+                W[c, q], W[p, q] = W[p, q], W[c, q]
+                X[c, q], X[p, q] = X[p, q], X[c, q]
+        for r in range(c + 1, D):
+            f = W[r, c] / W[c, c]
+            for q in range(c, D):
+                W[r, q] -= f * W[c, q]
+            for q in range(D):
+                X[r, q] -= f * X[c, q]
+    for r in range(D - 1, -1, -1):
+        for q in range(D):
+            acc = X[r, q]
+            for x in range(r + 1, D):
+                acc -= W[r, x] * X[x, q]
+            X[r, q] = acc / W[r, r]
 
 
 @jit
@@ -192,8 +203,11 @@ def _series(t, tau, nu, order, lam, variance, mf, Pf, mean, var, smooth):
         for c in range(nc):
             s += g[first[c]]
         d = 1.0 + tau[i] * s
-        log_norm += -0.5 * math.log(d) + (2.0 * nu[i] * hm - tau[i] * hm * hm
-                                          + nu[i] * nu[i] * s) / (2.0 * d)
+        # d < 0 is a valid intermediate step where a site of negative precision (a
+        # Student-t outlier) outweighs the prediction from the earlier points alone; the
+        # product of all the steps' factors, and so the log normaliser, stays right
+        log_norm += -0.5 * math.log(abs(d)) + (2.0 * nu[i] * hm - tau[i] * hm * hm
+                                               + nu[i] * nu[i] * s) / (2.0 * d)
         step = (nu[i] - tau[i] * hm) / d
         shrink = tau[i] / d
         for r in range(D):
@@ -230,22 +244,9 @@ def _series(t, tau, nu, order, lam, variance, mf, Pf, mean, var, smooth):
         for r in range(D):
             for q in range(D):
                 Pp[r, q] += Q[r, q]
-        if not _cholesky(Pp, L):
-            for r in range(D):                 # regularise (a degenerate step): tiny jitter
-                Pp[r, r] += 1e-12 * (1.0 + abs(Pp[r, r]))
-            _cholesky(Pp, L)
-        # Gt = Pp^-1 B, column by column (forward then backward substitution)
-        for q in range(D):
-            for r in range(D):
-                acc = B[r, q]
-                for x in range(r):
-                    acc -= L[r, x] * Gt[x, q]
-                Gt[r, q] = acc / L[r, r]
-            for r in range(D - 1, -1, -1):
-                acc = Gt[r, q]
-                for x in range(r + 1, D):
-                    acc -= L[x, r] * Gt[x, q]
-                Gt[r, q] = acc / L[r, r]
+        # Gt = Pp^-1 B by Gaussian elimination with partial pivoting: Pp can be
+        # indefinite after a site of negative precision (see the filter)
+        _solve(Pp, B, Gt, L)
         # ms = mf + G (ms - mp); Ps = Pf + G (Ps - Pp) G^T
         for r in range(D):
             g[r] = ms[r] - mp[r]

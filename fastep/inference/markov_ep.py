@@ -131,8 +131,9 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
         Per-row data of the likelihood (as for :func:`fastep.ep`).
     damping : float in (0, 1], optional
         Step in the sites' natural parameters.  None (the default): adaptive, full steps
-        at first, halved (down to 0.05) each time the largest site change fails to
-        shrink (parallel EP oscillating).
+        at first (half steps for a likelihood that is not log-concave), halved (down to
+        0.05) each time the largest site change fails to shrink (parallel EP
+        oscillating) or a step makes the posterior improper (then undone).
     tol : float
         Stop when no site's tau or nu changes by more than ``tol`` (relative to 1 + its
         size).
@@ -173,8 +174,10 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
     ts = np.ascontiguousarray(t[order])
     ys = np.ascontiguousarray(y[order])
     es = np.ascontiguousarray(extra[order])
-    tau = np.zeros(n) if site_tau is None else float_array(site_tau, "site_tau", 1)[order]
-    nu = np.zeros(n) if site_nu is None else float_array(site_nu, "site_nu", 1)[order]
+    tau = np.zeros(n) if site_tau is None else \
+        float_array(site_tau, "site_tau", 1, (n,), fix="one site per row.")[order]
+    nu = np.zeros(n) if site_nu is None else \
+        float_array(site_nu, "site_nu", 1, (n,), fix="one site per row.")[order]
     D = ss.n_states
     mf, Pf = np.empty((n, D)), np.empty((n, D, D))
     mean, var = np.empty(n), np.empty(n)
@@ -191,8 +194,20 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
 
     converged, it = False, 0
     change: float = math.inf
+    if adaptive and not clip:
+        step = 0.5              # sites of negative precision: half steps from the start
+    last = None
     for it in range(1, max_iter + 1):
         ok, mc, vc = posterior(tau, nu)
+        if last is not None and not (np.all(var > 0.0) and np.all(np.isfinite(mean))):
+            # the step made the posterior improper (sites of negative precision): back to
+            # the last sites, with half the step
+            if not step > 0.05:
+                break
+            tau, nu = last
+            step = max(0.5 * step, 0.05)
+            ok, mc, vc = posterior(tau, nu)
+        last = (tau, nu)
         idx = np.flatnonzero(ok)
         _, d1, d2 = likelihood.tilted(ys[idx], mc[idx], vc[idx], extra=es[idx])
         new_tau, new_nu = tau.copy(), nu.copy()

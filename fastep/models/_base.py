@@ -224,8 +224,9 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
     def _problem(self, X, rng):
         """``(problem class, kernel, inducing inputs)`` of a fit on X: state-space EP
         (:class:`~fastep.models._latent.MarkovGP`) where ``inference="markov"`` (X one
-        column of times, in memory; the kernel parameter or ``Matern32`` at the median
-        spacing; no inducing inputs), else dense or sparse EP."""
+        column of times, in memory; the kernel parameter or ``Matern32`` with the median
+        distance between the times as lengthscale, as the RBF default; no inducing
+        inputs), else dense or sparse EP."""
         if getattr(self, "inference", "ep") != "markov":
             return LatentGP, self._fresh_kernel(X), self._inducing_inputs(X, rng)
         if is_dask_array(X):
@@ -235,6 +236,17 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
             raise ValueError(f"inference='markov' models one input, time: X must have one "
                              f"column; got {X.shape[1]}. Use inference='ep' for several "
                              f"inputs.")
+        ignored = []
+        if getattr(self, "n_inducing", None) not in ("auto", None):
+            ignored.append(f"n_inducing={self.n_inducing!r}")
+        if getattr(self, "inducing_points", None) is not None:
+            ignored.append("inducing_points")
+        if getattr(self, "power", 1.0) != 1.0:
+            ignored.append(f"power={self.power!r}")
+        if ignored:
+            raise ValueError(f"inference='markov' runs full EP on every time, without "
+                             f"inducing points or a power below 1; got {', '.join(ignored)}. "
+                             f"Leave them at their defaults, or use inference='ep'.")
         if self.kernel is not None:
             return MarkovGP, self._fresh_kernel(X), None
         return MarkovGP, Matern32(1.0, float(np.clip(median_heuristic(X), 1e-5, 1e5))), None

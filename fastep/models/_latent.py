@@ -346,5 +346,7 @@ class MarkovGP(LatentGP):
                                     extra=self.likelihood.site_extra(self.X.shape[0]))
         return np.concatenate([gk, gl])
 
-    def _latent_block(self, result, X):
+    def latent(self, result, X):
+        """Latent predictive mean and variance at X: one filter-and-smoother pass over
+        the training and new times together (O(n + len(X)); no blocks of rows)."""
         return markov_predict(result, self.X[:, 0], X[:, 0], self.kernel)

@@ -950,3 +950,17 @@ def test_fit_a_count_series_with_state_space_ep(tmp_path, capsys):
     assert main(["fit", str(path), "-o", str(model), "--model", "regression", "--likelihood",
                  "poisson", "--target", "count", "--inference", "markov"]) == 2
     assert "one feature column, time" in capsys.readouterr().err
+
+
+def test_skip_survives_a_chunk_whose_rows_are_all_left_out(tmp_path):
+    """--missing skip with a chunk of only empty rows (trailing blank rows of a
+    spreadsheet, a small --chunk): the chunk writes nothing, the rest is written."""
+    import pandas as pd
+    model, cols = _fit_classifier(tmp_path)
+    X = np.column_stack([cols["x1"], cols["x2"]])[:8].copy()
+    X[2:4] = np.nan                                  # rows 2 and 3: the second chunk of 2
+    path, out = tmp_path / "holes.csv", tmp_path / "p.csv"
+    pd.DataFrame({"x1": X[:, 0], "x2": X[:, 1]}).to_csv(path, index=False)
+    assert main(["predict", str(model), str(path), "-o", str(out), "--missing", "skip",
+                 "--chunk", "2"]) == 0
+    assert list(pd.read_csv(out)["row"]) == [0, 1, 4, 5, 6, 7]

@@ -176,3 +176,25 @@ def test_predictions_at_new_times_are_the_dense_gp_posterior():
     np.testing.assert_allclose(var, kernel.diag(t_new[:, None]) -
                                np.einsum("ij,ji->i", Ks, np.linalg.solve(C, Ks.T)),
                                rtol=1e-8, atol=1e-10)
+
+
+def test_a_site_of_negative_precision_at_the_start_of_a_series():
+    """A Student-t outlier at the first time gives a site whose negative precision
+    outweighs the prior variance there (an intermediate filter step with 1 + tau s < 0):
+    a valid EP fixed point, which the filter must carry (it raised 'not finite'); truth:
+    dense parallel EP."""
+    t = np.arange(30.0)
+    y = np.zeros(30)
+    y[0] = 4.0
+    kernel, lik = Matern32(16.0, 20.0), StudentT(3.0, 0.3)
+    res = markov_ep(t, y, kernel, lik, tol=1e-11, max_iter=3000)
+    dense = fastep.ep(kernel(t[:, None]), y, lik, tol=1e-13, max_iter=3000)
+    np.testing.assert_allclose(res.log_marginal_likelihood, dense.log_marginal_likelihood,
+                               rtol=1e-8)
+    np.testing.assert_allclose(res.mean, dense.mean, rtol=1e-6, atol=1e-8)
+    # the dense fixed point's sites, given in either order at repeated times
+    again = markov_ep(t, y, kernel, lik, max_iter=0, site_tau=dense.site_tau,
+                      site_nu=dense.site_nu)
+    np.testing.assert_allclose(again.mean, dense.mean, rtol=1e-8, atol=1e-10)
+    with pytest.raises(ValueError, match="site_tau"):
+        markov_ep(t, y, kernel, lik, site_tau=np.zeros(31), site_nu=np.zeros(31))

@@ -62,3 +62,14 @@ def test_verbose_is_checked():
         fastep.EPGaussianProcessClassifier(verbose=-1).fit(X, y)
     with pytest.raises(ValueError, match="verbose"):
         fastep.EPGaussianProcessClassifier(verbose="loud").fit(X, y)
+
+
+def test_verbose_restores_a_propagate_the_user_set():
+    X, y = _data(60)
+    sweeps = logging.getLogger("fastep.sweeps")
+    sweeps.propagate = False
+    try:
+        fastep.EPGaussianProcessClassifier(verbose=1).fit(X, y)
+        assert sweeps.propagate is False
+    finally:
+        sweeps.propagate = True
