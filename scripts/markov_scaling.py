@@ -12,7 +12,12 @@ the spread of the per-point times across n (``--check``: ratio at most 3, spread
 
 ``--panel`` times one EP iteration (as above) on 1,000 series of 1,000 points (a series
 id per row) with all threads and with one (``numba.set_num_threads``), and on one series
-of 10^6 points, and prints the ratios (the panel's series are filtered in parallel).
+of 10^6 points, and prints the ratios (the panel's series are filtered in parallel); then
+the same with the kernel learnt: the whole ``EPGaussianProcessRegressor(Matern32(1, 10),
+likelihood="poisson", inference="markov").fit`` (ML-II included) on the panel (X = time,
+series id; each series its own phase of the same two cycles) and on one series of 10^6
+points, and the panel's fit on one thread (``--check``: panel at most 2x the series, one
+thread at least 1.6x all).
 
 ``--routes N`` fits a daily count series of N days (a yearly and a weekly cycle and a
 trend, Poisson; every third day held out) with ``EPGaussianProcessRegressor(
@@ -21,23 +26,82 @@ Matern32 + Matern12), sparse EP with 256 inducing points (the same kernel) and, 
 3,000 days, dense EP; it prints each fit's time, its held-out log predictive density and
 the sparse / state-space time ratio (``--check``: at least 10, at a density no worse).
 
+``--bayesnewton PYTHON`` runs the peer, BayesNewton's ``MarkovExpectationPropagationGP``
+(Matern32 with the same variance and lengthscale, its ``Poisson`` likelihood, EP power 1,
+undamped, Gauss-Hermite moments with ``--cubature`` points), in the Python of its own
+environment (``--build-bayesnewton DIR`` makes one: bayesnewton 1.3.4, jax and jaxlib
+0.4.13, objax 1.7.0, numpy 1.26, and what they import), on the data of ``--sizes``
+(regular, and with ``--irregular`` jittered times), handed over in a temporary ``.npz``:
+one of its EP iterations (``model.inference``, jitted by objax; compiled before the clock
+starts) per point, fastep's in the same run, the ratio, and the largest difference of the
+two posteriors' marginal means and standard deviations after both ran to convergence
+(``--check``: ratio at least 3, marginals within 1e-5).
+
     python scripts/markov_scaling.py [--sizes 100000 1000000 10000000] [--repeats 3]
-                                     [--routes 10000] [--check]
+                                     [--routes 10000] [--panel] [--check]
+    python scripts/markov_scaling.py --build-bayesnewton .bayesnewton
+    python scripts/markov_scaling.py --bayesnewton .bayesnewton/bin/python [--irregular]
 """
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
 import numpy as np
 
-import fastep
-from fastep.inference._kalman import filter_smooth
-from fastep.inference.markov_ep import markov_ep
-from fastep.kernels import Matern32
-from fastep.kernels.statespace import state_space
-from fastep.likelihoods import Poisson
+BAYESNEWTON = ["bayesnewton==1.3.4", "jax==0.4.13", "jaxlib==0.4.13", "objax==1.7.0",
+               "numpy==1.26.4", "scipy<1.12", "numba<0.60", "six"]
+#: Matern32 of the timing runs (f's lengthscale is about 30 days; see :func:`data`)
+VARIANCE, LENGTHSCALE = 1.0, 30.0
+
+
+def bayesnewton_child(path, cubature, repeats):
+    """In BayesNewton's environment: its EP iteration's median seconds on the data at
+    ``path``, and its marginals after iterating to convergence (as JSON on stdout)."""
+    import bayesnewton
+    import objax
+    d = np.load(path)
+    t, y = d["t"], d["y"]
+    model = bayesnewton.models.MarkovExpectationPropagationGP(
+        kernel=bayesnewton.kernels.Matern32(variance=VARIANCE, lengthscale=LENGTHSCALE),
+        likelihood=bayesnewton.likelihoods.Poisson(), X=t, Y=y)
+    cub = bayesnewton.cubature.GaussHermite(num_cub_points=cubature)
+    step = objax.Jit(objax.Function(lambda: model.inference(lr=1.0, power=1.0, cubature=cub),
+                                    model.vars()))
+    step()[1][0].block_until_ready()                         # compile
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        step()[1][0].block_until_ready()
+        times.append(time.perf_counter() - t0)
+    for it in range(500):
+        (_, (d1, d2)) = step()
+        if max(float(d1), float(d2)) < 1e-12:
+            break
+    mean = np.asarray(model.posterior_mean.value).ravel()
+    var = np.asarray(model.posterior_variance.value).ravel()
+    out = path + ".out.npz"
+    np.savez(out, mean=mean, var=var)
+    print(json.dumps({"seconds": statistics.median(times), "iterations": it + 1,
+                      "marginals": out}))
+
+
+if __name__ == "__main__" and "--bayesnewton-child" in sys.argv:
+    _, _, _path, _cub, _rep = sys.argv
+    bayesnewton_child(_path, int(_cub), int(_rep))
+    sys.exit(0)
+
+import fastep  # noqa: E402
+from fastep.inference._kalman import filter_smooth  # noqa: E402
+from fastep.inference.markov_ep import markov_ep  # noqa: E402
+from fastep.kernels import Matern32  # noqa: E402
+from fastep.kernels.statespace import state_space  # noqa: E402
+from fastep.likelihoods import Poisson  # noqa: E402
 
 
 def data(n, irregular, seed=0):
@@ -83,6 +147,79 @@ def panel_times(repeats):
     return one, panel1, panel
 
 
+def iteration_seconds(t, y, kernel, lik, repeats, **kw):
+    """Median seconds of one markov_ep iteration: (4 iterations - 1) / 3."""
+    times = []
+    for _ in range(repeats):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+            t0 = time.perf_counter()
+            markov_ep(t, y, kernel, lik, max_iter=1, tol=0.0, **kw)
+            t1 = time.perf_counter()
+            markov_ep(t, y, kernel, lik, max_iter=4, tol=0.0, **kw)
+            times.append(((time.perf_counter() - t1) - (t1 - t0)) / 3.0)
+    return statistics.median(times)
+
+
+def against_bayesnewton(python, sizes, irregular, cubature, repeats):
+    """Per size: (fastep's and BayesNewton's seconds per EP iteration, the largest
+    differences of the converged marginal means and standard deviations)."""
+    kernel, lik = Matern32(VARIANCE, LENGTHSCALE), Poisson()
+    rows = []
+    for n in sizes:
+        t, y = data(n, irregular)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "data.npz")
+            np.savez(path, t=t, y=y)
+            run = subprocess.run([python, os.path.abspath(__file__), "--bayesnewton-child",
+                                  path, str(cubature), str(repeats)],
+                                 capture_output=True, text=True)
+            if run.returncode:
+                sys.exit(f"BayesNewton failed:\n{run.stderr[-4000:]}")
+            peer = json.loads(run.stdout.strip().splitlines()[-1])
+            theirs = np.load(peer["marginals"])
+            mean_bn, sd_bn = theirs["mean"], np.sqrt(theirs["var"])
+        ours = iteration_seconds(t, y, kernel, lik, repeats)
+        res = markov_ep(t, y, kernel, lik, tol=1e-12, max_iter=1000)
+        rows.append((n, ours, peer["seconds"], peer["iterations"], res.n_iter,
+                     float(np.max(np.abs(res.mean - mean_bn))),
+                     float(np.max(np.abs(np.sqrt(res.var) - sd_bn)))))
+    return rows
+
+
+def panel_fits():
+    """Seconds of the whole learnt-kernel fit: (one series of 10^6, panel on one thread,
+    panel on all threads), and the panel's fitted kernel."""
+    import numba
+    from fastep import EPGaussianProcessRegressor
+    rng = np.random.default_rng(0)
+    tp = np.tile(np.arange(1000.0), 1000)
+    ids = np.repeat(np.arange(1000.0), 1000)
+    phase = rng.uniform(0.0, 2.0 * np.pi, 1000)[ids.astype(int)]
+    yp = rng.poisson(np.exp(0.8 * np.sin(tp / 30.0 + phase)
+                            + 0.5 * np.sin(tp / 7.3 + 1.0))).astype(float)
+    t, y = data(1_000_000, False)
+
+    def fit(X, yy):
+        est = EPGaussianProcessRegressor(Matern32(1.0, 10.0), likelihood="poisson",
+                                         inference="markov")
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+            est.fit(X, yy)
+        return time.perf_counter() - t0, est.kernel_
+
+    one, _ = fit(t[:, None], y)
+    panel, kernel = fit(np.c_[tp, ids], yp)
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        panel1, _ = fit(np.c_[tp, ids], yp)
+    finally:
+        numba.set_num_threads(threads)
+    return one, panel1, panel, kernel
+
+
 def routes(n, seed=0):
     """{route: (seconds, held-out mean log predictive density)} on N daily counts."""
     from fastep import EPGaussianProcessRegressor
@@ -120,13 +257,44 @@ def main(argv=None):
     ap.add_argument("--routes", type=int, default=0, metavar="N")
     ap.add_argument("--panel", action="store_true")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--bayesnewton", metavar="PYTHON",
+                    help="the python of BayesNewton's environment: time it against fastep")
+    ap.add_argument("--cubature", type=int, default=40,
+                    help="Gauss-Hermite points of BayesNewton's moments")
+    ap.add_argument("--build-bayesnewton", metavar="DIR",
+                    help="create BayesNewton's environment in DIR")
     args = ap.parse_args(argv)
     bad = False
+    if args.build_bayesnewton:
+        subprocess.run([sys.executable, "-m", "venv", args.build_bayesnewton], check=True)
+        pip = os.path.join(args.build_bayesnewton, "bin", "pip")
+        subprocess.run([pip, "install", "-q", "--upgrade", "pip"], check=True)
+        subprocess.run([pip, "install", "-q"] + BAYESNEWTON, check=True)
+        print(f"BayesNewton environment: {os.path.join(args.build_bayesnewton, 'bin', 'python')}")
+        return 0
+    if args.bayesnewton:
+        kind = "irregular" if args.irregular else "regular"
+        print(f"Poisson, Matern32({VARIANCE:g}, {LENGTHSCALE:g}), {kind} times: one EP "
+              f"iteration, fastep against BayesNewton (Gauss-Hermite, {args.cubature} points)")
+        print(f"{'n':>11s} {'fastep us/pt':>12s} {'BN us/pt':>9s} {'BN/fastep':>9s} "
+              f"{'iters BN':>8s} {'fastep':>6s} {'|d mean|':>9s} {'|d sd|':>9s}")
+        for n, ours, theirs, it_bn, it_f, dm, ds in against_bayesnewton(
+                args.bayesnewton, args.sizes, args.irregular, args.cubature, args.repeats):
+            print(f"{n:11,d} {1e6 * ours / n:12.3f} {1e6 * theirs / n:9.3f} "
+                  f"{theirs / ours:9.2f} {it_bn:8d} {it_f:6d} {dm:9.1e} {ds:9.1e}",
+                  flush=True)
+            bad |= theirs / ours < 3.0 or max(dm, ds) > 1e-5
+        return 1 if (args.check and bad) else 0
     if args.panel:
         one, panel1, panel = panel_times(args.repeats)
         print(f"one EP iteration: one series of 10^6 points {one:.3f} s; 1,000 series of "
               f"1,000 points {panel:.3f} s (one thread {panel1:.3f} s): panel / series "
               f"{panel / one:.2f}, one thread / all threads {panel1 / panel:.2f}")
+        one, panel1, panel, kernel = panel_fits()
+        print(f"whole fit, kernel learnt: one series of 10^6 points {one:.1f} s; 1,000 series "
+              f"of 1,000 points {panel:.1f} s (one thread {panel1:.1f} s): panel / series "
+              f"{panel / one:.2f}, one thread / all threads {panel1 / panel:.2f}; {kernel}")
+        bad |= panel / one > 2.0 or panel1 / panel < 1.6
     if args.routes:
         res = routes(args.routes)
         print(f"daily counts, {args.routes:,} days (every third held out):")
@@ -160,8 +328,7 @@ def main(argv=None):
             mean, var, ln = np.empty(n), np.empty(n), np.empty(1)
             starts = np.array([0, n], dtype=np.int64)
             t3 = time.perf_counter()
-            filter_smooth(t, tau, nu, starts, ss.order, ss.lam, ss.variance, mf, Pf, mean,
-                          var, ln, True)
+            filter_smooth(t, tau, nu, starts, *ss.arrays, mf, Pf, mean, var, ln, True)
             lik.tilted(y, mean, var)
             floors.append(time.perf_counter() - t3)
             del mf, Pf

@@ -115,8 +115,9 @@ def main(argv=None):
                    "--upper or the limit columns)")
     p.add_argument("--kernel", choices=["rbf", "matern32", "matern52"], default="rbf")
     p.add_argument("--inference", choices=["ep", "markov"], default="ep",
-                   help="markov: state-space EP in O(n) over one feature column, time "
-                   "(--model classifier, ordinal or regression; kernel matern32 unless "
+                   help="markov: state-space EP in O(n) over one feature column, time, and "
+                   "optionally a second, a series id (--features TIME[,SERIES]; --model "
+                   "classifier, ordinal, regression or censored; kernel matern32 unless "
                    "--kernel matern52)")
     p.add_argument("--lengthscale", type=_positive(float),
                    help="initial lengthscale (default sqrt(d); multiclass: GWIClassifier's "

@@ -150,15 +150,17 @@ def _needs_inducing(n, args, n_matrices=None):
 
 def _markov(args, d):
     """Whether the fit runs state-space EP (``--inference markov``), checked: one feature
-    column (time), an estimator that takes it, in memory."""
+    column (time) or two (time, then a series id), an estimator that takes it, in
+    memory."""
     if getattr(args, "inference", "ep") != "markov":
         return False
-    if args.model not in ("classifier", "ordinal", "regression"):
-        raise ValueError(f"--inference markov applies to --model classifier, ordinal or "
-                         f"regression; got --model {args.model}.")
-    if d != 1:
-        raise ValueError(f"--inference markov models one feature column, time; got {d}. "
-                         f"Name it with --features.")
+    if args.model not in ("classifier", "ordinal", "regression", "censored"):
+        raise ValueError(f"--inference markov applies to --model classifier, ordinal, "
+                         f"regression or censored; got --model {args.model}.")
+    if d not in (1, 2):
+        raise ValueError(f"--inference markov models one feature column, time, and "
+                         f"optionally a second, a series id; got {d}. Name them with "
+                         f"--features TIME[,SERIES].")
     if args.scheduler or args.n_inducing:
         raise ValueError("--inference markov runs in memory without inducing points; drop "
                          "--scheduler and --n-inducing.")

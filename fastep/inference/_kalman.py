@@ -1,8 +1,8 @@
-"""Compiled Kalman filter and RTS smoother of a sum of Matern state-space models, with EP
-sites as Gaussian pseudo-observations (:mod:`fastep.inference.markov_ep`).
+"""Compiled Kalman filter and RTS smoother of a state-space GP prior
+(:mod:`fastep.kernels.statespace`: block diagonal, one block per term, each the Kronecker
+product of its Matern, periodic and constant factors, observed through ``f = H x``), with
+EP sites as Gaussian pseudo-observations (:mod:`fastep.inference.markov_ep`).
 
-The model is block diagonal, one block of p + 1 states per component
-(:mod:`fastep.kernels.statespace`), observed through the sum of the blocks' first states.
 Site i, ``exp(-tau_i f^2 / 2 + nu_i f)``, updates the predicted state N(m, P) with
 ``s = H P H^T``, ``d = 1 + tau s`` and ``g = P H^T``::
 
@@ -26,99 +26,134 @@ from .._sites import cavity, damped_site
 
 
 @jit
-def _nilpotent(order, lam, D):
-    """Block-diagonal N = F + lambda I of the components (F the companion matrix of
-    (s + lambda)^(p+1), so N^(p+1) = 0 in each block)."""
-    N = np.zeros((D, D))
-    at = 0
-    for c in range(order.shape[0]):
-        k = order[c] + 1
-        ll = lam[c]
-        for r in range(k - 1):
-            N[at + r, at + r + 1] = 1.0
-        binom = 1.0
-        for j in range(k):                   # last row: -C(k, j) lambda^(k - j)
-            N[at + k - 1, at + j] -= binom * ll ** (k - j)
-            binom = binom * (k - j) / (j + 1)
-        for r in range(k):
-            N[at + r, at + r] += ll
-        at += k
-    return N
-
-
-@jit
-def _pinf(order, lam, variance, D):
-    """Block-diagonal stationary covariance of the components (Matern of order p)."""
-    P = np.zeros((D, D))
-    at = 0
-    for c in range(order.shape[0]):
-        p = order[c]
-        ll = lam[c]
-        s2 = variance[c]
-        P[at, at] = s2
-        if p == 1:
-            P[at + 1, at + 1] = s2 * ll * ll
-        elif p == 2:
-            P[at + 1, at + 1] = s2 * ll * ll / 3.0
-            P[at, at + 2] = -s2 * ll * ll / 3.0
-            P[at + 2, at] = -s2 * ll * ll / 3.0
-            P[at + 2, at + 2] = s2 * ll ** 4
-        at += p + 1
-    return P
-
-
-@jit
-def _transition(dt, order, lam, N, Pinf, A, Q, W1, W2):
-    """Write A(dt) = blockdiag(exp(-lambda_c dt) sum_j N_c^j dt^j / j!) into A and
-    Q(dt) = Pinf - A Pinf A^T into Q (W1, W2: D x D scratch)."""
-    D = A.shape[0]
-    A[:, :] = 0.0
-    at = 0
-    for c in range(order.shape[0]):
-        k = order[c] + 1
+def _factor_transition(kind, order, rate, dt, out, at):
+    """Write the factor's transition A(dt) (:mod:`fastep.kernels.statespace`) into
+    ``out[at:at + k, at:at + k]`` and return k: a Matern's ``exp(-lambda dt) sum_j N^j
+    dt^j / j!`` (N = F + lambda I, nilpotent; written out for p = 0, 1, 2), a periodic's
+    rotations by ``j w dt``, a constant's 1."""
+    if kind == 0:
+        ll = rate
+        e = math.exp(-ll * dt)
+        if order == 0:
+            out[at, at] = e
+            return 1
+        x = ll * dt
+        if order == 1:                          # N = [[l, 1], [-l^2, -l]]
+            out[at, at] = e * (1.0 + x)
+            out[at, at + 1] = e * dt
+            out[at + 1, at] = -e * ll * x
+            out[at + 1, at + 1] = e * (1.0 - x)
+            return 2
+        # order 2: N = [[l, 1, 0], [0, l, 1], [-l^3, -3 l^2, -2 l]], A = e (I + N dt + N^2 dt^2 / 2)
+        h = 0.5 * dt * dt
+        l2 = ll * ll
+        l3 = l2 * ll
+        out[at, at] = e * (1.0 + x + l2 * h)
+        out[at, at + 1] = e * (dt + 2.0 * ll * h)
+        out[at, at + 2] = e * h
+        out[at + 1, at] = e * (-l3 * h)
+        out[at + 1, at + 1] = e * (1.0 + x - 2.0 * l2 * h)
+        out[at + 1, at + 2] = e * (dt - ll * h)
+        out[at + 2, at] = e * (-l3 * dt + l2 * l2 * h)
+        out[at + 2, at + 1] = e * (-3.0 * l2 * dt + 2.0 * l3 * h)
+        out[at + 2, at + 2] = e * (1.0 - 2.0 * x + l2 * h)
+        return 3
+    if kind == 1:
+        k = 2 * order + 1
         for r in range(k):
             for q in range(k):
-                W1[r, q] = 1.0 if r == q else 0.0
-                A[at + r, at + q] = W1[r, q]
-        for j in range(1, k):
-            for r in range(k):
-                for q in range(k):
-                    acc = 0.0
-                    for x in range(k):
-                        acc += W1[r, x] * N[at + x, at + q]
-                    W2[r, q] = acc * dt / j
-            for r in range(k):
-                for q in range(k):
-                    W1[r, q] = W2[r, q]
-                    A[at + r, at + q] += W2[r, q]
-        e = math.exp(-lam[c] * dt)
-        for r in range(k):
-            for q in range(k):
-                A[at + r, at + q] *= e
-        at += k
-    _sandwich(A, Pinf, W1, Q)
-    for r in range(D):
-        for q in range(D):
-            Q[r, q] = Pinf[r, q] - Q[r, q]
+                out[at + r, at + q] = 0.0
+        out[at, at] = 1.0
+        for j in range(1, order + 1):
+            a = j * rate * dt
+            c, s = math.cos(a), math.sin(a)
+            i = at + 2 * j - 1
+            out[i, i] = c
+            out[i, i + 1] = -s
+            out[i + 1, i] = s
+            out[i + 1, i + 1] = c
+        return k
+    out[at, at] = 1.0
+    return 1
 
 
 @jit
-def _sandwich(A, P, W, out):
-    """out = A P A^T (W: scratch)."""
-    D = A.shape[0]
-    for r in range(D):
-        for q in range(D):
+def _transition(dt, kind, order, rate, fstart, sstart, Pinf, A, Q, W1, W2, W3):
+    """Write A(dt) into A (block diagonal: each term's block the Kronecker product of its
+    factors' transitions) and Q(dt) = Pinf - A Pinf A^T into Q, block by block (W1..W3:
+    D x D scratch).  Only the blocks are written: A and Q must start as zeros."""
+    for b in range(fstart.shape[0] - 1):
+        a0 = sstart[b]
+        a1 = sstart[b + 1]
+        if fstart[b + 1] - fstart[b] == 1:      # one factor: straight into its block
+            f = fstart[b]
+            _factor_transition(kind[f], order[f], rate[f], dt, A, a0)
+        else:
+            size = 1
+            W1[0, 0] = 1.0
+            for f in range(fstart[b], fstart[b + 1]):
+                k = _factor_transition(kind[f], order[f], rate[f], dt, W3, 0)
+                # W2 = kron(W1[:size, :size], W3[:k, :k])
+                for r in range(size):
+                    for q in range(size):
+                        v = W1[r, q]
+                        for a in range(k):
+                            for c in range(k):
+                                W2[r * k + a, q * k + c] = v * W3[a, c]
+                size *= k
+                for r in range(size):
+                    for q in range(size):
+                        W1[r, q] = W2[r, q]
+            for r in range(size):
+                for q in range(size):
+                    A[a0 + r, a0 + q] = W1[r, q]
+        # the block of Q: Pinf - A Pinf A^T
+        _sandwich_add(A, Pinf, W1, Q, Pinf, -1.0, a0, a1 - a0)
+
+
+@jit
+def _sandwich_add(A, P, W, out, base, sign, a0, k):
+    """``out = base + sign A P A^T`` on the block ``a0:a0 + k`` (symmetric P and base),
+    with ``W = A P`` there; ``out`` may be P or base.  Blocks of one and two states,
+    the common Matern ones, are written out (loops of one or two turns cost more than
+    their arithmetic)."""
+    if k == 1:
+        a = A[a0, a0]
+        W[a0, a0] = a * P[a0, a0]
+        out[a0, a0] = base[a0, a0] + sign * a * W[a0, a0]
+        return
+    if k == 2:
+        i = a0
+        j = a0 + 1
+        a00, a01, a10, a11 = A[i, i], A[i, j], A[j, i], A[j, j]
+        p00, p01, p10, p11 = P[i, i], P[i, j], P[j, i], P[j, j]
+        w00 = a00 * p00 + a01 * p10
+        w01 = a00 * p01 + a01 * p11
+        w10 = a10 * p00 + a11 * p10
+        w11 = a10 * p01 + a11 * p11
+        W[i, i], W[i, j], W[j, i], W[j, j] = w00, w01, w10, w11
+        o00 = base[i, i] + sign * (w00 * a00 + w01 * a01)
+        o10 = base[j, i] + sign * (w10 * a00 + w11 * a01)
+        o11 = base[j, j] + sign * (w10 * a10 + w11 * a11)
+        out[i, i] = o00
+        out[j, i] = o10
+        out[i, j] = o10
+        out[j, j] = o11
+        return
+    for r in range(a0, a0 + k):
+        for q in range(a0, a0 + k):
             acc = 0.0
-            for x in range(D):
+            for x in range(a0, a0 + k):
                 acc += A[r, x] * P[x, q]
             W[r, q] = acc
-    for r in range(D):
-        for q in range(r + 1):
+    for r in range(a0, a0 + k):
+        for q in range(a0, r + 1):
             acc = 0.0
-            for x in range(D):
+            for x in range(a0, a0 + k):
                 acc += W[r, x] * A[q, x]
-            out[r, q] = acc
-            out[q, r] = acc
+            v = base[r, q] + sign * acc
+            out[r, q] = v
+            out[q, r] = v
 
 
 @jit
@@ -154,23 +189,17 @@ def _solve(M, B, X, W):
 
 
 @jit
-def _series(t, tau, nu, order, lam, variance, mf, Pf, mean, var, smooth):
+def _series(t, tau, nu, kind, order, rate, fstart, sstart, Pinf, h, mf, Pf, mean, var,
+            smooth):
     """Filter and (``smooth``) smooth one series (sorted times t); returns the log
     normaliser log int p(f) prod_i site_i(f_i) df and writes the marginals into mean,
     var.  The transition is recomputed only where the step dt changes (a regular grid
     computes it once)."""
     n = t.shape[0]
     D = mf.shape[1]
-    N = _nilpotent(order, lam, D)
-    Pinf = _pinf(order, lam, variance, D)
-    nc = order.shape[0]
-    first = np.zeros(nc, dtype=np.int64)          # H: the first state of each component
-    at = 0
-    for c in range(nc):
-        first[c] = at
-        at += order[c] + 1
     A, Q = np.zeros((D, D)), np.zeros((D, D))
     W1, W2, L, P = np.zeros((D, D)), np.zeros((D, D)), np.zeros((D, D)), Pinf.copy()
+    W3 = np.zeros((D, D))
     m, mp, g = np.zeros(D), np.zeros(D), np.zeros(D)
     last = math.nan
     log_norm = 0.0
@@ -178,7 +207,7 @@ def _series(t, tau, nu, order, lam, variance, mf, Pf, mean, var, smooth):
         if i > 0:
             dt = t[i] - t[i - 1]
             if dt != last:
-                _transition(dt, order, lam, N, Pinf, A, Q, W1, W2)
+                _transition(dt, kind, order, rate, fstart, sstart, Pinf, A, Q, W1, W2, W3)
                 last = dt
             for r in range(D):
                 acc = 0.0
@@ -186,22 +215,15 @@ def _series(t, tau, nu, order, lam, variance, mf, Pf, mean, var, smooth):
                     acc += A[r, x] * m[x]
                 mp[r] = acc
             m[:] = mp
-            _sandwich(A, P, W1, W2)
-            for r in range(D):
-                for q in range(D):
-                    P[r, q] = W2[r, q] + Q[r, q]
+            _sandwich_add(A, P, W1, P, Q, 1.0, 0, D)
         # g = P H^T, s = H P H^T, hm = H m
-        hm = 0.0
-        for c in range(nc):
-            hm += m[first[c]]
+        hm = _h_vec(m, h)
         for r in range(D):
             acc = 0.0
-            for c in range(nc):
-                acc += P[r, first[c]]
+            for x in range(D):
+                acc += P[r, x] * h[x]
             g[r] = acc
-        s = 0.0
-        for c in range(nc):
-            s += g[first[c]]
+        s = _h_vec(g, h)
         d = 1.0 + tau[i] * s
         # d < 0 is a valid intermediate step where a site of negative precision (a
         # Student-t outlier) outweighs the prediction from the earlier points alone; the
@@ -223,27 +245,24 @@ def _series(t, tau, nu, order, lam, variance, mf, Pf, mean, var, smooth):
         return log_norm
     # RTS smoother, backwards: G = Pf A^T Pp^-1 from Pp G^T = A Pf (Cholesky of Pp)
     ms, Ps = mf[n - 1].copy(), Pf[n - 1].copy()
-    mean[n - 1] = _h_vec(ms, first)
-    var[n - 1] = _h_mat(Ps, first)
+    mean[n - 1] = _h_vec(ms, h)
+    var[n - 1] = _h_mat(Ps, h)
     last = math.nan
     B, Gt, Pp, Dm = np.zeros((D, D)), np.zeros((D, D)), np.zeros((D, D)), np.zeros((D, D))
     G = np.zeros((D, D))
     for i in range(n - 2, -1, -1):
         dt = t[i + 1] - t[i]
         if dt != last:
-            _transition(dt, order, lam, N, Pinf, A, Q, W1, W2)
+            _transition(dt, kind, order, rate, fstart, sstart, Pinf, A, Q, W1, W2, W3)
             last = dt
         Pfi = Pf[i]
-        # mp = A mf_i; B = A Pf_i and Pp = B A^T + Q (the sandwich's scratch is B)
+        # mp = A mf_i; B = A Pf_i and Pp = B A^T + Q (the sandwich's W is B)
         for r in range(D):
             acc = 0.0
             for x in range(D):
                 acc += A[r, x] * mf[i, x]
             mp[r] = acc
-        _sandwich(A, Pfi, B, Pp)
-        for r in range(D):
-            for q in range(D):
-                Pp[r, q] += Q[r, q]
+        _sandwich_add(A, Pfi, B, Pp, Q, 1.0, 0, D)
         # Gt = Pp^-1 B by Gaussian elimination with partial pivoting: Pp can be
         # indefinite after a site of negative precision (see the filter)
         _solve(Pp, B, Gt, L)
@@ -260,43 +279,43 @@ def _series(t, tau, nu, order, lam, variance, mf, Pf, mean, var, smooth):
             for q in range(D):
                 Dm[r, q] = Ps[r, q] - Pp[r, q]
                 G[r, q] = Gt[q, r]
-        _sandwich(G, Dm, W1, Ps)
-        for r in range(D):
-            for q in range(D):
-                Ps[r, q] += Pfi[r, q]
-        mean[i] = _h_vec(ms, first)
-        var[i] = _h_mat(Ps, first)
+        _sandwich_add(G, Dm, W1, Ps, Pfi, 1.0, 0, D)
+        mean[i] = _h_vec(ms, h)
+        var[i] = _h_mat(Ps, h)
     return log_norm
 
 
 @jit
-def _h_vec(m, first):
+def _h_vec(m, h):
+    """h m."""
     acc = 0.0
-    for c in range(first.shape[0]):
-        acc += m[first[c]]
+    for r in range(h.shape[0]):
+        acc += h[r] * m[r]
     return acc
 
 
 @jit
-def _h_mat(P, first):
+def _h_mat(P, h):
+    """h P h^T."""
     acc = 0.0
-    for c in range(first.shape[0]):
-        for e in range(first.shape[0]):
-            acc += P[first[c], first[e]]
+    for r in range(h.shape[0]):
+        if h[r] != 0.0:
+            for q in range(h.shape[0]):
+                acc += h[r] * P[r, q] * h[q]
     return acc
 
 
 @pjit
-def filter_smooth(t, tau, nu, starts, order, lam, variance, mf, Pf, mean, var, log_norm,
-                  smooth=True):
+def filter_smooth(t, tau, nu, starts, kind, order, rate, fstart, sstart, Pinf, h, mf, Pf,
+                  mean, var, log_norm, smooth=True):
     """Every series ``starts[j]:starts[j + 1]`` of the sorted times ``t`` filtered and
     (``smooth``) smoothed, one prange iteration each, writing only its own rows;
     ``log_norm[j]`` its log normaliser."""
     for j in prange(starts.shape[0] - 1):
         a = starts[j]
         b = starts[j + 1]
-        log_norm[j] = _series(t[a:b], tau[a:b], nu[a:b], order, lam, variance,
-                              mf[a:b], Pf[a:b], mean[a:b], var[a:b], smooth)
+        log_norm[j] = _series(t[a:b], tau[a:b], nu[a:b], kind, order, rate, fstart, sstart,
+                              Pinf, h, mf[a:b], Pf[a:b], mean[a:b], var[a:b], smooth)
 
 
 @pjit

@@ -1,8 +1,9 @@
 """State-space (Markov) EP: GP models of time in O(n) time and memory.
 
-For a kernel of time with an exact state-space form (Matern-1/2, 3/2, 5/2 and their sums,
-:mod:`fastep.kernels.statespace`) the GP prior is a linear Gaussian state-space model,
-and parallel EP runs through a Kalman filter and RTS smoother: the sites are Gaussian
+For a kernel of time with an exact state-space form (Matern-1/2, 3/2, 5/2, periodic,
+constant, and their sums and products, :mod:`fastep.kernels.statespace`) the GP prior is
+a linear Gaussian state-space model, and parallel EP runs through a Kalman filter and RTS
+smoother: the sites are Gaussian
 pseudo-observations, the smoother gives every marginal q(f_i), and each site is updated
 by moment matching against its cavity with the likelihood's compiled tilted moments, as
 in fastep's dense parallel EP, whose fixed point and evidence it reproduces (Nickisch,
@@ -29,7 +30,7 @@ import numpy as np
 
 from .._checks import float_array
 from ..exceptions import ConvergenceWarning
-from ..kernels.statespace import state_space
+from ..kernels.statespace import PERIODIC_ORDER, state_space
 from ._kalman import cavities, filter_smooth, update_sites
 
 
@@ -51,6 +52,9 @@ class MarkovEPResult:
         EP iterations (filter, smoother and site update) performed.
     converged : bool
         Whether the largest site change fell below ``tol``.
+    periodic_order : int
+        Harmonics of a periodic kernel's series in the run (gradient and prediction use
+        the same).
 
     Examples
     --------
@@ -71,6 +75,7 @@ class MarkovEPResult:
     log_marginal_likelihood: float
     n_iter: int
     converged: bool
+    periodic_order: int = PERIODIC_ORDER
 
 
 def _arrange(t, series):
@@ -88,15 +93,14 @@ def _arrange(t, series):
     return order, np.concatenate([[0], breaks, [n]]).astype(np.int64)
 
 
-def _log_norm(ts, tau, nu, starts, kernel, smooth=False):
+def _log_norm(ts, tau, nu, starts, kernel, periodic_order, smooth=False):
     """The filter's log int p(f) prod_i t_i(f_i) df (and the marginals, ``smooth``)."""
-    ss = state_space(kernel)
+    ss = state_space(kernel, periodic_order)
     n, D = ts.shape[0], ss.n_states
     mf, Pf = np.empty((n, D)), np.empty((n, D, D))
     mean, var = np.empty(n), np.empty(n)
     log_norm = np.empty(starts.shape[0] - 1)
-    filter_smooth(ts, tau, nu, starts, ss.order, ss.lam, ss.variance, mf, Pf, mean, var,
-                  log_norm, smooth)
+    filter_smooth(ts, tau, nu, starts, *ss.arrays, mf, Pf, mean, var, log_norm, smooth)
     return float(np.sum(log_norm)), mean, var
 
 
@@ -108,8 +112,8 @@ def _site_normaliser(mu, s, tau, nu):
 
 def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = None,
               extra: Any = None, damping: Optional[float] = None, tol: float = 1e-6,
-              max_iter: int = 500, site_tau: Any = None,
-              site_nu: Any = None) -> MarkovEPResult:
+              max_iter: int = 500, site_tau: Any = None, site_nu: Any = None,
+              periodic_order: int = PERIODIC_ORDER) -> MarkovEPResult:
     """Parallel EP for ``f ~ GP(0, kernel)`` over time, ``y_i ~ p(y_i | f(t_i))``, by a
     Kalman filter and RTS smoother in O(n).
 
@@ -121,7 +125,9 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
     y : array-like (n,)
         Targets in the likelihood's encoding (binary likelihoods: -1/+1).
     kernel : fastep kernel
-        Matern12, Matern32 or Matern52 of one input, or a sum of them.
+        Matern12, Matern32, Matern52, Periodic or ConstantKernel of one input, or sums
+        and products of them (``Matern32 * Periodic``: quasi-periodic);
+        :func:`fastep.kernels.statespace.state_space`.
     likelihood : fastep.likelihoods.Likelihood
         Any likelihood with scalar tilted moments.
     series : array-like (n,), optional
@@ -141,6 +147,10 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
         At most this many iterations (0: the posterior and evidence of the given sites).
     site_tau, site_nu : array-like (n,), optional
         Starting sites (default zero).
+    periodic_order : int, default=8
+        Harmonics of a periodic kernel's cosine series (2 per harmonic, + 1 states; the
+        truncation error is
+        :func:`~fastep.kernels.statespace.periodic_truncation_error`).
 
     Returns
     -------
@@ -169,7 +179,7 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
         raise ValueError(f"damping must be in (0, 1]; got {damping!r}.")
     adaptive = damping is None
     step = 1.0 if damping is None else float(damping)
-    ss = state_space(kernel)
+    ss = state_space(kernel, periodic_order)
     order, starts = _arrange(t, series)
     ts = np.ascontiguousarray(t[order])
     ys = np.ascontiguousarray(y[order])
@@ -187,8 +197,7 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
     mc, vc, ok = np.empty(n), np.empty(n), np.empty(n, dtype=np.bool_)
 
     def posterior(tau, nu):
-        filter_smooth(ts, tau, nu, starts, ss.order, ss.lam, ss.variance, mf, Pf, mean, var,
-                      log_norm, True)
+        filter_smooth(ts, tau, nu, starts, *ss.arrays, mf, Pf, mean, var, log_norm, True)
         cavities(mean, var, tau, nu, ok, mc, vc)
         return ok, mc, vc
 
@@ -239,7 +248,7 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
     inv = np.empty(n, dtype=np.int64)
     inv[order] = np.arange(n)
     return MarkovEPResult(mean[inv].copy(), var[inv].copy(), tau[inv], nu[inv], mc[inv],
-                          vc[inv], evidence, it, converged)
+                          vc[inv], evidence, it, converged, int(periodic_order))
 
 
 def markov_ep_gradient(result: MarkovEPResult, t: Any, y: Any, kernel: Any, likelihood: Any,
@@ -278,13 +287,14 @@ def markov_ep_gradient(result: MarkovEPResult, t: Any, y: Any, kernel: Any, like
     tau = np.ascontiguousarray(result.site_tau[order])
     nu = np.ascontiguousarray(result.site_nu[order])
     theta = np.asarray(kernel.theta, dtype=float)
+    J = result.periodic_order
     d_theta = np.empty(theta.shape[0])
     for j in range(theta.shape[0]):
         up, down = theta.copy(), theta.copy()
         up[j] += step
         down[j] -= step
-        d_theta[j] = (_log_norm(ts, tau, nu, starts, kernel.clone_with_theta(up))[0]
-                      - _log_norm(ts, tau, nu, starts, kernel.clone_with_theta(down))[0]) \
+        d_theta[j] = (_log_norm(ts, tau, nu, starts, kernel.clone_with_theta(up), J)[0]
+                      - _log_norm(ts, tau, nu, starts, kernel.clone_with_theta(down), J)[0]) \
             / (2.0 * step)
     if not likelihood.n_dims:
         return d_theta, np.zeros(0)
@@ -335,7 +345,8 @@ def markov_predict(result: MarkovEPResult, t: Any, t_new: Any, kernel: Any, *,
     tau = np.concatenate([result.site_tau, np.zeros(m)])[order]
     nu = np.concatenate([result.site_nu, np.zeros(m)])[order]
     _, mean, var = _log_norm(np.ascontiguousarray(both[order]), np.ascontiguousarray(tau),
-                             np.ascontiguousarray(nu), starts, kernel, smooth=True)
+                             np.ascontiguousarray(nu), starts, kernel, result.periodic_order,
+                             smooth=True)
     inv = np.empty(n + m, dtype=np.int64)
     inv[order] = np.arange(n + m)
     return mean[inv][n:].copy(), var[inv][n:].copy()

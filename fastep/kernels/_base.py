@@ -342,7 +342,10 @@ class _Composite(Kernel):
     __hash__ = object.__hash__
 
     def __repr__(self):
-        return f"{self.k1!r} {self._op} {self.k2!r}"
+        # a sum inside a product keeps its parentheses: (a + b) * c is not a + b * c
+        def part(k):
+            return f"({k!r})" if self._op == "*" and isinstance(k, Sum) else repr(k)
+        return f"{part(self.k1)} {self._op} {part(self.k2)}"
 
     def to_dict(self) -> Dict[str, Any]:
         return {"type": type(self).__name__, "k1": self.k1.to_dict(), "k2": self.k2.to_dict()}

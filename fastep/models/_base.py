@@ -23,6 +23,7 @@ from typing import Optional, Tuple, Union
 import copy
 import functools
 import logging
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -33,6 +34,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..typing import Array, ArrayLike, ArrayOrStd
 from .._dask import is_dask_array
+from .._caller import user_stacklevel
 from .._progress import FitProgress
 from ..kernels import RBF, Kernel, Matern32, as_kernel
 from ..inference.inducing import AUTO_DENSE_ROWS, check_inducing, inducing_count
@@ -223,19 +225,19 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
 
     def _problem(self, X, rng):
         """``(problem class, kernel, inducing inputs)`` of a fit on X: state-space EP
-        (:class:`~fastep.models._latent.MarkovGP`) where ``inference="markov"`` (X one
-        column of times, in memory; the kernel parameter or ``Matern32`` with the median
-        distance between the times as lengthscale, as the RBF default; no inducing
-        inputs), else dense or sparse EP."""
+        (:class:`~fastep.models._latent.MarkovGP`) where ``inference="markov"`` (X a
+        column of times, and optionally a second of series ids, in memory; the kernel
+        parameter or ``Matern32`` with the median distance between the times as
+        lengthscale, as the RBF default; no inducing inputs), else dense or sparse EP."""
         if getattr(self, "inference", "ep") != "markov":
             return LatentGP, self._fresh_kernel(X), self._inducing_inputs(X, rng)
         if is_dask_array(X):
             raise ValueError("inference='markov' runs in memory (O(n)): X must be a NumPy "
                              "array of times, not a dask array.")
-        if X.shape[1] != 1:
+        if X.shape[1] not in (1, 2):
             raise ValueError(f"inference='markov' models one input, time: X must have one "
-                             f"column; got {X.shape[1]}. Use inference='ep' for several "
-                             f"inputs.")
+                             f"column (times) or two (times, then a series id); got "
+                             f"{X.shape[1]}. Use inference='ep' for several inputs.")
         ignored = []
         if getattr(self, "n_inducing", None) not in ("auto", None):
             ignored.append(f"n_inducing={self.n_inducing!r}")
@@ -249,7 +251,8 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
                              f"Leave them at their defaults, or use inference='ep'.")
         if self.kernel is not None:
             return MarkovGP, self._fresh_kernel(X), None
-        return MarkovGP, Matern32(1.0, float(np.clip(median_heuristic(X), 1e-5, 1e5))), None
+        scale = median_heuristic(X[:, :1])
+        return MarkovGP, Matern32(1.0, float(np.clip(scale, 1e-5, 1e5))), None
 
     #: what ``method="auto"`` means for dense EP (a :func:`fastep.ep` method)
     _dense_auto = "parallel"
@@ -304,6 +307,15 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
             _LOG.info("%s: n_inducing='auto' on %d rows: sparse EP with %d inducing points "
                       "(dense up to %d rows; set n_inducing to choose)", type(self).__name__,
                       X.shape[0], m, AUTO_DENSE_ROWS)
+            takes = self._parameter_constraints.get("inference", [None])[0]
+            if X.shape[1] == 1 and getattr(self, "inference", None) == "ep" and \
+                    "markov" in getattr(takes, "options", ()):
+                warnings.warn(f"{type(self).__name__}: X is one column of {X.shape[0]} rows, "
+                              f"so the default fit is sparse EP with {m} inducing points; "
+                              f"inference='markov' (state-space EP, with a Matern kernel of "
+                              f"that column, e.g. time) is exact in O(n). Set n_inducing to "
+                              f"keep sparse EP without this warning.", UserWarning,
+                              stacklevel=user_stacklevel())
         if is_dask_array(X):
             X = dask_sample(X, m or 0, rng)
         return check_inducing(X, m, self.inducing_points, rng)

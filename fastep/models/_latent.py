@@ -315,11 +315,14 @@ class LaplaceGP(LatentGP):
 
 @dataclass(frozen=True)
 class MarkovGP(LatentGP):
-    """The same problem by state-space EP (:func:`fastep.inference.markov_ep`): X is one
-    column of times and the kernel a Matern kernel or a sum of them; O(n) time and memory,
-    so neither the memory checks of dense EP nor inducing inputs apply, nor ML-II's
-    subsample stages: random rows of a series are a coarser series, which cannot see its
-    short scales (a weekly cycle of daily counts), and the full evaluation is cheap."""
+    """The same problem by state-space EP (:func:`fastep.inference.markov_ep`): X is a
+    column of times, and optionally a second column of series ids (independent series
+    sharing the kernel, filtered in parallel; a new id at prediction is a series with no
+    data: the prior), the kernel one of time with a state-space form; O(n) time and
+    memory, so neither the memory checks of dense EP nor inducing inputs apply, nor
+    ML-II's subsample stages: random rows of a series are a coarser series, which cannot
+    see its short scales (a weekly cycle of daily counts), and the full evaluation is
+    cheap."""
 
     subsample_stages = False
 
@@ -329,13 +332,18 @@ class MarkovGP(LatentGP):
     def check_memory(self):
         """Nothing to check: the filter's memory is O(n)."""
 
+    @staticmethod
+    def _series(X):
+        """The series ids of X's rows (its second column), or None: one series."""
+        return X[:, 1] if X.shape[1] == 2 else None
+
     def run(self, sites=None, tol=None, max_iter=None, outer=None, keep_gram=False):
         """State-space EP at the current parameters (``outer``, ``keep_gram``: not used)."""
         c = self.config
         tau, nu = sites if sites is not None else (None, None)
         n = self.X.shape[0]
         return markov_ep(self.X[:, 0], self.y, self.kernel, self.likelihood,
-                         extra=self.likelihood.site_extra(n),
+                         series=self._series(self.X), extra=self.likelihood.site_extra(n),
                          damping=c.damping,
                          tol=c.tol if tol is None else tol,
                          max_iter=c.max_iter if max_iter is None else max_iter,
@@ -343,10 +351,16 @@ class MarkovGP(LatentGP):
 
     def gradient(self, result):
         gk, gl = markov_ep_gradient(result, self.X[:, 0], self.y, self.kernel, self.likelihood,
+                                    series=self._series(self.X),
                                     extra=self.likelihood.site_extra(self.X.shape[0]))
         return np.concatenate([gk, gl])
 
     def latent(self, result, X):
         """Latent predictive mean and variance at X: one filter-and-smoother pass over
         the training and new times together (O(n + len(X)); no blocks of rows)."""
-        return markov_predict(result, self.X[:, 0], X[:, 0], self.kernel)
+        if X.shape[1] != self.X.shape[1]:
+            raise ValueError(f"X must have the {self.X.shape[1]} column(s) of the training "
+                             f"data (times{', series ids' if self.X.shape[1] == 2 else ''}); "
+                             f"got {X.shape[1]}.")
+        return markov_predict(result, self.X[:, 0], X[:, 0], self.kernel,
+                              series=self._series(self.X), series_new=self._series(X))

@@ -119,9 +119,10 @@ def latent_from_state(reader, meta, prefix, X, y, likelihood, config):
         result = sparse_posterior_from_state(kernel, Z, X, y, likelihood, config.power, tau, nu,
                                              L_P, b)
     elif meta.get("markov", False):               # state-space EP: the filter at the sites
-        if X.shape[1] != 1:
-            raise ValueError("a state-space model (header value 'markov') needs one input "
-                             f"column, time; the stored X has {X.shape[1]}")
+        if X.shape[1] not in (1, 2):
+            raise ValueError("a state-space model (header value 'markov') needs a column of "
+                             f"times and at most one of series ids; the stored X has "
+                             f"{X.shape[1]}")
         latent = MarkovGP(X, y, kernel, likelihood, config)
         result = latent.run((tau, nu), max_iter=0)
     else:

@@ -16,7 +16,7 @@ from ..likelihoods.tobit import (Tobit, censored_predictive, censored_quantile,
 from ._base import SingleLatentEstimator, as_generator, fit_entry, fit_rows, shared
 from ._dask import da_map_rows
 from ..kernels import kernel_from_dict
-from ._latent import LaplaceGP, LatentGP
+from ._latent import LaplaceGP
 from ._state import latent_from_state, latent_state, likelihood_of
 from ._validation import same_rows, validate_X, validate_column
 
@@ -48,8 +48,11 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         Initial (or, with ``optimizer=None``, fixed) variance of the uncensored noise.
     lower, upper : float, optional
         Scalar limits (per-observation limits go to ``fit``).
-    inference : {"ep", "laplace"}, default="ep"
-        The approximation; Laplace runs dense, on the CPU, with numerical ML-II gradients.
+    inference : {"ep", "laplace", "markov"}, default="ep"
+        The approximation; Laplace runs dense, on the CPU, with numerical ML-II gradients;
+        "markov" is state-space EP (:func:`fastep.markov_ep`) in O(n) over X's column of
+        times (and optionally a second column of series ids), as in
+        :class:`~fastep.EPGaussianProcessRegressor`.
     optimizer, n_restarts_optimizer, max_iter_optimizer, tol_optimizer :
         ML-II, as in :class:`~fastep.EPGaussianProcessClassifier`.
     method, damping, tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
@@ -86,7 +89,7 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         "tol_optimizer", "damping", "tol", "max_iter",
         "n_inducing", "inducing_points", "power", "optimize_inducing", "random_state",
         "device", noise_variance=[Interval(Real, 0, None, closed="neither")],
-        lower=[Real, None], upper=[Real, None], inference=[StrOptions({"ep", "laplace"})])
+        lower=[Real, None], upper=[Real, None], inference=[StrOptions({"ep", "laplace", "markov"})])
 
     def __init__(self, kernel: Optional[KernelLike] = None, *, noise_variance: float = 1.0,
                  lower: Optional[float] = None, upper: Optional[float] = None,
@@ -164,9 +167,11 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         rng = as_generator(self.random_state)
         X = X if is_dask_array(X) else np.ascontiguousarray(X)
         likelihood = Tobit(self.noise_variance, lower=lo_arr, upper=up_arr)
-        problem = LaplaceGP if self.inference == "laplace" else LatentGP
-        latent = problem(X, y, self._fresh_kernel(X), likelihood, config,
-                         None if laplace else self._inducing_inputs(X, rng))
+        if laplace:
+            problem, kernel, Z = LaplaceGP, self._fresh_kernel(X), None
+        else:
+            problem, kernel, Z = self._problem(X, rng)
+        latent = problem(X, y, kernel, likelihood, config, Z)
         latent, result = self._fit_latent(latent, rng)
         self._set_fitted(latent, result, _limit(lo), _limit(up))
         return self

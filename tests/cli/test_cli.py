@@ -942,11 +942,23 @@ def test_fit_a_count_series_with_state_space_ep(tmp_path, capsys):
     mean, std = est.predict_latent(scaled(day[:, None]), return_std=True)
     np.testing.assert_allclose(got[:, :2], np.column_stack([mean, std]), rtol=1e-10)
     capsys.readouterr()
-    assert main(["fit", str(path), "-o", str(model), "--model", "censored", "--lower", "0",
+    assert main(["fit", str(path), "-o", str(model), "--model", "multiclass",
                  "--inference", "markov"]) == 2
     assert "--inference markov applies to" in capsys.readouterr().err
-    np.savetxt(path, np.column_stack([day, day, counts]), delimiter=",",
-               header="day,day2,count", comments="")
+    # two series in one table: time and a series id, one kernel; each series' predictions
+    # are those of the Python fit on the same columns
+    store = np.repeat([1.0, 2.0], 200)
+    np.savetxt(path, np.column_stack([day, store, counts]), delimiter=",",
+               header="day,store,count", comments="")
+    assert main(["fit", str(path), "-o", str(model), "--model", "regression", "--likelihood",
+                 "poisson", "--target", "count", "--features", "day,store", "--inference",
+                 "markov"]) == 0
+    est, scaled = _load(model)
+    assert main(["predict", str(model), str(path), "-o", str(out)]) == 0
+    mean = est.predict_latent(scaled(np.column_stack([day, store])))
+    np.testing.assert_allclose(_predictions(out)[:, 0], mean, rtol=1e-10)
+    np.savetxt(path, np.column_stack([day, day, day, counts]), delimiter=",",
+               header="day,day2,day3,count", comments="")
     assert main(["fit", str(path), "-o", str(model), "--model", "regression", "--likelihood",
                  "poisson", "--target", "count", "--inference", "markov"]) == 2
     assert "one feature column, time" in capsys.readouterr().err

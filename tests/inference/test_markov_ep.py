@@ -9,8 +9,8 @@ import pytest
 
 import fastep
 from fastep.inference.markov_ep import markov_ep
-from fastep.kernels import RBF, Matern12, Matern32, Matern52
-from fastep.kernels.statespace import state_space
+from fastep.kernels import RBF, ConstantKernel, Matern12, Matern32, Matern52, Periodic
+from fastep.kernels.statespace import periodic_truncation_error, state_space
 from fastep.likelihoods import Gaussian, Poisson, Probit, StudentT
 
 KERNELS = {
@@ -18,6 +18,9 @@ KERNELS = {
     "matern32": Matern32(0.7, 3.0),
     "matern52": Matern52(1.1, 4.0),
     "sum": Matern12(0.5, 1.0) + Matern52(1.0, 6.0) + Matern32(0.3, 0.5),
+    "product": Matern32(0.7, 3.0) * Matern12(1.5, 8.0),
+    "quasi_periodic": Matern32(1.0, 20.0) * Periodic(1.0, 1.5, 6.0) + Matern12(0.2, 1.0),
+    "periodic_offset": Periodic(0.8, 2.0, 11.0) + ConstantKernel(0.6),
 }
 
 
@@ -91,30 +94,68 @@ def test_many_series_are_independent_and_their_evidences_add():
                                sum(a.log_marginal_likelihood for a in alone), rtol=1e-10)
 
 
-def test_state_space_form_reproduces_the_kernel():
-    """H expm(F dt) P_inf H^T is the kernel at lag dt (scipy's expm; the kernel objects'
-    own Gram matrix)."""
-    import scipy.linalg
+def _transition(ss, dt):
     from fastep.inference import _kalman
+    D = ss.n_states
+    A, Q = np.zeros((D, D)), np.zeros((D, D))
+    _kalman._transition(dt, *ss.arrays[:5], ss.pinf, A, Q,
+                        *(np.zeros((D, D)) for _ in range(3)))
+    return A, Q
+
+
+def test_state_space_form_reproduces_the_kernel():
+    """h A(dt) P_inf h^T is the kernel at lag dt (the kernel objects' own Gram matrix),
+    A(dt) is scipy's expm of the generator found from A over a small step, and P_inf is
+    stationary (Q(dt) = P_inf - A P_inf A^T positive semi-definite)."""
+    import scipy.linalg
     for kernel in KERNELS.values():
         ss = state_space(kernel)
-        D = ss.n_states
-        N = _kalman._nilpotent(ss.order, ss.lam, D)
-        Pinf = _kalman._pinf(ss.order, ss.lam, ss.variance, D)
-        lam = np.repeat(ss.lam, ss.order + 1)
-        F = N - np.diag(lam)
-        H = np.zeros(D)
-        H[np.concatenate([[0], np.cumsum(ss.order + 1)[:-1]])] = 1.0
+        A_small, _ = _transition(ss, 1e-3)
+        F = scipy.linalg.logm(A_small).real / 1e-3
         for dt in (0.0, 0.3, 2.0, 7.5):
-            k_ss = H @ scipy.linalg.expm(F * dt) @ Pinf @ H
+            A, Q = _transition(ss, dt)
             k = kernel(np.array([[0.0]]), np.array([[dt]]))[0, 0]
-            np.testing.assert_allclose(k_ss, k, rtol=1e-12, atol=1e-14)
+            np.testing.assert_allclose(ss.h @ A @ ss.pinf @ ss.h, k, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(A, scipy.linalg.expm(F * dt), rtol=1e-6, atol=1e-8)
+            assert np.linalg.eigvalsh(Q).min() > -1e-10
+
+
+@pytest.mark.parametrize("lengthscale", [2.0, 1.0, 0.5, 0.3])
+def test_periodic_series_converges_to_the_periodic_kernel(lengthscale):
+    """The truncated cosine series against the exact periodic kernel over a period of
+    lags: the error shrinks with the order, is largest at lag 0 and equals
+    periodic_truncation_error there; the posterior of a Gaussian regression follows."""
+    kernel = Periodic(1.0, lengthscale, 5.0)
+    lags = np.linspace(0.0, 5.0, 41)
+    exact = kernel(np.zeros((1, 1)), lags[:, None])[0]
+    errors = []
+    for order in (2, 4, 8, 16, 32):
+        ss = state_space(kernel, periodic_order=order)
+        approx = np.array([ss.h @ _transition(ss, dt)[0] @ ss.pinf @ ss.h for dt in lags])
+        err = np.abs(approx - exact)
+        errors.append(err.max())
+        np.testing.assert_allclose(err.max(), periodic_truncation_error(lengthscale, order),
+                                   rtol=1e-6, atol=1e-14)
+        assert err.max() <= err[0] + 1e-14
+    assert all(b <= a for a, b in zip(errors, errors[1:]))
+    assert errors[-1] < 1e-12
+    rng = np.random.default_rng(4)
+    t = rng.uniform(0.0, 30.0, 120)
+    y = np.sin(2 * np.pi * t / 5.0) + 0.3 * rng.normal(size=t.size)
+    mean, _, log_ml = _gp_regression(kernel(t[:, None]), y, 0.1)
+    res = markov_ep(t, y, kernel, Gaussian(0.1), damping=1.0, tol=1e-12, periodic_order=32)
+    np.testing.assert_allclose(res.mean, mean, rtol=1e-7, atol=1e-8)
+    np.testing.assert_allclose(res.log_marginal_likelihood, log_ml, rtol=1e-9)
 
 
 def test_bad_input_is_a_clear_error():
     t, y = np.arange(5.0), np.ones(5)
-    with pytest.raises(ValueError, match="Matern12, Matern32 or Matern52"):
+    with pytest.raises(ValueError, match="Matern12, Matern32, Matern52, Periodic"):
         markov_ep(t, y, RBF(1.0, 1.0), Gaussian(0.1))
+    with pytest.raises(ValueError, match="no exact state-space form"):
+        markov_ep(t, y, Matern32() * RBF(), Gaussian(0.1))
+    with pytest.raises(ValueError, match="periodic_order must be a positive integer"):
+        markov_ep(t, y, Periodic(), Gaussian(0.1), periodic_order=0)
     bad = t.copy()
     bad[2] = np.nan
     with pytest.raises(ValueError, match="t"):

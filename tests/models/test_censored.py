@@ -205,3 +205,32 @@ def test_interval_censoring_and_predict_helpers():
     # per-observation limits of the fit do not carry over to new inputs: asked for
     with pytest.raises(ValueError, match="per-observation lower limits.*pass lower="):
         reg.predict(X[:3])
+
+
+def test_markov_inference_fits_a_censored_series_as_dense_ep_does(tmp_path):
+    """inference='markov' on a series censored below and above: the kernel and noise
+    ML-II learns, the evidence and the predictions at held-out times equal dense EP's
+    (truth: a different algorithm on the Gram matrix); save/load is exact."""
+    import fastep
+    from fastep.kernels import Matern32
+    rng = np.random.default_rng(11)
+    t = np.sort(rng.uniform(0.0, 300.0, 500))
+    y = np.clip(np.sin(t / 25.0) + 0.3 * rng.normal(size=t.size), -0.6, 0.8)
+    train = rng.uniform(size=t.size) < 0.7
+    X = t[:, None]
+    fits = {inference: CensoredGPRegressor(Matern32(1.0, 10.0), lower=-0.6, upper=0.8,
+                                           inference=inference, n_inducing=None,
+                                           tol_optimizer=1e-9).fit(X[train], y[train])
+            for inference in ("markov", "ep")}
+    markov, dense = fits["markov"], fits["ep"]
+    assert markov.result_.__class__.__name__ == "MarkovEPResult"
+    np.testing.assert_allclose(markov.kernel_.theta, dense.kernel_.theta, atol=2e-3)
+    np.testing.assert_allclose(markov.noise_variance_, dense.noise_variance_, rtol=5e-3)
+    np.testing.assert_allclose(markov.log_marginal_likelihood_value_,
+                               dense.log_marginal_likelihood_value_, rtol=1e-6)
+    np.testing.assert_allclose(markov.predict(X[~train]), dense.predict(X[~train]),
+                               atol=5e-3)
+    path = tmp_path / "censored_markov.npz"
+    fastep.save_model(markov, path)
+    np.testing.assert_array_equal(fastep.load_model(path).predict(X[~train]),
+                                  markov.predict(X[~train]))
