@@ -8,7 +8,8 @@ smoother, cavities, tilted moments, site update: ``(t(max_iter=4) - t(max_iter=1
 pass at the same n and state size (the compiled ``filter_smooth`` alone, fixed sites) plus
 one vectorised ``likelihood.tilted`` of the n sites; then the ratio iteration / floor and
 the spread of the per-point times across n (``--check``: ratio at most 3, spread at most
-1.3), and the process's peak memory.
+1.3), the process's peak memory and ``markov_ep``'s own peak allocation at the largest n
+(``--check``: under 3 GB at 10^7).
 
 ``--panel`` times one EP iteration (as above) on 1,000 series of 1,000 points (a series
 id per row) with all threads and with one (``numba.set_num_threads``), and on one series
@@ -340,9 +341,20 @@ def main(argv=None):
     spread = max(per_point) / min(per_point)
     print(f"time per point, largest / smallest over n: {spread:.2f}")
     import resource
+    import tracemalloc
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
-    print(f"peak resident memory of this process: {peak:.2f} GB")
-    bad |= spread > 1.3
+    print(f"peak resident memory of this process: {peak:.2f} GB (the data and the floor's "
+          f"buffers included)")
+    # markov_ep's own memory at the largest n: NumPy reports its allocations to tracemalloc
+    tracemalloc.start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+        markov_ep(t, y, kernel, lik, max_iter=2, tol=0.0)
+    own = tracemalloc.get_traced_memory()[1] / 2 ** 30
+    tracemalloc.stop()
+    print(f"markov_ep's peak allocation at n = {t.size:,}: {own:.2f} GB "
+          f"({own * 2 ** 30 / t.size:.0f} bytes a point)")
+    bad |= spread > 1.3 or (t.size >= 10_000_000 and own > 3.0)
     return 1 if (args.check and bad) else 0
 
 

@@ -22,6 +22,10 @@ import numpy as np
 from numba import prange
 
 from .._jit import jit, pjit
+
+#: Models of at least this many states multiply and solve by BLAS and LAPACK (np.dot,
+#: np.linalg.solve: an allocation per step, repaid from about this size on).
+BLAS_STATES = 16
 from .._sites import cavity, damped_site
 
 
@@ -114,9 +118,9 @@ def _transition(dt, kind, order, rate, fstart, sstart, Pinf, A, Q, W1, W2, W3):
 @jit
 def _sandwich_add(A, P, W, out, base, sign, a0, k):
     """``out = base + sign A P A^T`` on the block ``a0:a0 + k`` (symmetric P and base),
-    with ``W = A P`` there; ``out`` may be P or base.  Blocks of one and two states,
-    the common Matern ones, are written out (loops of one or two turns cost more than
-    their arithmetic)."""
+    with ``W = A P`` there; ``out`` may be P or base.  Blocks of one to three states,
+    the common Matern ones, are written out (loops of a few turns cost more than their
+    arithmetic)."""
     if k == 1:
         a = A[a0, a0]
         W[a0, a0] = a * P[a0, a0]
@@ -140,6 +144,46 @@ def _sandwich_add(A, P, W, out, base, sign, a0, k):
         out[i, j] = o10
         out[j, j] = o11
         return
+    if k == 3:
+        i, j, m = a0, a0 + 1, a0 + 2
+        a00, a01, a02 = A[i, i], A[i, j], A[i, m]
+        a10, a11, a12 = A[j, i], A[j, j], A[j, m]
+        a20, a21, a22 = A[m, i], A[m, j], A[m, m]
+        p00, p01, p02 = P[i, i], P[i, j], P[i, m]
+        p11, p12, p22 = P[j, j], P[j, m], P[m, m]
+        w00 = a00 * p00 + a01 * p01 + a02 * p02
+        w01 = a00 * p01 + a01 * p11 + a02 * p12
+        w02 = a00 * p02 + a01 * p12 + a02 * p22
+        w10 = a10 * p00 + a11 * p01 + a12 * p02
+        w11 = a10 * p01 + a11 * p11 + a12 * p12
+        w12 = a10 * p02 + a11 * p12 + a12 * p22
+        w20 = a20 * p00 + a21 * p01 + a22 * p02
+        w21 = a20 * p01 + a21 * p11 + a22 * p12
+        w22 = a20 * p02 + a21 * p12 + a22 * p22
+        W[i, i], W[i, j], W[i, m] = w00, w01, w02
+        W[j, i], W[j, j], W[j, m] = w10, w11, w12
+        W[m, i], W[m, j], W[m, m] = w20, w21, w22
+        o00 = base[i, i] + sign * (w00 * a00 + w01 * a01 + w02 * a02)
+        o10 = base[j, i] + sign * (w10 * a00 + w11 * a01 + w12 * a02)
+        o20 = base[m, i] + sign * (w20 * a00 + w21 * a01 + w22 * a02)
+        o11 = base[j, j] + sign * (w10 * a10 + w11 * a11 + w12 * a12)
+        o21 = base[m, j] + sign * (w20 * a10 + w21 * a11 + w22 * a12)
+        o22 = base[m, m] + sign * (w20 * a20 + w21 * a21 + w22 * a22)
+        out[i, i], out[j, j], out[m, m] = o00, o11, o22
+        out[j, i], out[i, j] = o10, o10
+        out[m, i], out[i, m] = o20, o20
+        out[m, j], out[j, m] = o21, o21
+        return
+    if a0 == 0 and k == A.shape[0] and k >= BLAS_STATES:
+        # a large whole model (a periodic kernel's harmonics, products): BLAS products
+        W[:, :] = np.dot(A, P)
+        AW = np.dot(W, A.T)
+        for r in range(k):
+            for q in range(r + 1):
+                v = base[r, q] + sign * 0.5 * (AW[r, q] + AW[q, r])
+                out[r, q] = v
+                out[q, r] = v
+        return
     for r in range(a0, a0 + k):
         for q in range(a0, a0 + k):
             acc = 0.0
@@ -158,9 +202,12 @@ def _sandwich_add(A, P, W, out, base, sign, a0, k):
 
 @jit
 def _solve(M, B, X, W):
-    """X = M^-1 B for a D x D M (Gaussian elimination with partial pivoting; W: scratch
-    copy of M)."""
+    """X = M^-1 B for a D x D M (Gaussian elimination with partial pivoting, LAPACK's
+    from :data:`BLAS_STATES` states; W: scratch copy of M)."""
     D = M.shape[0]
+    if D >= BLAS_STATES:
+        X[:, :] = np.linalg.solve(M, B)
+        return
     for r in range(D):
         for q in range(D):
             W[r, q] = M[r, q]

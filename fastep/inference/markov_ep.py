@@ -29,9 +29,10 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from .._checks import float_array
-from ..exceptions import ConvergenceWarning
+from ..exceptions import ConvergenceWarning, EPNumericalWarning
 from ..kernels.statespace import PERIODIC_ORDER, state_space
 from ._kalman import cavities, filter_smooth, update_sites
+from ._sweep import fill_cavities
 
 
 @dataclass
@@ -55,6 +56,8 @@ class MarkovEPResult:
     periodic_order : int
         Harmonics of a periodic kernel's series in the run (gradient and prediction use
         the same).
+    n_skipped : int
+        Sites left out at the end (an improper cavity; their cavities are the marginals).
 
     Examples
     --------
@@ -76,6 +79,7 @@ class MarkovEPResult:
     n_iter: int
     converged: bool
     periodic_order: int = PERIODIC_ORDER
+    n_skipped: int = 0
 
 
 def _arrange(t, series):
@@ -245,10 +249,19 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
         raise ValueError("markov_ep: the EP evidence is not finite at the returned sites "
                          "(an improper cavity at every update of some site); try a smaller "
                          "damping.")
+    # sites whose cavity is improper (1 / var - tau <= 0, in rounding where a site's
+    # precision dwarfs the prior's) were left out of the update and of log Z, as in
+    # fastep.ep: their cavities are the marginals, and a warning says so
+    mc, vc, n_bad = fill_cavities(ok, mc, vc, mean, var)
+    if n_bad:
+        warnings.warn(f"markov_ep: {n_bad} site(s) have an improper cavity (negative "
+                      f"variance) and were left out of the update and of log Z; take "
+                      f"smaller EP steps (e.g. damping=0.5).", EPNumericalWarning,
+                      stacklevel=2)
     inv = np.empty(n, dtype=np.int64)
     inv[order] = np.arange(n)
     return MarkovEPResult(mean[inv].copy(), var[inv].copy(), tau[inv], nu[inv], mc[inv],
-                          vc[inv], evidence, it, converged, int(periodic_order))
+                          vc[inv], evidence, it, converged, int(periodic_order), n_bad)
 
 
 def markov_ep_gradient(result: MarkovEPResult, t: Any, y: Any, kernel: Any, likelihood: Any,

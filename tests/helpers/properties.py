@@ -504,6 +504,38 @@ def prop_sparse_ep(data):
         non_negative(latent[1], "predict_latent var")
 
 
+def prop_markov_ep(data):
+    """``fastep.markov_ep`` (every likelihood; any kernel, those without a state-space
+    form refused), its gradient and its predictions at new times: times at any scale,
+    unsorted, repeated or poisoned, series ids or ids of the wrong length."""
+    from fastep.inference.markov_ep import markov_ep_gradient, markov_predict
+    n = data.draw(st.integers(1, 20), label="n")
+    k = kernel(data, 1)
+    t = inputs(data, n, 1, "t")[:, 0]
+    lik, y, extra = likelihood_and_targets(data, n)
+    pick = data.draw(st.sampled_from(["none", "none", "ids", "wrong length"]),
+                     label="series")
+    series = {"none": None, "ids": np.arange(n) % 3,
+              "wrong length": np.zeros(n + 1)}[pick]
+    order = data.draw(st.sampled_from([8, 1, 3]), label="periodic_order")
+    res = call(fastep.markov_ep, present(data, t, ("plain", "list", "readonly", "strided",
+                                                   "float32")),
+               y, k, lik, series=series, extra=extra, periodic_order=order,
+               damping=data.draw(st.sampled_from([None, 0.5, 1.0])),
+               max_iter=data.draw(st.integers(1, 60)))
+    if res is None:
+        return
+    _check_ep_result(res, "markov_ep")
+    finite(call(markov_ep_gradient, res, t, y, k, lik, series=series, extra=extra),
+           "markov_ep_gradient")
+    t_new = np.concatenate([t[:2] + 0.5 * np.abs(t[:2]), [np.max(t) + 1.0]])
+    out = call(markov_predict, res, t, t_new, k, series=series,
+               series_new=None if series is None else np.array([0, 1, 7])[:t_new.size])
+    if out is not None:
+        finite(out[0], "markov_predict mean")
+        non_negative(out[1], "markov_predict var")
+
+
 def _sparse_options(data, n):
     if data.draw(st.booleans(), label="sparse"):
         return {"n_inducing": data.draw(st.integers(1, max(1, n))), "random_state": 0,
@@ -940,6 +972,7 @@ ENTRY_POINTS = {
     "kernels": prop_kernels,
     "fastep.ep": prop_ep,
     "fastep.sparse_ep": prop_sparse_ep,
+    "fastep.markov_ep": prop_markov_ep,
     "EPGaussianProcessClassifier": prop_classifier,
     "CensoredGPRegressor": prop_censored,
     "EPGaussianProcessRegressor": prop_regressor,
