@@ -68,7 +68,7 @@ def _one_feature(X, name="X"):
 
 def latent_band(estimator: Any, X: ArrayLike, *, ax: Optional[Axes] = None, n_std: float = 2.0,
                 label: Optional[str] = "latent mean", band_label: Optional[str] = None,
-                color: Any = None, alpha: float = 0.25) -> Axes:
+                color: Any = None, alpha: float = 0.25, series: Any = None) -> Axes:
     """Latent posterior mean of f(x) and a band of ``n_std`` standard deviations.
 
     Parameters
@@ -84,6 +84,9 @@ def latent_band(estimator: Any, X: ArrayLike, *, ax: Optional[Axes] = None, n_st
     label, band_label, color, alpha :
         Passed to the mean's line (``label``, ``color``) and the band (``band_label``,
         default ``"±2 sd"`` for ``n_std=2``; ``color``, ``alpha``).
+    series : number, optional
+        For a state-space model of many series (``inference="markov"`` fitted on X =
+        (time, series id)): the id of the series to draw over the times ``X``.
 
     Returns
     -------
@@ -105,6 +108,13 @@ def latent_band(estimator: Any, X: ArrayLike, *, ax: Optional[Axes] = None, n_st
     """
     ax = _axes(ax)
     X, x = _one_feature(X)
+    if series is not None:
+        if getattr(estimator, "n_features_in_", None) != 2:
+            raise ValueError(f"series={series!r} draws one series of a model fitted on "
+                             f"(time, series id) columns (inference='markov'); this "
+                             f"estimator has {getattr(estimator, 'n_features_in_', '?')} "
+                             f"feature(s). Leave series out.")
+        X = np.column_stack([x, np.full(x.shape[0], float(series))])
     mean, std = estimator.predict_latent(X, return_std=True)
     if np.ndim(mean) != 1:
         raise ValueError(f"latent_band draws one latent function; this estimator has "

@@ -51,6 +51,25 @@ def test_latent_band_refuses_two_features_and_several_latent_functions(ax, binar
         plot.latent_band(three, X, ax=ax)
 
 
+def test_latent_band_draws_one_series_of_a_state_space_panel(ax, binary_1d):
+    """series= draws the band of one series of a model fitted on (time, series id): the
+    same numbers as predict_latent on those columns; refused for a model of one column."""
+    from fastep import EPGaussianProcessRegressor
+    from fastep.kernels import Matern32
+    t = np.tile(np.arange(40.0), 2)
+    ids = np.repeat([0.0, 5.0], 40)
+    y = np.where(ids == 0.0, np.sin(t / 5.0), np.cos(t / 5.0))
+    reg = EPGaussianProcessRegressor(Matern32(1.0, 5.0), likelihood="gaussian",
+                                     inference="markov", optimizer=None).fit(np.c_[t, ids], y)
+    grid = np.linspace(0.0, 45.0, 30)
+    plot.latent_band(reg, grid, ax=ax, series=5.0)
+    mean = reg.predict_latent(np.c_[grid, np.full(30, 5.0)])
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), mean)
+    assert not np.allclose(mean, reg.predict_latent(np.c_[grid, np.zeros(30)]))
+    with pytest.raises(ValueError, match="series=1 draws one series"):
+        plot.latent_band(binary_1d[0], grid, ax=ax, series=1)
+
+
 def test_probability_map_contours_p_and_the_half_level(ax):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 2))
