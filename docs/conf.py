@@ -37,9 +37,8 @@ extensions = [
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "auto_examples/*.ipynb", "auto_examples/*.py",
-                    "auto_examples/*.zip", "auto_examples/*.json", "auto_examples/*.md5",
-                    "auto_examples/*.pickle"]
+exclude_patterns = ["_build"] + [f"auto_examples/{where}*.{kind}" for where in ("", "*/")
+                                  for kind in ("ipynb", "py", "zip", "json", "md5", "pickle")]
 myst_enable_extensions = ["dollarmath", "colon_fence"]
 myst_heading_anchors = 3
 
@@ -84,12 +83,15 @@ for _name, _url in LIBRARIES.items():
         print(f"fastep docs: no inventory of {_name} (offline); its names stay plain text")
 intersphinx_timeout = 5
 
-# --- The gallery: examples/plot_*.py, run at build time
+# --- The gallery: examples/<section>/plot_*.py, run at build time
 sphinx_gallery_conf = {
     "examples_dirs": str(ROOT / "examples"),
     "gallery_dirs": "auto_examples",
     "filename_pattern": r"/plot_",
     "plot_gallery": os.environ.get("FASTEP_DOCS_GALLERY", "1") != "0",
+    "subsection_order": [f"../examples/{section}" for section in (
+        "classification", "regression_counts", "censored_survival", "time_series",
+        "large_n", "crowds", "multiclass")],
     "within_subsection_order": "FileNameSortKey",
     "remove_config_comments": True,
     "matplotlib_animations": False,

@@ -62,8 +62,14 @@ def test_api_reference_lists_every_public_name():
 
 
 def test_gallery_has_the_examples_the_site_promises():
-    examples = sorted((DOCS.parent / "examples").glob("plot_*.py"))
+    """At least ten examples, in sections (a folder each, with a README that titles it),
+    each with a title."""
+    examples = sorted((DOCS.parent / "examples").glob("*/plot_*.py"))
     assert len(examples) >= 10
+    assert not list((DOCS.parent / "examples").glob("plot_*.py"))    # none outside one
+    for section in {path.parent for path in examples}:
+        head = (section / "README.rst").read_text().splitlines()
+        assert len(head) > 2 and set(head[1]) == {"-"}, section.name
     for path in examples:
         head = path.read_text().split('"""')[1].strip().splitlines()
         assert len(head) > 2 and set(head[1]) == {"="}, path.name   # a title, underlined
