@@ -180,7 +180,8 @@ def _estimator(args, d, m):
         kw["max_iter"] = args.max_iter
     if m:
         kw["n_inducing"] = m
-    kernel = _kernel(args, d)
+    # a state-space model's kernel is of time alone (a second column is a series id)
+    kernel = _kernel(args, 1 if kw.get("inference") == "markov" else d)
     if args.model == "censored":
         return fastep.CensoredGPRegressor(kernel, lower=args.lower, upper=args.upper, **kw)
     if args.model == "regression":

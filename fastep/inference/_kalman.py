@@ -48,7 +48,8 @@ def _factor_transition(kind, order, rate, dt, out, at):
             out[at + 1, at] = -e * ll * x
             out[at + 1, at + 1] = e * (1.0 - x)
             return 2
-        # order 2: N = [[l, 1, 0], [0, l, 1], [-l^3, -3 l^2, -2 l]], A = e (I + N dt + N^2 dt^2 / 2)
+        # order 2: N = [[l, 1, 0], [0, l, 1], [-l^3, -3 l^2, -2 l]],
+        # A = e (I + N dt + N^2 dt^2 / 2)
         h = 0.5 * dt * dt
         l2 = ll * ll
         l3 = l2 * ll

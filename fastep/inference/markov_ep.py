@@ -91,7 +91,14 @@ def _arrange(t, series):
     ids = np.asarray(series)
     if ids.ndim != 1 or ids.shape[0] != n:
         raise ValueError(f"series must hold one id per row ({n}); got shape {ids.shape}.")
-    _, codes = np.unique(ids, return_inverse=True)
+    if ids.dtype.kind == "f" and not np.all(np.isfinite(ids)):
+        raise ValueError("series holds NaN or infinite ids; give every row the id of its "
+                         "series.")
+    try:
+        _, codes = np.unique(ids, return_inverse=True)
+    except TypeError:
+        raise ValueError(f"series ids must be numbers or strings that sort (of one kind, "
+                         f"no None); got {ids[:5].tolist()}...") from None
     order = np.lexsort((t, codes))
     breaks = np.flatnonzero(np.diff(codes[order])) + 1
     return order, np.concatenate([[0], breaks, [n]]).astype(np.int64)
@@ -212,6 +219,12 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
     last = None
     for it in range(1, max_iter + 1):
         ok, mc, vc = posterior(tau, nu)
+        if last is None and not (np.all(var > 0.0) and np.all(np.isfinite(mean))) and \
+                (np.any(tau != 0.0) or np.any(nu != 0.0)):
+            # warm-start sites (another kernel's, in ML-II) that make this posterior
+            # improper: start from no sites instead
+            tau, nu = np.zeros(n), np.zeros(n)
+            ok, mc, vc = posterior(tau, nu)
         if last is not None and not (np.all(var > 0.0) and np.all(np.isfinite(mean))):
             # the step made the posterior improper (sites of negative precision): back to
             # the last sites, with half the step
@@ -256,7 +269,7 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
     if n_bad:
         warnings.warn(f"markov_ep: {n_bad} site(s) have an improper cavity (negative "
                       f"variance) and were left out of the update and of log Z; take "
-                      f"smaller EP steps (e.g. damping=0.5).", EPNumericalWarning,
+                      f"smaller EP steps (a damping below {step:g}).", EPNumericalWarning,
                       stacklevel=2)
     inv = np.empty(n, dtype=np.int64)
     inv[order] = np.arange(n)
@@ -312,7 +325,9 @@ def markov_ep_gradient(result: MarkovEPResult, t: Any, y: Any, kernel: Any, like
     if not likelihood.n_dims:
         return d_theta, np.zeros(0)
     y = likelihood.encode_targets(y)
-    ok = np.isfinite(result.cavity_var)
+    # the sites the evidence left out (an improper cavity: 1 / var <= tau) stay out here
+    with np.errstate(divide="ignore"):
+        ok = 1.0 / result.var - result.site_tau > 0.0
     d_lik = likelihood.tilted_dparams(y[ok], result.cavity_mean[ok], result.cavity_var[ok],
                                       extra=None if extra is None else
                                       likelihood.check_extra(extra, n)[ok]).sum(0)

@@ -140,8 +140,11 @@ def _factor(kernel: Any, periodic_order: int):
         h[0] = 1.0
         return MATERN, order, lam, s2 * np.array(P[order]), h
     if isinstance(kernel, Periodic):
-        J = int(periodic_order)
-        q = periodic_coefficients(_scalar_lengthscale(kernel), J)
+        q = periodic_coefficients(_scalar_lengthscale(kernel), int(periodic_order))
+        # harmonics below rounding (a long lengthscale's, which underflow to 0) would
+        # make the state covariance singular: they go, changing the kernel by < 1e-16
+        J = int(np.flatnonzero(q > 1e-16 * q.sum())[-1])
+        q = q[:J + 1]
         diag = np.concatenate([[q[0]], np.repeat(q[1:], 2)])
         h = np.zeros(2 * J + 1)
         h[0::2] = 1.0                   # the constant, then the cosine state of each pair

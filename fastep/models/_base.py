@@ -249,6 +249,15 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
             raise ValueError(f"inference='markov' runs full EP on every time, without "
                              f"inducing points or a power below 1; got {', '.join(ignored)}. "
                              f"Leave them at their defaults, or use inference='ep'.")
+        if X.shape[1] == 2:
+            n_series = np.unique(X[:, 1]).size
+            if n_series > X.shape[0] // 2:
+                warnings.warn(f"{type(self).__name__}: inference='markov' reads X's second "
+                              f"column as series ids, and it holds {n_series} ids for "
+                              f"{X.shape[0]} rows: most series have one row, which the "
+                              f"model cannot link to any other. If that column is a "
+                              f"feature, use inference='ep'.", UserWarning,
+                              stacklevel=user_stacklevel())
         if self.kernel is not None:
             return MarkovGP, self._fresh_kernel(X), None
         scale = median_heuristic(X[:, :1])

@@ -107,10 +107,11 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         about a second to start).  The problems after the first start ML-II from the
         first one's fitted parameters.
     inference : {"ep", "markov"}, default="ep"
-        "markov": state-space EP (:func:`fastep.markov_ep`) over X's one column, time, in
-        O(n) time and memory (no inducing points), for a Matern kernel of time or a sum of
-        them (default ``Matern32`` with the median distance between the times as
-        lengthscale).  "ep": dense or sparse EP.
+        "markov": state-space EP (:func:`fastep.markov_ep`) over X's column of times (and
+        an optional second column of series ids: independent series, one kernel), in
+        O(n) time and memory (no inducing points), for Matern, Periodic and constant
+        kernels of time and their sums and products (default ``Matern32`` with the
+        median distance between the times as lengthscale).  "ep": dense or sparse EP.
     verbose : int, default=0
         Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
         as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,

@@ -57,10 +57,11 @@ class OrdinalGPClassifier(ClassifierMixin, SingleLatentEstimator):
 tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
         As in :class:`~fastep.EPGaussianProcessClassifier`.
     inference : {"ep", "markov"}, default="ep"
-        "markov": state-space EP (:func:`fastep.markov_ep`) over X's one column, time, in
-        O(n) time and memory (no inducing points), for a Matern kernel of time or a sum of
-        them (default ``Matern32`` with the median distance between the times as
-        lengthscale).  "ep": dense or sparse EP.
+        "markov": state-space EP (:func:`fastep.markov_ep`) over X's column of times (and
+        an optional second column of series ids: independent series, one kernel), in
+        O(n) time and memory (no inducing points), for Matern, Periodic and constant
+        kernels of time and their sums and products (default ``Matern32`` with the
+        median distance between the times as lengthscale).  "ep": dense or sparse EP.
     verbose : int, default=0
         Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
         as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,

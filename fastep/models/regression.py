@@ -83,10 +83,11 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         As in :class:`~fastep.EPGaussianProcessClassifier` (the README's table of shared
         parameters).
     inference : {"ep", "markov"}, default="ep"
-        "markov": state-space EP (:func:`fastep.markov_ep`) over X's one column, time, in
-        O(n) time and memory (no inducing points), for a Matern kernel of time or a sum of
-        them (default ``Matern32`` with the median distance between the times as
-        lengthscale); ``predict`` at new times
+        "markov": state-space EP (:func:`fastep.markov_ep`) over X's column of times (and
+        an optional second column of series ids: independent series, one kernel), in
+        O(n) time and memory (no inducing points), for Matern, Periodic and constant
+        kernels of time and their sums and products (default ``Matern32`` with the
+        median distance between the times as lengthscale); ``predict`` at new times
         interpolates and forecasts.  "ep": dense or sparse EP over any inputs.
     verbose : int, default=0
         Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,

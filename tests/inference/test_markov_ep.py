@@ -239,3 +239,77 @@ def test_a_site_of_negative_precision_at_the_start_of_a_series():
     np.testing.assert_allclose(again.mean, dense.mean, rtol=1e-8, atol=1e-10)
     with pytest.raises(ValueError, match="site_tau"):
         markov_ep(t, y, kernel, lik, site_tau=np.zeros(31), site_nu=np.zeros(31))
+
+
+def _outlier_series():
+    rng = np.random.default_rng(3)
+    t = np.sort(rng.uniform(0.0, 30.0, 80))
+    t = np.concatenate([t, t[:6]])
+    rng.shuffle(t)
+    y = np.sin(t) + 0.1 * rng.normal(size=t.size)
+    y[rng.choice(t.size, 10, replace=False)] += rng.choice([-8.0, 8.0], 10)
+    return t, y
+
+
+@pytest.mark.filterwarnings("ignore::fastep.EPNumericalWarning")
+def test_likelihood_gradient_leaves_out_the_sites_the_evidence_leaves_out():
+    """With a site left out (improper cavity), d log Z / d log(likelihood parameters)
+    equals central differences of the evidence at the same sites (max_iter=0), which
+    leaves that site out too (review finding: the gradient summed it in)."""
+    from fastep.inference.markov_ep import markov_ep_gradient
+    t, y = _outlier_series()
+    kernel = Matern32(1.0, 20.0) * Periodic(1.0, 1.0, 2 * np.pi)
+    lik = StudentT(3.0, 0.05)
+    with pytest.warns(fastep.EPNumericalWarning):
+        res = markov_ep(t, y, kernel, lik, damping=0.5, tol=1e-11, max_iter=3000)
+    assert res.n_skipped >= 1
+    _, d_lik = markov_ep_gradient(res, t, y, kernel, lik)
+    theta, h, fd = np.asarray(lik.theta), 1e-5, []
+    for j in range(theta.size):
+        up, down = theta.copy(), theta.copy()
+        up[j] += h
+        down[j] -= h
+        at = [markov_ep(t, y, kernel, lik.clone_with_theta(v), max_iter=0,
+                        site_tau=res.site_tau, site_nu=res.site_nu).log_marginal_likelihood
+              for v in (up, down)]
+        fd.append((at[0] - at[1]) / (2 * h))
+    np.testing.assert_allclose(d_lik, fd, rtol=1e-5, atol=1e-5)
+
+
+def test_long_periodic_lengthscales_at_high_orders_stay_exact():
+    """Harmonics whose coefficients underflow (lengthscale 1e5, order 30) no longer make
+    the state covariance singular (review finding: LAPACK raised inside the filter); the
+    posterior equals dense GP regression."""
+    rng = np.random.default_rng(0)
+    t = np.sort(rng.uniform(0.0, 10.0, 30))
+    y = np.sin(t) + 0.1 * rng.normal(size=t.size)
+    for ls, order in ((1e5, 30), (1e3, 45), (100.0, 60)):
+        kernel = Periodic(1.0, ls, 3.0) + Matern32(0.5, 2.0)
+        res = markov_ep(t, y, kernel, Gaussian(0.1), damping=1.0, tol=1e-12,
+                        periodic_order=order)
+        mean, _, log_ml = _gp_regression(kernel(t[:, None]), y, 0.1)
+        np.testing.assert_allclose(res.mean, mean, rtol=1e-7, atol=1e-8)
+        np.testing.assert_allclose(res.log_marginal_likelihood, log_ml, rtol=1e-9)
+
+
+@pytest.mark.filterwarnings("ignore::fastep.EPNumericalWarning")
+def test_warm_start_from_sites_that_make_the_posterior_improper_starts_afresh():
+    """Sites of another kernel that make this one's posterior improper (ML-II's warm
+    start) give way to a cold start, not to a non-finite evidence (review finding)."""
+    t, y = _outlier_series()
+    lik = StudentT(3.0, 0.05)
+    kernel = Matern32(1.0, 3.0)
+    bad_tau = np.full(t.size, -50.0)
+    res = markov_ep(t, y, kernel, lik, damping=0.5, tol=1e-10, max_iter=3000,
+                    site_tau=bad_tau, site_nu=np.zeros(t.size))
+    cold = markov_ep(t, y, kernel, lik, damping=0.5, tol=1e-10, max_iter=3000)
+    np.testing.assert_allclose(res.log_marginal_likelihood, cold.log_marginal_likelihood,
+                               rtol=1e-8)
+
+
+def test_series_ids_that_do_not_sort_or_are_nan_are_clear_errors():
+    t, y = np.arange(5.0), np.ones(5)
+    with pytest.raises(ValueError, match="numbers or strings that sort"):
+        markov_ep(t, y, Matern32(), Gaussian(0.1), series=[None, 1, None, 1, 1])
+    with pytest.raises(ValueError, match="NaN or infinite ids"):
+        markov_ep(t, y, Matern32(), Gaussian(0.1), series=[0.0, np.nan, 1.0, 1.0, 0.0])

@@ -410,6 +410,22 @@ def test_markov_inference_learns_one_kernel_for_many_series(tmp_path):
     mean, std = est.predict_latent(np.c_[t_new, np.full(3, 7.0)], return_std=True)
     np.testing.assert_allclose(mean, 0.0, atol=1e-12)
     np.testing.assert_allclose(std ** 2, fitted(np.zeros((1, 1)))[0, 0], rtol=1e-6)
+    # a second column that is no series id (most ids one row) is said to be one
+    with pytest.warns(UserWarning, match="most series have one row"):
+        EPGaussianProcessRegressor(Matern32(), likelihood="poisson", inference="markov",
+                                   optimizer=None).fit(np.c_[X[:, 0], rng.normal(size=y.size)],
+                                                       y)
+    # a constant id column on standardised days (the review's reproducer): fits as the
+    # one-column model does (its warm starts once made the posterior improper)
+    d = np.arange(100.0)
+    z = np.sin(d / 9) + 0.1 * np.random.default_rng(0).normal(size=100)
+    days = (d - d.mean()) / d.std()
+    two = EPGaussianProcessRegressor(Matern32(1, 1.414), inference="markov").fit(
+        np.c_[days, np.zeros(100)], z)
+    one = EPGaussianProcessRegressor(Matern32(1, 1.414), inference="markov").fit(
+        days[:, None], z)
+    np.testing.assert_allclose(two.log_marginal_likelihood_value_,
+                               one.log_marginal_likelihood_value_, rtol=1e-8)
     path = tmp_path / "panel.npz"
     fastep.save_model(est, path)
     np.testing.assert_array_equal(fastep.load_model(path).predict(X[:9]), est.predict(X[:9]))
