@@ -109,7 +109,8 @@ def latent_band(estimator: Any, X: ArrayLike, *, ax: Optional[Axes] = None, n_st
     ax = _axes(ax)
     X, x = _one_feature(X)
     if series is not None:
-        if getattr(estimator, "n_features_in_", None) != 2:
+        if getattr(estimator, "n_features_in_", None) != 2 or \
+                getattr(estimator, "inference", None) != "markov":
             raise ValueError(f"series={series!r} draws one series of a model fitted on "
                              f"(time, series id) columns (inference='markov'); this "
                              f"estimator has {getattr(estimator, 'n_features_in_', '?')} "

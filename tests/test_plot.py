@@ -68,6 +68,10 @@ def test_latent_band_draws_one_series_of_a_state_space_panel(ax, binary_1d):
     assert not np.allclose(mean, reg.predict_latent(np.c_[grid, np.zeros(30)]))
     with pytest.raises(ValueError, match="series=1 draws one series"):
         plot.latent_band(binary_1d[0], grid, ax=ax, series=1)
+    dense = EPGaussianProcessRegressor(Matern32(1.0, 5.0), likelihood="gaussian",
+                                       optimizer=None).fit(np.c_[t, ids], y)
+    with pytest.raises(ValueError, match="series=5.0 draws one series"):
+        plot.latent_band(dense, grid, ax=ax, series=5.0)     # two features, not a panel
 
 
 def test_probability_map_contours_p_and_the_half_level(ax):

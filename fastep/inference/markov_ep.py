@@ -268,9 +268,11 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
     mc, vc, n_bad = fill_cavities(ok, mc, vc, mean, var)
     if n_bad:
         warnings.warn(f"markov_ep: {n_bad} site(s) have an improper cavity (negative "
-                      f"variance) and were left out of the update and of log Z; take "
-                      f"smaller EP steps (a damping below {step:g}).", EPNumericalWarning,
-                      stacklevel=2)
+                      f"variance) and were left out of the update and of log Z; "
+                      + (f"take smaller EP steps (a damping below {step:g})." if step > 0.05
+                         else "such a site's precision dwarfs the prior's, and the "
+                              "filter's marginal variance lost the digits its cavity "
+                              "needs."), EPNumericalWarning, stacklevel=2)
     inv = np.empty(n, dtype=np.int64)
     inv[order] = np.arange(n)
     return MarkovEPResult(mean[inv].copy(), var[inv].copy(), tau[inv], nu[inv], mc[inv],
