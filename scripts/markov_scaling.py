@@ -115,39 +115,6 @@ def data(n, irregular, seed=0):
     return t, rng.poisson(np.exp(f)).astype(float)
 
 
-def panel_times(repeats):
-    """(one series of 10^6, panel on one thread, panel on all threads): median seconds
-    of one EP iteration."""
-    import numba
-    kernel, lik = Matern32(1.0, 30.0), Poisson()
-    t, y = data(1_000_000, False)
-    ids = np.repeat(np.arange(1000), 1000)
-    tp = np.tile(np.arange(1000.0), 1000)
-
-    def iteration(**kw):
-        times = []
-        for _ in range(repeats):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", fastep.ConvergenceWarning)
-                t0 = time.perf_counter()
-                markov_ep(kw["t"], y, kernel, lik, series=kw.get("series"), max_iter=1, tol=0.0)
-                t1 = time.perf_counter()
-                markov_ep(kw["t"], y, kernel, lik, series=kw.get("series"), max_iter=4,
-                          tol=0.0)
-                times.append(((time.perf_counter() - t1) - (t1 - t0)) / 3.0)
-        return statistics.median(times)
-
-    one = iteration(t=t)
-    panel = iteration(t=tp, series=ids)
-    threads = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        panel1 = iteration(t=tp, series=ids)
-    finally:
-        numba.set_num_threads(threads)
-    return one, panel1, panel
-
-
 def iteration_seconds(t, y, kernel, lik, repeats, **kw):
     """Median seconds of one markov_ep iteration: (4 iterations - 1) / 3."""
     times = []
@@ -160,6 +127,26 @@ def iteration_seconds(t, y, kernel, lik, repeats, **kw):
             markov_ep(t, y, kernel, lik, max_iter=4, tol=0.0, **kw)
             times.append(((time.perf_counter() - t1) - (t1 - t0)) / 3.0)
     return statistics.median(times)
+
+
+def panel_times(repeats):
+    """(one series of 10^6, panel on one thread, panel on all threads): median seconds
+    of one EP iteration."""
+    import numba
+    kernel, lik = Matern32(1.0, 30.0), Poisson()
+    t, y = data(1_000_000, False)
+    ids = np.repeat(np.arange(1000), 1000)
+    tp = np.tile(np.arange(1000.0), 1000)
+
+    one = iteration_seconds(t, y, kernel, lik, repeats)
+    panel = iteration_seconds(tp, y, kernel, lik, repeats, series=ids)
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        panel1 = iteration_seconds(tp, y, kernel, lik, repeats, series=ids)
+    finally:
+        numba.set_num_threads(threads)
+    return one, panel1, panel
 
 
 def against_bayesnewton(python, sizes, irregular, cubature, repeats):
@@ -315,14 +302,7 @@ def main(argv=None):
         t, y = data(n, args.irregular)
         iters, floors = [], []
         for _ in range(args.repeats):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", fastep.ConvergenceWarning)
-                t0 = time.perf_counter()
-                markov_ep(t, y, kernel, lik, max_iter=1, tol=0.0)
-                t1 = time.perf_counter()
-                markov_ep(t, y, kernel, lik, max_iter=4, tol=0.0)
-                t2 = time.perf_counter()
-            iters.append(((t2 - t1) - (t1 - t0)) / 3.0)
+            iters.append(iteration_seconds(t, y, kernel, lik, 1))
             D = ss.n_states
             tau, nu = np.full(n, 0.5), np.zeros(n)
             mf, Pf = np.empty((n, D)), np.empty((n, D, D))

@@ -22,11 +22,11 @@ import numpy as np
 from numba import prange
 
 from .._jit import jit, pjit
+from .._sites import cavity, damped_site
 
 #: Models of at least this many states multiply and solve by BLAS and LAPACK (np.dot,
 #: np.linalg.solve: an allocation per step, repaid from about this size on).
 BLAS_STATES = 16
-from .._sites import cavity, damped_site
 
 
 @jit

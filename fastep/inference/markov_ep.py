@@ -212,6 +212,9 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
         cavities(mean, var, tau, nu, ok, mc, vc)
         return ok, mc, vc
 
+    def proper():
+        return bool(np.all(var > 0.0) and np.all(np.isfinite(mean)))
+
     converged, it = False, 0
     change: float = math.inf
     if adaptive and not clip:
@@ -219,13 +222,12 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
     last = None
     for it in range(1, max_iter + 1):
         ok, mc, vc = posterior(tau, nu)
-        if last is None and not (np.all(var > 0.0) and np.all(np.isfinite(mean))) and \
-                (np.any(tau != 0.0) or np.any(nu != 0.0)):
+        if last is None and not proper() and (np.any(tau != 0.0) or np.any(nu != 0.0)):
             # warm-start sites (another kernel's, in ML-II) that make this posterior
             # improper: start from no sites instead
             tau, nu = np.zeros(n), np.zeros(n)
             ok, mc, vc = posterior(tau, nu)
-        if last is not None and not (np.all(var > 0.0) and np.all(np.isfinite(mean))):
+        if last is not None and not proper():
             # the step made the posterior improper (sites of negative precision): back to
             # the last sites, with half the step
             if not step > 0.05:
@@ -327,9 +329,10 @@ def markov_ep_gradient(result: MarkovEPResult, t: Any, y: Any, kernel: Any, like
     if not likelihood.n_dims:
         return d_theta, np.zeros(0)
     y = likelihood.encode_targets(y)
-    # the sites the evidence left out (an improper cavity: 1 / var <= tau) stay out here
-    with np.errstate(divide="ignore"):
-        ok = 1.0 / result.var - result.site_tau > 0.0
+    # the sites the evidence left out (an improper cavity, by the rule markov_ep used)
+    # stay out here
+    ok, scratch = np.empty(n, dtype=np.bool_), np.empty(n)
+    cavities(result.mean, result.var, result.site_tau, result.site_nu, ok, scratch, scratch)
     d_lik = likelihood.tilted_dparams(y[ok], result.cavity_mean[ok], result.cavity_var[ok],
                                       extra=None if extra is None else
                                       likelihood.check_extra(extra, n)[ok]).sum(0)

@@ -230,7 +230,16 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
         parameter or ``Matern32`` with the median distance between the times as
         lengthscale, as the RBF default; no inducing inputs), else dense or sparse EP."""
         if getattr(self, "inference", "ep") != "markov":
-            return LatentGP, self._fresh_kernel(X), self._inducing_inputs(X, rng)
+            Z = self._inducing_inputs(X, rng)
+            if Z is not None and X.shape[1] == 1 and self.n_inducing == "auto" \
+                    and self.inducing_points is None:
+                warnings.warn(f"{type(self).__name__}: X is one column of {X.shape[0]} "
+                              f"rows, so the default fit is sparse EP with {Z.shape[0]} "
+                              f"inducing points; inference='markov' (state-space EP, with "
+                              f"a Matern kernel of that column, e.g. time) is exact in "
+                              f"O(n). Set n_inducing to keep sparse EP without this "
+                              f"warning.", UserWarning, stacklevel=user_stacklevel())
+            return LatentGP, self._fresh_kernel(X), Z
         if is_dask_array(X):
             raise ValueError("inference='markov' runs in memory (O(n)): X must be a NumPy "
                              "array of times, not a dask array.")
@@ -316,15 +325,6 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
             _LOG.info("%s: n_inducing='auto' on %d rows: sparse EP with %d inducing points "
                       "(dense up to %d rows; set n_inducing to choose)", type(self).__name__,
                       X.shape[0], m, AUTO_DENSE_ROWS)
-            takes = self._parameter_constraints.get("inference", [None])[0]
-            if X.shape[1] == 1 and getattr(self, "inference", None) == "ep" and \
-                    "markov" in getattr(takes, "options", ()):
-                warnings.warn(f"{type(self).__name__}: X is one column of {X.shape[0]} rows, "
-                              f"so the default fit is sparse EP with {m} inducing points; "
-                              f"inference='markov' (state-space EP, with a Matern kernel of "
-                              f"that column, e.g. time) is exact in O(n). Set n_inducing to "
-                              f"keep sparse EP without this warning.", UserWarning,
-                              stacklevel=user_stacklevel())
         if is_dask_array(X):
             X = dask_sample(X, m or 0, rng)
         return check_inducing(X, m, self.inducing_points, rng)
