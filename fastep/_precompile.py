@@ -17,6 +17,11 @@ def precompile(verbose: bool = False) -> float:
     after it takes 1.0-1.8 times a second fit (``python scripts/first_fit.py``); the very
     first call after installation compiles everything (a minute or more).
 
+    Parameters
+    ----------
+    verbose : bool, default False
+        Log the time taken at level INFO on the ``"fastep"`` logger (else at DEBUG).
+
     Examples
     --------
     >>> import fastep

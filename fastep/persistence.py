@@ -121,6 +121,25 @@ def save_model(estimator: Any, path: Union[str, "os.PathLike[str]"]) -> None:
     intact.  Models with a scikit-learn kernel or a :class:`~fastep.likelihoods.CustomLikelihood`
     hold Python objects and cannot be saved this way (pickle or joblib keep them).
 
+    Parameters
+    ----------
+    estimator : fitted fastep estimator, or Pipeline of TableColumns and one
+        The model to save.  A custom optimizer or a ``random_state`` Generator (or
+        RandomState) is saved as None.
+    path : str or path-like
+        The file to write (replaced if it exists).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    ValueError
+        ``estimator`` is not a fastep estimator (or such a Pipeline), is not fitted
+        (scikit-learn's ``NotFittedError``), or holds values that cannot be saved
+        without pickle.
+
     Examples
     --------
     >>> import numpy as np, os, tempfile, fastep
@@ -224,6 +243,17 @@ def load_model(path: Union[str, "os.PathLike[str]"]) -> Any:
     exactly those columns in order, as ``fastep predict`` does.  The estimator alone is
     ``model[-1]``, and ``model[-1].predict_latent(model[0].transform(X))`` its other
     predictions.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A file written by :func:`save_model` (or ``fastep fit -o``).
+
+    Returns
+    -------
+    estimator or Pipeline
+        The fitted estimator, or for a model of ``fastep fit`` with feature columns or
+        scaling, a Pipeline of a :class:`~fastep.models.TableColumns` step and it.
 
     Raises
     ------
@@ -357,6 +387,24 @@ def _feature_scaling(scaling, d):
 def describe_model(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     """What a model file holds, after :func:`load_model` has checked all of it: a dict of
     printable values (``fastep info MODEL`` prints it).
+
+    Parameters
+    ----------
+    path : str or path-like
+        A file written by :func:`save_model` (or ``fastep fit -o``).
+
+    Returns
+    -------
+    dict
+        Printable values by name: the estimator's class, the fastep version that saved
+        it, its kernel and likelihood, the training rows, the features (and the feature
+        columns and scaling of a model of ``fastep fit``), the classes, the number of
+        inducing points and the log evidence, where the model has them.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        As for :func:`load_model`.
 
     Examples
     --------

@@ -73,17 +73,23 @@ def latent_band(estimator: Any, X: ArrayLike, *, ax: Optional[Axes] = None, n_st
 
     Parameters
     ----------
-    estimator : fitted fastep estimator with ``predict_latent(X, return_std=True)``
-        and one latent function (a binary EP classifier, the regressors, the censored,
-        ordinal and crowd models).
+    estimator : fitted fastep estimator
+        One with ``predict_latent(X, return_std=True)`` and one latent function (a binary
+        EP classifier, the regressors, the censored, ordinal and crowd models).
     X : array of shape (n,) or (n, 1)
         Inputs of one feature, in the order they are drawn (sort them).
     ax : matplotlib Axes, optional
+        Where to draw (default: the current Axes).
     n_std : float, default=2.0
         Half-width of the band in posterior standard deviations (2: about 95%).
-    label, band_label, color, alpha :
-        Passed to the mean's line (``label``, ``color``) and the band (``band_label``,
-        default ``"±2 sd"`` for ``n_std=2``; ``color``, ``alpha``).
+    label : str or None, default="latent mean"
+        Legend label of the mean's line.
+    band_label : str or None, default=None
+        Legend label of the band; None: ``"±2 sd"`` for ``n_std=2``.
+    color : matplotlib color, optional
+        Colour of the line and the band (default: the Axes' next colour).
+    alpha : float, default=0.25
+        Opacity of the band.
     series : number, optional
         For a state-space model of many series (``inference="markov"`` fitted on X =
         (time, series id)): the id of the series to draw over the times ``X``.
@@ -146,6 +152,7 @@ def probability_map(estimator: Any, X: ArrayLike, y: Optional[ArrayLike] = None,
     y : array (n,), optional
         Labels of X, as the points' colours.
     ax : matplotlib Axes, optional
+        Where to draw (default: the current Axes).
     resolution : int, default=150
         Grid points per axis.
     margin : float, default=0.5
@@ -213,9 +220,13 @@ def calibration(y_true: ArrayLike, proba: ArrayLike, *, n_bins: int = 10,
     proba : array (n,) or (n, C)
         Predicted probabilities (``predict_proba``; its column 1 for a binary model).
     n_bins : int, default=10
+        Number of bins of equal width on [0, 1].
     ax : matplotlib Axes, optional
-    label, marker :
-        Passed to the line.
+        Where to draw (default: the current Axes).
+    label : str or None, default=None
+        Legend label of the line.
+    marker : str, default="o"
+        Marker of the line's points.
 
     Returns
     -------
@@ -290,6 +301,7 @@ def annotator_reliabilities(estimator: Any, *,
     truth : (sensitivity, specificity), optional
         True values, arrays of one entry per annotator.
     ax : matplotlib Axes, optional
+        Where to draw (default: the current Axes).
     width : float, default=0.38
         Width of each bar.
 
@@ -348,9 +360,13 @@ def convergence(values: ArrayLike, *, ax: Optional[Axes] = None, label: Optional
     values : sequence of float
         log Z at each step, the final value last.
     ax : matplotlib Axes, optional
-    label, marker :
-        Passed to the line.
+        Where to draw (default: the current Axes).
+    label : str or None, default=None
+        Legend label of the line.
+    marker : str, default="."
+        Marker of the line's points.
     xlabel : str, default="EP sweep"
+        Label of the x axis (e.g. "ML-II evaluation" for an ML-II trace).
 
     Returns
     -------

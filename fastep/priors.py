@@ -39,9 +39,9 @@ class LogNormal:
 
     Parameters
     ----------
-    median : float > 0
+    median : float > 0, default 1.0
         The prior median of the parameter.
-    sigma : float > 0
+    sigma : float > 0, default 1.0
         Standard deviation of its log: ``sigma=2`` puts 95% of the prior mass within a
         factor ``exp(3.9) ~ 50`` of the median.
 
@@ -65,12 +65,24 @@ class LogNormal:
         self.median, self.sigma = float(median), float(sigma)
 
     def log_density(self, t: ArrayLike) -> np.ndarray:
-        """log p(t) of the log parameter ``t``."""
+        """log p(t) of the log parameter ``t``.
+
+        Parameters
+        ----------
+        t : float or array_like
+            Log of the parameter (a theta entry), elementwise.
+        """
         z = (np.asarray(t, dtype=float) - math.log(self.median)) / self.sigma
         return -0.5 * z * z - math.log(self.sigma * math.sqrt(2.0 * math.pi))
 
     def log_density_gradient(self, t: ArrayLike) -> np.ndarray:
-        """d log p(t) / dt."""
+        """d log p(t) / dt.
+
+        Parameters
+        ----------
+        t : float or array_like
+            Log of the parameter (a theta entry), elementwise.
+        """
         return -(np.asarray(t, dtype=float) - math.log(self.median)) / self.sigma ** 2
 
     def to_dict(self) -> Dict[str, Any]:

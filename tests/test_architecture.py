@@ -318,3 +318,88 @@ def test_precompile_is_silent():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fastep.precompile()
+
+
+def _matched_strings(path):
+    """The string literals a module matches values against: operands of comparisons
+    (``==``, ``in``) and arguments of ``startswith``, ``endswith``, ``split``, ``index``,
+    ``replace``."""
+    tree = ast.parse(path.read_text(), str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left] + node.comparators
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("startswith", "endswith", "split", "index", "replace"):
+            operands = node.args
+        else:
+            continue
+        for operand in operands:
+            for leaf in ast.walk(operand):
+                if isinstance(leaf, ast.Constant) and isinstance(leaf.value, str):
+                    out.append(leaf.value)
+    return out
+
+
+def test_ml_ii_knows_no_parameter_by_name():
+    """ML-II's messages about bounds come from each parameter's own
+    :class:`fastep._theta.ThetaEntry` (kernels and likelihoods describe their
+    parameters); the learner matches no parameter name (it did: ``"likelihood
+    cut_points"``, ``"noise_variance"``, ``"likelihood df"``, ``"cut_points[0]"``)."""
+    strings = _matched_strings(ROOT / "models" / "_mlii.py")
+    assert "upper" in strings                           # the walk sees comparisons
+    names = ("cut_points", "noise_variance", "likelihood", "df", "log", "kernel", "[",
+             "lengthscale", "variance")
+    bad = sorted({s for s in strings for name in names if name in s})
+    assert not bad, bad
+
+
+def _problems():
+    """One fitted problem of every kind ML-II works on, by fitting small estimators."""
+    import warnings
+
+    import numpy as np
+
+    import fastep
+    from fastep.likelihoods import OrdinalProbit
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 2))
+    y = (X[:, 0] > 0).astype(int)
+    t = np.column_stack([np.arange(40.0), np.zeros(40)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dense = fastep.EPGaussianProcessClassifier(max_iter_optimizer=2).fit(X, y)
+        sparse = fastep.EPGaussianProcessClassifier(inducing_points=X[:5],
+                                                    max_iter_optimizer=2).fit(X, y)
+        markov = fastep.EPGaussianProcessClassifier(fastep.kernels.Matern32(),
+                                                    inference="markov",
+                                                    max_iter_optimizer=2).fit(t, y)
+        laplace = fastep.CensoredGPRegressor(inference="laplace", lower=-1.0,
+                                             max_iter_optimizer=2).fit(
+            X, np.maximum(X[:, 0], -1.0))
+        ordinal = fastep.OrdinalGPClassifier(max_iter_optimizer=2).fit(
+            X, np.digitize(X[:, 0], [-0.5, 0.5]))
+        nested = fastep.NestedEPClassifier(max_iter_optimizer=2).fit(
+            X, np.digitize(X[:, 0], [-0.5, 0.5]))
+        collapsed = fastep.SparseGPRegressor(inducing_points=X[:5],
+                                             max_iter_optimizer=2).fit(X, X[:, 0])
+    assert isinstance(ordinal._evidence_problems()[0].likelihood, OrdinalProbit)
+    fitted = {"dense": dense, "sparse": sparse, "markov": markov, "laplace": laplace,
+              "ordinal": ordinal, "nested": nested, "collapsed": collapsed}
+    return {kind: est._evidence_problems()[0] for kind, est in fitted.items()}
+
+
+def test_every_problem_follows_the_protocol():
+    """Every problem an estimator hands to ML-II is an
+    :class:`~fastep.models._problem.EvidenceProblem` (those that stage:
+    :class:`~fastep.models._problem.StagedProblem`), and names each kernel and likelihood
+    entry of its theta."""
+    from fastep._theta import ThetaEntry
+    from fastep.models._problem import EvidenceProblem, StagedProblem
+    for kind, problem in _problems().items():
+        assert isinstance(problem, EvidenceProblem), kind
+        assert kind == "collapsed" or isinstance(problem, StagedProblem), kind
+        entries = problem.theta_entries
+        assert all(isinstance(e, ThetaEntry) for e in entries), kind
+        assert 0 < len(entries) <= problem.theta.size, kind
+        assert [e.name for e in entries] == problem.theta_names, kind

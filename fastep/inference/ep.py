@@ -121,9 +121,19 @@ class EPResult(EPResultBase):
                        ) -> Tuple[np.ndarray, np.ndarray]:
         """Latent predictive mean and variance at test points (host arrays).
 
-        ``k_cross``: (n_train, m) cross-covariance; ``k_diag``: (m,) prior variances (on
-        the host or on the backend that ran EP).
         mean = k*^T b, var = k** - k*^T (K + S^-1)^-1 k*  (R&W eqs. 3.60, 3.61).
+
+        Parameters
+        ----------
+        k_cross : array-like of shape (n_train, m)
+            The cross-covariance ``K(X_train, X_test)`` of the m test points (on the host
+            or on the backend that ran EP).
+        k_diag : array-like of shape (m,)
+            The prior variances ``k(x*, x*)`` of the test points (likewise).
+
+        Returns
+        -------
+        mean, var : ndarray (m,)
         """
         post = self._post()
         be = post.be
@@ -205,7 +215,7 @@ def ep(K: ArrayLike, y: ArrayLike, likelihood: Likelihood, method: str = "parall
     y : ndarray (n,)
         Targets in the likelihood's encoding (binary likelihoods: -1/+1).
     likelihood : fastep.likelihoods.Likelihood
-    method : {"parallel", "sequential", "auto"}
+    method : {"parallel", "sequential", "auto"}, default "parallel"
         Parallel EP updates all sites from the same marginals (compiled
         ``prange`` loop) then refreshes the posterior with one Cholesky of B;
         sequential EP updates sites one at a time with rank-one updates applied
@@ -230,13 +240,13 @@ def ep(K: ArrayLike, y: ArrayLike, likelihood: Likelihood, method: str = "parall
         largest relative (undamped) site change
         ``|d tau| / (1 + |tau|)``, ``|d nu| / (1 + |nu|)`` both fall below ``tol``
         (after at least 2 sweeps from a cold start, 1 from warm-start sites).
-    max_iter : int
+    max_iter : int, default 100
         Maximum number of sweeps; a :class:`ConvergenceWarning` is issued if hit.
     site_tau, site_nu : ndarray (n,), optional
         Warm start (e.g. the sites of a previous fit).
     extra : ndarray (n, k), optional
         Per-site extras for the likelihood (default: ``likelihood.site_extra(n)``).
-    check_psd : bool
+    check_psd : bool, default True
         Verify that K is positive semi-definite first (one extra Cholesky).
     callback : callable, optional
         Called as ``callback(sweep, log_Z)`` after every sweep (progress reporting).

@@ -20,6 +20,18 @@ def kernel_from_dict(d: Any, _depth: int = 0) -> Kernel:
     """Rebuild a kernel from :meth:`Kernel.to_dict`; a ``ValueError`` says what is wrong
     with a description that does not describe a fastep kernel (model files are untrusted).
 
+    Parameters
+    ----------
+    d : dict
+        A kernel description as :meth:`Kernel.to_dict` writes it: ``{"type": name,
+        "params": {...}, "bounds": {...}}``, or ``{"type": "Sum" or "Product", "k1": ...,
+        "k2": ...}`` (nested at most 32 levels deep).
+
+    Returns
+    -------
+    Kernel
+        The kernel it describes.
+
     Examples
     --------
     >>> from fastep.kernels import RBF, WhiteKernel

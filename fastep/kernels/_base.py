@@ -33,6 +33,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._checks import float_array
+from .._theta import ThetaEntry, entries_of
 from .gram import HOST
 
 
@@ -59,6 +60,21 @@ def _inputs(be: Any, X: ArrayLike, Y: Optional[ArrayLike]
 
 class Hyperparameter:
     """A positive kernel parameter, stored in natural units, optimised in log space.
+
+    Parameters
+    ----------
+    name : str
+        The parameter's name (``"lengthscale"``, ``"variance"``, ...): the keyword of its
+        kernel's constructor, used in messages and in :meth:`Kernel.to_dict`.
+    value : float or array-like
+        The value, > 0 and finite: one number, or a 1-d array of them (one per input
+        feature for an ARD lengthscale).
+    bounds : (float, float) or "fixed"
+        ``(low, high)`` with ``0 < low < high < inf``, in natural units (``theta`` is
+        bounded by their logs), default ``(1e-5, 1e5)``; ``"fixed"`` keeps the value out
+        of ``theta`` (not optimised).
+    scalar : bool, default False
+        Whether the parameter is one number (a ``ValueError`` for more than one value).
 
     Examples
     --------
@@ -181,10 +197,33 @@ class Kernel:
         return np.vstack(b) if b else np.zeros((0, 2))
 
     def clone_with_theta(self, theta: ArrayLike) -> Kernel:
-        """A copy with log-hyperparameters ``theta`` (this kernel is not modified)."""
+        """A copy with log-hyperparameters ``theta`` (this kernel is not modified).
+
+        Parameters
+        ----------
+        theta : array-like of shape (n_dims,)
+            The log of the free (not fixed) hyperparameters, in the order of
+            :attr:`theta`.
+        """
         k = copy.deepcopy(self)
         k.theta = theta
         return k
+
+    def theta_entries(self) -> list[ThetaEntry]:
+        """How ML-II's messages name, show and bound each entry of :attr:`theta`: by the
+        parameter's name (``lengthscale[1]`` for an ARD entry), shown as the parameter
+        (theta holds its log), widened or fixed through the kernel's own
+        ``<name>_bounds``.
+
+        Examples
+        --------
+        >>> from fastep.kernels import RBF
+        >>> [e.name for e in RBF(1.0, [1.0, 2.0]).theta_entries()]
+        ['variance', 'lengthscale[0]', 'lengthscale[1]']
+        """
+        return [entry for p in self._leaf_params() if not p.fixed for entry in entries_of(
+            p.name, p.value.size, f"the kernel's {p.name}=..., {p.name}_bounds=(low, high)",
+            f"the kernel's {p.name}=..., {p.name}_bounds='fixed'")]
 
     def _free_mask(self):
         return np.concatenate([np.full(p.value.size, not p.fixed) for p in self._leaf_params()]
@@ -198,7 +237,21 @@ class Kernel:
         return self._gram(be, *_inputs(be, X, Y))
 
     def diag(self, X: ArrayLike, backend: Any = None) -> np.ndarray:
-        """``k(x_i, x_i)`` for every row of X."""
+        """``k(x_i, x_i)`` for every row of X.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+            The inputs (a 1-d X is one feature).
+        backend : Backend or None, default None
+            Where to compute (an object with the Gram operations of
+            :class:`fastep.kernels.gram.HostGram`); None: the host.
+
+        Returns
+        -------
+        ndarray of shape (n,)
+            An array of ``backend``.
+        """
         be = HOST if backend is None else backend
         return self._diag(be, _as_2d(X, "X", be))
 
@@ -210,6 +263,25 @@ class Kernel:
         K itself, where the caller has it; a kernel whose derivatives are its values
         times functions of the inputs (the stationary kernels) then computes no kernel
         value again, the others ignore it.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+            The first inputs of ``K``.
+        G : array-like of shape (n, n2)
+            The weights, of the shape of ``K = self(X, Y)`` (n2 = n when Y is None).
+        Y : array-like of shape (n2, d) or None, default None
+            The second inputs of ``K``; None: ``K(X, X)``.
+        backend : Backend or None, default None
+            Where to compute (an object with the Gram operations of
+            :class:`fastep.kernels.gram.HostGram`); None: the host.
+        gram : array-like of shape (n, n2) or None, default None
+            ``K = self(X, Y)`` itself, where the caller has it (see above).
+
+        Returns
+        -------
+        ndarray of shape (n_dims,)
+            One entry per free log-hyperparameter, in the order of :attr:`theta`.
         """
         be = HOST if backend is None else backend
         if gram is None or not self._uses_gram:
@@ -227,7 +299,23 @@ class Kernel:
 
     def diag_gradient_contract(self, X: ArrayLike, g: ArrayLike,
                                backend: Any = None) -> np.ndarray:
-        """``sum_i g_i d k(x_i, x_i) / dtheta_p`` for every free log-hyperparameter."""
+        """``sum_i g_i d k(x_i, x_i) / dtheta_p`` for every free log-hyperparameter.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+            The inputs.
+        g : array-like of shape (n,)
+            The weights, one per row of X.
+        backend : Backend or None, default None
+            Where to compute (an object with the Gram operations of
+            :class:`fastep.kernels.gram.HostGram`); None: the host.
+
+        Returns
+        -------
+        ndarray of shape (n_dims,)
+            A host array, in the order of :attr:`theta`.
+        """
         be = HOST if backend is None else backend
         X = _as_2d(X, "X", be)
         g = float_array(g, "g", 1, (X.shape[0],), xp=be.xp)
@@ -241,6 +329,18 @@ class Kernel:
 
         With ``Y=None`` both arguments of ``K(X, X)`` move with ``X``.  Used for
         the gradient in inducing inputs.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+            The inputs the derivative is taken in.
+        G : array-like of shape (n, n2)
+            The weights, of the shape of ``K = self(X, Y)`` (n2 = n when Y is None).
+        Y : array-like of shape (n2, d) or None, default None
+            The fixed second inputs of ``K``; None: ``K(X, X)``.
+        backend : Backend or None, default None
+            Where to compute (an object with the Gram operations of
+            :class:`fastep.kernels.gram.HostGram`); None: the host.
         """
         be = HOST if backend is None else backend
         X, Y, G = _contract_args(be, X, Y, G)
@@ -460,6 +560,14 @@ class _OneParameter(Kernel):
 class ConstantKernel(_OneParameter):
     """k(x, x') = constant.
 
+    Parameters
+    ----------
+    constant : float, default 1.0
+        The value of every entry, > 0.
+    constant_bounds : (float, float) or "fixed"
+        Bounds of ``constant`` in natural units (default ``(1e-5, 1e5)``), or ``"fixed"``
+        (not optimised).
+
     Examples
     --------
     >>> import numpy as np
@@ -486,6 +594,14 @@ class ConstantKernel(_OneParameter):
 
 class WhiteKernel(_OneParameter):
     """k(x, x') = noise_level if x and x' are the same training point (Y is None), else 0.
+
+    Parameters
+    ----------
+    noise_level : float, default 1.0
+        The variance of the independent noise, > 0.
+    noise_level_bounds : (float, float) or "fixed"
+        Bounds of ``noise_level`` in natural units (default ``(1e-5, 1e5)``), or
+        ``"fixed"`` (not optimised).
 
     Examples
     --------
@@ -516,6 +632,14 @@ class WhiteKernel(_OneParameter):
 
 class Linear(_OneParameter):
     """k(x, x') = variance * x . x' (Bayesian linear regression on the inputs).
+
+    Parameters
+    ----------
+    variance : float, default 1.0
+        The prior variance of the linear weights, > 0.
+    variance_bounds : (float, float) or "fixed"
+        Bounds of ``variance`` in natural units (default ``(1e-5, 1e5)``), or ``"fixed"``
+        (not optimised).
 
     Examples
     --------
@@ -552,6 +676,12 @@ class SklearnKernel(Kernel):
     kernels for large n.  Models with it cannot be saved (it is not described by
     parameters alone).
 
+    Parameters
+    ----------
+    kernel : sklearn.gaussian_process.kernels.Kernel
+        The scikit-learn kernel (its ``theta``, ``bounds`` and ``clone_with_theta`` become
+        this kernel's).
+
     Examples
     --------
     >>> import numpy as np
@@ -574,6 +704,19 @@ class SklearnKernel(Kernel):
                 f"fastep.kernels.RBF(variance, lengthscale).")
         self.kernel = kernel
         self._params = []
+
+    def theta_entries(self) -> list[ThetaEntry]:
+        """ML-II's names of :attr:`theta`'s entries (``kernel theta[i]``): their bounds
+        are the scikit-learn kernel's own.
+
+        Examples
+        --------
+        >>> from sklearn.gaussian_process.kernels import RBF as SkRBF
+        >>> [e.name for e in SklearnKernel(SkRBF(1.0)).theta_entries()]
+        ['kernel theta[0]']
+        """
+        hint = "the scikit-learn kernel's own bounds"
+        return [ThetaEntry(f"kernel theta[{i}]", hint, hint) for i in range(self.n_dims)]
 
     def __eq__(self, other):
         return type(self) is type(other) and self.kernel == other.kernel
@@ -605,6 +748,28 @@ class SklearnKernel(Kernel):
 
     def gradient_contract(self, X: ArrayLike, G: ArrayLike, Y: Optional[ArrayLike] = None,
                           backend: Any = None, gram: Optional[ArrayLike] = None) -> np.ndarray:
+        """``sum_jk G_jk dK_jk / dtheta_p`` for every log-hyperparameter, from
+        scikit-learn's ``(n, n, p)`` gradient tensor (only for ``K(X, X)``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+            The inputs of ``K = self(X)``.
+        G : array-like of shape (n, n)
+            The weights.
+        Y : array-like or None, default None
+            Must be None: a ``ValueError`` otherwise (scikit-learn gives gradients only
+            for ``K(X, X)``).
+        backend : Backend or None, default None
+            Whose arrays ``X`` and ``G`` are (the contraction runs on the host); None: the
+            host.
+        gram : array-like or None, default None
+            Ignored (scikit-learn evaluates ``K`` with its gradient).
+
+        Returns
+        -------
+        ndarray of shape (n_dims,)
+        """
         if Y is not None:
             raise ValueError(_SKLEARN_SPARSE)
         be = HOST if backend is None else backend
@@ -613,11 +778,37 @@ class SklearnKernel(Kernel):
 
     def diag_gradient_contract(self, X: ArrayLike, g: ArrayLike,
                                backend: Any = None) -> np.ndarray:
+        """Not available: raises ``ValueError`` (the inducing-point models that call it
+        need a fastep kernel).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+            The inputs.
+        g : array-like of shape (n,)
+            The weights, one per row of X.
+        backend : Backend or None, default None
+            Where the computation would run; None: the host.
+        """
         raise ValueError(_SKLEARN_SPARSE)
 
     def input_gradient_contract(self, X: ArrayLike, G: ArrayLike,
                                 Y: Optional[ArrayLike] = None,
                                 backend: Any = None) -> np.ndarray:
+        """Not available: raises ``ValueError`` (the inducing-point models that call it
+        need a fastep kernel).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+            The inputs the derivative would be taken in.
+        G : array-like of shape (n, n2)
+            The weights, of the shape of ``K(X, Y)``.
+        Y : array-like of shape (n2, d) or None, default None
+            The second inputs; None: ``K(X, X)``.
+        backend : Backend or None, default None
+            Where the computation would run; None: the host.
+        """
         raise ValueError(_SKLEARN_SPARSE)
 
     def is_stationary(self) -> bool:
@@ -637,6 +828,12 @@ _SKLEARN_SPARSE = ("scikit-learn kernels give gradients only for K(X, X); induci
 
 def as_kernel(kernel: Any) -> Kernel:
     """Return a fastep kernel for ``kernel`` (fastep or scikit-learn kernel object).
+
+    Parameters
+    ----------
+    kernel : Kernel or sklearn.gaussian_process.kernels.Kernel
+        A fastep kernel (returned as is) or a scikit-learn kernel (wrapped in a
+        :class:`SklearnKernel`); anything else raises ``ValueError``.
 
     Examples
     --------

@@ -44,6 +44,14 @@ def likelihood_from_dict(d: Any) -> Union[Likelihood, RobustMax]:
     """Rebuild a built-in likelihood from its ``to_dict()``; a ``ValueError`` says what is
     wrong with a description that does not describe one (model files are untrusted).
 
+    Parameters
+    ----------
+    d : dict
+        A description as ``to_dict()`` writes it: ``"type"`` and, by type,
+        ``"params"`` and ``"bounds"`` (with any scalar per-observation data),
+        ``"cut_points"`` (and ``"fixed"``) or ``"n_classes"``, ``"epsilon"`` and
+        ``"n_nodes"``; anything else is a ``ValueError``.
+
     Examples
     --------
     >>> lik = likelihood_from_dict(Tobit(0.5, lower=0.0).to_dict())

@@ -29,6 +29,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from numba import prange, types
 
+from .._theta import ThetaEntry, entries_of
+
 from .._checks import TARGETS_FIX, all_finite, float_array
 from .._jit import TiltedFn, f8, f8_1d, pjit
 from .._numerics import MIN_VARIANCE
@@ -199,6 +201,22 @@ class Likelihood:
     def _free(self):
         return [n for n in self.param_names if not (isinstance(self._bounds[n], str))]
 
+    def theta_entries(self) -> list[ThetaEntry]:
+        """How ML-II's messages name, show and bound each entry of :attr:`theta`: as
+        ``likelihood <name>``, shown as the parameter (theta holds its log), widened or
+        fixed through this likelihood's own ``<name>_bounds``.
+
+        Examples
+        --------
+        >>> from fastep.likelihoods import Gaussian
+        >>> [e.name for e in Gaussian(0.5).theta_entries()]
+        ['likelihood noise_variance']
+        """
+        lik = type(self).__name__
+        return [entry for n in self._free() for entry in entries_of(
+            f"likelihood {n}", 1, f"likelihood={lik}({n}=..., {n}_bounds=(low, high))",
+            f"likelihood={lik}({n}=..., {n}_bounds='fixed')")]
+
     def _checked_theta(self, theta):
         """``theta`` as a float array of shape (n_dims,), or a ``ValueError``."""
         theta = np.atleast_1d(np.asarray(theta, dtype=float))
@@ -218,7 +236,13 @@ class Likelihood:
             self._values[n] = float(np.exp(t))
 
     def clone_with_theta(self, theta: ArrayLike) -> Likelihood:
-        """A copy with log-parameters ``theta`` (this likelihood is not modified)."""
+        """A copy with log-parameters ``theta`` (this likelihood is not modified).
+
+        Parameters
+        ----------
+        theta : array_like of shape (n_dims,)
+            Logs of the free parameters' values, in the order of :attr:`theta`.
+        """
         lik = copy.copy(self)
         lik._values = dict(self._values)
         lik.theta = theta
@@ -261,23 +285,48 @@ class Likelihood:
     # --- data --------------------------------------------------------------------
     def rows(self, start: int, stop: int) -> Likelihood:
         """This likelihood for the sites ``start:stop`` only (a chunk of rows on a Dask
-        worker): itself, unless it holds per-site data (Tobit's limits)."""
+        worker): itself, unless it holds per-site data (Tobit's limits).
+
+        Parameters
+        ----------
+        start, stop : int
+            First site and one past the last, as in the slice ``start:stop``.
+        """
         return self
 
     def predict_mean(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
-        """E[y] given f ~ N(mean, var), per point (the mean of ``predict_y``)."""
+        """E[y] given f ~ N(mean, var), per point (the mean of ``predict_y``).
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent f at each point.
+        """
         return self.predict_y(mean, var)[0]
 
     def encode_targets(self, y: ArrayLike) -> np.ndarray:
         """Validate targets (a vector, or one column) and return them as the float array
-        the compiled code reads."""
+        the compiled code reads.
+
+        Parameters
+        ----------
+        y : array_like of shape (n,) or (n, 1)
+            Targets, as given to an estimator's ``fit``.
+        """
         if np.ndim(y) == 2 and np.shape(y)[1] == 1:
             y = np.asarray(y)[:, 0]
         return self.check_targets(y)
 
     def check_targets(self, y: ArrayLike) -> np.ndarray:
         """The float vector ``y`` checked for the values this likelihood models (what both
-        :meth:`encode_targets` and :meth:`tilted` accept)."""
+        :meth:`encode_targets` and :meth:`tilted` accept).
+
+        Parameters
+        ----------
+        y : array_like of shape (n,)
+            Targets (labels in {-1, +1} for a binary likelihood; NaN only where
+            :attr:`nan_targets`).
+        """
         y = float_array(y, "y", 1, allow_nan=self.nan_targets,
                         fix=TARGETS_FIX)
         if self.binary and not np.all(np.abs(y) == 1.0):
@@ -289,7 +338,16 @@ class Likelihood:
     def with_data(self, n: int, **data: Any) -> Likelihood:
         """A copy for n observations with the per-observation data named in
         :attr:`data_names` (a scalar, an array of n values, or None for the default);
-        a ``ValueError`` names anything else."""
+        a ``ValueError`` names anything else.
+
+        Parameters
+        ----------
+        n : int
+            Number of observations.
+        **data
+            The per-observation data by name (e.g. ``exposure=``, ``lower=``); a name
+            left out gets None.
+        """
         unknown = sorted(set(data) - set(self.data_names))
         if unknown:
             raise ValueError(f"{type(self).__name__} takes no per-observation data "
@@ -302,12 +360,30 @@ class Likelihood:
         return new
 
     def site_extra(self, n: int) -> np.ndarray:
-        """Per-site extra columns read by the tilted function (none by default)."""
+        """Per-site extra columns read by the tilted function (none by default).
+
+        Parameters
+        ----------
+        n : int
+            Number of sites.
+
+        Returns
+        -------
+        ndarray of shape (n, n_extra)
+        """
         return np.zeros((n, self.n_extra))
 
     def check_extra(self, extra: Optional[ArrayLike], n: int) -> np.ndarray:
         """``extra`` for n sites, checked (None: :meth:`site_extra`): an (n, n_extra) float
-        array, finite unless :attr:`extra_allows_inf`."""
+        array, finite unless :attr:`extra_allows_inf`.
+
+        Parameters
+        ----------
+        extra : array_like of shape (n, n_extra) or None
+            Per-site extra columns; None: this likelihood's own (:meth:`site_extra`).
+        n : int
+            Number of sites.
+        """
         if extra is None:
             return self.site_extra(n)
         return float_array(extra, "extra", 2, (n, self.n_extra),
@@ -334,7 +410,13 @@ class Likelihood:
 
     def check_params(self, params: ArrayLike) -> np.ndarray:
         """``params`` (values like :attr:`params`) checked: a float array of their shape,
-        positive."""
+        positive.
+
+        Parameters
+        ----------
+        params : array_like of shape (n_params,)
+            Parameter values (not their logs), in the order of :attr:`param_names`.
+        """
         return float_array(params, "params", 1, (len(self.param_names),), positive=True)
 
     def tilted(self, y: ArrayLike, mu_cav: ArrayLike, var_cav: ArrayLike, alpha: float = 1.0,
@@ -344,6 +426,22 @@ class Likelihood:
 
         ``Z_i = int p(y_i | f)^alpha N(f | mu_cav_i, var_cav_i) df``; ``params`` (an
         array like :attr:`params`) evaluates them at other parameter values.
+
+        Parameters
+        ----------
+        y : float or array_like of shape (n,)
+            Targets (a scalar is broadcast to every site).
+        mu_cav : array_like of shape (n,)
+            Cavity means.
+        var_cav : float or array_like of shape (n,)
+            Cavity variances, >= 0 (0 is raised to a tiny positive variance).
+        alpha : float, default 1.0
+            The power of Power EP, in (0, 1] (1: plain EP).
+        extra : array_like of shape (n, n_extra) or None, default None
+            Per-site extra columns (limits, exposures, ...); None: this likelihood's own
+            (:meth:`site_extra`).
+        params : array_like of shape (n_params,) or None, default None
+            Parameter values like :attr:`params`; None: the current ones.
         """
         y, mu, var = self._site_arrays(y, mu_cav, var_cav)
         n = mu.shape[0]
@@ -375,6 +473,19 @@ class Likelihood:
         Default: central differences in log space (step 1e-5), exact enough for
         evidence gradients; closed forms (at alpha = 1) override it.  The likelihood
         itself is never modified, so threads may share it.
+
+        Parameters
+        ----------
+        y : float or array_like of shape (n,)
+            Targets.
+        mu_cav : array_like of shape (n,)
+            Cavity means.
+        var_cav : float or array_like of shape (n,)
+            Cavity variances.
+        extra : array_like of shape (n, n_extra) or None, default None
+            Per-site extra columns; None: this likelihood's own (:meth:`site_extra`).
+        alpha : float, default 1.0
+            The power of Power EP, in (0, 1].
         """
         out = []
         free = [self.param_names.index(name) for name in self._free()]
@@ -391,11 +502,27 @@ class Likelihood:
                                extra: Optional[ArrayLike] = None) -> np.ndarray:
         """log p(y_i) = log int p(y_i | f) N(f | mean_i, var_i) df per point: the tilted
         normaliser at alpha = 1, with ``extra`` or (None) this likelihood's own per-site
-        data (all of its sites: one per point)."""
+        data (all of its sites: one per point).
+
+        Parameters
+        ----------
+        y : array_like of shape (n,)
+            Observed targets.
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent f at each point.
+        extra : array_like of shape (n, n_extra) or None, default None
+            Per-point extra columns; None: this likelihood's own (:meth:`site_extra`).
+        """
         return self.tilted(y, mean, var, extra=extra)[0]
 
     def predict_proba(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
-        """p(y* = +1 | data) for a binary likelihood."""
+        """p(y* = +1 | data) for a binary likelihood.
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent f at each point.
+        """
         if not self.binary:
             raise ValueError(f"{type(self).__name__} is not a binary likelihood.")
         log_z = self.tilted(np.ones_like(np.asarray(mean, float)), mean, var)[0]

@@ -351,7 +351,21 @@ class QuadratureParams:
     quad_kind = -1
 
     def tilted_dparams(self, y, mu_cav, var_cav, extra=None, alpha=1.0):
-        """d log Z_i / d log(param) for every free parameter, shape (n, n_dims)."""
+        """d log Z_i / d log(param) for every free parameter, shape (n, n_dims).
+
+        Parameters
+        ----------
+        y : float or array_like of shape (n,)
+            Targets.
+        mu_cav : array_like of shape (n,)
+            Cavity means.
+        var_cav : float or array_like of shape (n,)
+            Cavity variances.
+        extra : array_like of shape (n, n_extra) or None, default None
+            Per-site extra columns; None: this likelihood's own (``site_extra``).
+        alpha : float, default 1.0
+            The power of Power EP, in (0, 1].
+        """
         y, mu, var = self._site_arrays(y, mu_cav, var_cav)
         n = mu.shape[0]
         extra = self.check_extra(extra, n)

@@ -110,7 +110,14 @@ class MultiAnnotator(Likelihood):
     def with_reliabilities(self, sensitivity: ArrayLike,
                            specificity: ArrayLike) -> MultiAnnotator:
         """A copy with other sensitivities and specificities (the labels are shared; this
-        likelihood is not modified)."""
+        likelihood is not modified).
+
+        Parameters
+        ----------
+        sensitivity, specificity : array_like of shape (R,)
+            alpha_r = p(y = 1 | z = 1) and beta_r = p(y = 0 | z = 0) of each annotator,
+            in [0, 1].
+        """
         new = copy.copy(self)
         new._values = {}
         new._set_reliabilities(sensitivity, specificity)
@@ -118,20 +125,46 @@ class MultiAnnotator(Likelihood):
 
     def encode_targets(self, y: ArrayLike) -> np.ndarray:
         """Ones, one per entry of ``y`` (the labels are in ``extra``; a chunk of rows gets
-        its own length)."""
+        its own length).
+
+        Parameters
+        ----------
+        y : array_like of shape (n, ...) or scalar
+            Only its length is read; a scalar stands for all the instances held.
+        """
         return np.ones(np.shape(y)[0] if np.ndim(y) else self.labels.shape[0])
 
     def check_targets(self, y: ArrayLike) -> np.ndarray:
-        """Ones: ``y`` is not read (the labels are in ``extra``)."""
+        """Ones: ``y`` is not read (the labels are in ``extra``).
+
+        Parameters
+        ----------
+        y : array_like of shape (n, ...)
+            Only its length is read.
+        """
         return np.ones(np.shape(y)[0])
 
     def rows(self, start: int, stop: int) -> MultiAnnotator:
-        """A copy holding the labels of the instances ``start:stop`` only."""
+        """A copy holding the labels of the instances ``start:stop`` only.
+
+        Parameters
+        ----------
+        start, stop : int
+            First instance and one past the last, as in the slice ``start:stop``.
+        """
         part = copy.copy(self)
         part.labels, part._extra = self.labels[start:stop], self._extra[start:stop]
         return part
 
     def site_extra(self, n: int) -> np.ndarray:
+        """Per-instance ``(log a_i, log b_i)`` of the labels held, shape (n, 2).
+
+        Parameters
+        ----------
+        n : int
+            Number of sites; must be the number of instances held (a ``ValueError``
+            otherwise).
+        """
         if n != self._extra.shape[0]:
             raise ValueError(f"MultiAnnotator holds labels for {self._extra.shape[0]} instances; "
                              f"got {n}.")
@@ -139,7 +172,16 @@ class MultiAnnotator(Likelihood):
 
     def check_extra(self, extra: Optional[ArrayLike], n: int) -> np.ndarray:
         """Per-site ``(log a_i, log b_i)``, checked: log-probabilities (<= 0), not both
-        -inf (labels impossible under either class)."""
+        -inf (labels impossible under either class).
+
+        Parameters
+        ----------
+        extra : array_like of shape (n, 2) or None
+            Per-instance ``(log a_i, log b_i)``; None: those of the labels held
+            (:meth:`site_extra`).
+        n : int
+            Number of instances.
+        """
         extra = super().check_extra(extra, n)
         _check_log_ab(extra, "extra")
         return extra

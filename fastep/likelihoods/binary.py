@@ -47,7 +47,13 @@ class Probit(Likelihood):
     scalar_tilted = staticmethod(probit_tilted)
 
     def predict_proba(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
-        """p(y* = +1) = Phi(mean / sqrt(1 + var))."""
+        """p(y* = +1) = Phi(mean / sqrt(1 + var)).
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent f at each point.
+        """
         from scipy.special import ndtr
         return ndtr(np.asarray(mean, float) / np.sqrt(1.0 + np.asarray(var, float)))
 

@@ -82,14 +82,35 @@ class Binomial(Likelihood):
         self.trials = trials
 
     def site_extra(self, n: int) -> np.ndarray:
+        """The trials ``N_i`` of each observation (1 where none were given), shape (n, 1).
+
+        Parameters
+        ----------
+        n : int
+            Number of observations.
+        """
         return check_trials(self.trials, n)[:, None].copy()
 
     def check_targets(self, y: ArrayLike) -> np.ndarray:
+        """``y`` checked to hold success counts (integers >= 0), as a float array.
+
+        Parameters
+        ----------
+        y : array_like of shape (n,)
+            Successes of each observation.
+        """
         return integer_values(y, "y", 0, None, "success counts (integers >= 0) for a "
                               "binomial likelihood", "Pass the number of successes of each "
                               "row (and trials= its trials).", "Counts must be finite.")
 
     def encode_targets(self, y: ArrayLike) -> np.ndarray:
+        """Success counts checked, none above its observation's trials.
+
+        Parameters
+        ----------
+        y : array_like of shape (n,) or (n, 1)
+            Successes of each observation (out of this likelihood's ``trials``).
+        """
         y = super().encode_targets(y)
         trials = self.site_extra(y.shape[0])[:, 0]
         over = np.flatnonzero(y > trials)
@@ -112,7 +133,15 @@ class Binomial(Likelihood):
 
     def predict_mean(self, mean: ArrayLike, var: ArrayLike,
                      trials: Optional[ArrayLike] = None) -> np.ndarray:
-        """E[y] = N E[sigma(f)] given f ~ N(mean, var), per point."""
+        """E[y] = N E[sigma(f)] given f ~ N(mean, var), per point.
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent f at each point.
+        trials : int or array_like of shape (n,) or None, default None
+            Trials N of each point; None: this likelihood's own (1 if it has none).
+        """
         return self.predict_y(mean, var, trials)[0]
 
     def predict_y(self, mean: ArrayLike, var: ArrayLike,
@@ -120,7 +149,15 @@ class Binomial(Likelihood):
         """Mean and variance of y given f ~ N(mean, var), per point:
         ``E[y] = N p1``, ``Var[y] = N (p1 - p2) + N^2 (p2 - p1^2)`` with ``p1 =
         E[sigma(f)]``, ``p2 = E[sigma(f)^2]`` (the binomial's own variance averaged, plus
-        the spread of its mean)."""
+        the spread of its mean).
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent f at each point.
+        trials : int or array_like of shape (n,) or None, default None
+            Trials N of each point; None: this likelihood's own (1 if it has none).
+        """
         shape = np.shape(mean)
         p1, p2 = self._success_moments(mean, var)
         N = check_trials(self.trials if trials is None else trials, p1.shape[0])

@@ -130,9 +130,23 @@ class _CountLikelihood(Likelihood):
         self.exposure = exposure
 
     def site_extra(self, n):
+        """``log exposure_i`` of each observation (0 where none was given), shape (n, 1).
+
+        Parameters
+        ----------
+        n : int
+            Number of observations.
+        """
         return np.log(check_exposure(self.exposure, n))[:, None].copy()
 
     def check_targets(self, y):
+        """``y`` checked to hold counts (integers >= 0), as a float array.
+
+        Parameters
+        ----------
+        y : array_like of shape (n,)
+            Counts.
+        """
         return check_counts(y)
 
     def _log_rate_moments(self, mean, var, exposure):
@@ -160,14 +174,31 @@ class _CountLikelihood(Likelihood):
 
     def predict_mean(self, mean, var, exposure=None):
         """E[y] = E[mu] given f ~ N(mean, var), per point; a ``ValueError`` where it
-        overflows float64."""
+        overflows float64.
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent log rate f at each point.
+        exposure : float or array_like of shape (n,), optional
+            Exposure of each point; None: this likelihood's own (1 if it has none).
+        """
         log_m1, _, m, v = self._log_rate_moments(mean, var, exposure)
         return _exp_finite(log_m1 + self._log_kept(), "mean", m, v)
 
     def log_predictive_density(self, y, mean, var):
         """log p(y_i) per point (:meth:`Likelihood.log_predictive_density`); where it is
         not finite in float64 because the rate exp(f) overflows over the latent
-        predictive's mass, the ``ValueError`` of :meth:`predict_mean`."""
+        predictive's mass, the ``ValueError`` of :meth:`predict_mean`.
+
+        Parameters
+        ----------
+        y : array_like of shape (n,)
+            Observed counts.
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent log rate f at each point (the exposures
+            are this likelihood's own).
+        """
         try:
             return super().log_predictive_density(y, mean, var)
         except ValueError:
@@ -176,7 +207,15 @@ class _CountLikelihood(Likelihood):
 
     def predict_y(self, mean, var, exposure=None):
         """Mean and variance of y given f ~ N(mean, var), per point; a ``ValueError``
-        where either overflows float64."""
+        where either overflows float64.
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent log rate f at each point.
+        exposure : float or array_like of shape (n,), optional
+            Exposure of each point; None: this likelihood's own (1 if it has none).
+        """
         log_m1, log_rel, m, v = self._log_rate_moments(mean, var, exposure)
         log_var = np.logaddexp.reduce(self._log_var_terms(log_m1, log_rel, v), axis=0)
         return (_exp_finite(log_m1 + self._log_kept(), "mean", m, v),
@@ -245,6 +284,9 @@ class NegativeBinomial(QuadratureParams, _CountLikelihood):
         ``dispersion_bounds="fixed"``.
     exposure : float or array (n,), optional
         As for :class:`Poisson`.
+    dispersion_bounds : (low, high) or "fixed"
+        Bounds of r in ML-II (which searches log r between log low and log high),
+        by default (1e-3, 1e6); "fixed" keeps r at ``dispersion``.
 
     Examples
     --------
@@ -313,7 +355,21 @@ class _ZeroInflated(QuadratureParams, _CountLikelihood):
         :func:`zero_inflated_moments` splits log Z (at alpha = 1, :func:`check_power`):
         y > 0, ``d/dpi = -1 / (1 - pi)`` and a count parameter's as the count process's;
         y = 0, ``d/dpi = (1 - Z_count) / Z`` and a count parameter's times ``w = (1 - pi)
-        Z_count / Z``."""
+        Z_count / Z``.
+
+        Parameters
+        ----------
+        y : float or array_like of shape (n,)
+            Counts.
+        mu_cav : array_like of shape (n,)
+            Cavity means.
+        var_cav : float or array_like of shape (n,)
+            Cavity variances.
+        extra : array_like of shape (n, 1) or None, default None
+            Per-site ``log exposure_i``; None: this likelihood's own (:meth:`site_extra`).
+        alpha : float, default 1.0
+            The power of Power EP; only 1 is accepted (a ``ValueError`` otherwise).
+        """
         y, mu, var = self._site_arrays(y, mu_cav, var_cav)
         n = mu.shape[0]
         extra = self.check_extra(extra, n)
@@ -354,6 +410,8 @@ class ZeroInflatedPoisson(_ZeroInflated):
     exposure : float or array (n,), optional
         As for :class:`Poisson`.
     zero_prob_bounds : (low, high) in (0, 1), or "fixed"
+        Bounds of pi in ML-II, by default (1e-4, 0.99); "fixed" keeps pi at
+        ``zero_prob``.
 
     Examples
     --------

@@ -29,9 +29,9 @@ class CustomLikelihood(Likelihood):
         (``extra`` and ``params`` are float arrays); it is compiled with Numba.
     params : dict, optional
         Positive parameters, passed to ``log_lik`` as a float array in order.
-    log_concave : bool
+    log_concave : bool, default True
         Whether ``log_lik`` is concave in ``f`` (then site precisions are clipped at 0).
-    binary : bool
+    binary : bool, default False
         Whether targets are labels in {-1, +1}.
     n_extra : int, default=0
         Columns of the per-site ``extra`` array that ``log_lik`` reads as ``extra[0] ...
@@ -112,7 +112,13 @@ class CustomLikelihood(Likelihood):
 
     def site_extra(self, n: int) -> np.ndarray:
         """The per-row data given to the estimator (:meth:`with_data`), checked: (n,
-        n_extra); none is an error where ``log_lik`` reads some."""
+        n_extra); none is an error where ``log_lik`` reads some.
+
+        Parameters
+        ----------
+        n : int
+            Number of rows.
+        """
         if not self.n_extra:
             return np.zeros((n, 0))
         if self.extra is None:
@@ -129,13 +135,26 @@ class CustomLikelihood(Likelihood):
 
     def predict_y(self, mean: ArrayLike, var: ArrayLike) -> Any:
         """Not available: ``log_lik`` gives p(y | f) at the observed y only, not the
-        distribution of y (its mean and variance)."""
+        distribution of y (its mean and variance).
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent f at each point (not used: a ``ValueError``
+            is raised).
+        """
         raise ValueError("a CustomLikelihood gives p(y | f) at observed targets only, not "
                          "the mean and variance of y: use predict_latent for the latent f "
                          "(and map it to y's scale yourself), or a built-in likelihood.")
 
     def rows(self, start: int, stop: int) -> "CustomLikelihood":
-        """This likelihood for the rows ``start:stop`` (their per-row data only)."""
+        """This likelihood for the rows ``start:stop`` (their per-row data only).
+
+        Parameters
+        ----------
+        start, stop : int
+            First row and one past the last, as in the slice ``start:stop``.
+        """
         if self.extra is None or not self.n_extra:
             return self
         new = self.__copy__()

@@ -29,6 +29,15 @@ class Gaussian(Likelihood):
 
     With this likelihood EP is exact: it reproduces GP regression.
 
+    Parameters
+    ----------
+    noise_variance : float, default 1.0
+        The noise variance sigma^2 > 0, learnt by ML-II unless
+        ``noise_variance_bounds="fixed"``.
+    noise_variance_bounds : (low, high) or "fixed"
+        Bounds of sigma^2 in ML-II (which searches log sigma^2 between log low and
+        log high), by default (1e-6, 1e6); "fixed" keeps it at ``noise_variance``.
+
     Examples
     --------
     >>> lik = Gaussian(noise_variance=0.1)
@@ -46,12 +55,33 @@ class Gaussian(Likelihood):
                          noise_variance_bounds=noise_variance_bounds)
 
     def predict_y(self, mean: ArrayLike, var: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
-        """Mean and variance of y given f ~ N(mean, var): (mean, var + noise_variance)."""
+        """Mean and variance of y given f ~ N(mean, var): (mean, var + noise_variance).
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent f at each point.
+        """
         return np.array(mean, float), np.asarray(var, float) + self.noise_variance
 
     def tilted_dparams(self, y: ArrayLike, mu_cav: ArrayLike, var_cav: ArrayLike,
                        extra: Optional[ArrayLike] = None, alpha: float = 1.0) -> np.ndarray:
-        """d log Z / d log s2 = s2 * ((y - mu)^2 / s^2 - 1 / s) / 2, s = v + s2."""
+        """d log Z / d log s2 = s2 * ((y - mu)^2 / s^2 - 1 / s) / 2, s = v + s2 (at
+        alpha = 1; central differences otherwise), shape (n, n_dims).
+
+        Parameters
+        ----------
+        y : float or array_like of shape (n,)
+            Targets.
+        mu_cav : array_like of shape (n,)
+            Cavity means.
+        var_cav : float or array_like of shape (n,)
+            Cavity variances.
+        extra : array_like of shape (n, 0) or None, default None
+            Not read (the Gaussian has no per-site data).
+        alpha : float, default 1.0
+            The power of Power EP, in (0, 1].
+        """
         if alpha != 1.0:
             return super().tilted_dparams(y, mu_cav, var_cav, extra, alpha)
         s2 = self.noise_variance

@@ -52,7 +52,7 @@ class MultinomialProbit:
 
     Parameters
     ----------
-    n_classes : int
+    n_classes : int, default 3
         Number of classes C >= 2.
 
     Examples
@@ -80,11 +80,28 @@ class MultinomialProbit:
         return f"MultinomialProbit(n_classes={self.n_classes})"
 
     def clone_with_theta(self, theta: ArrayLike) -> "MultinomialProbit":
+        """A copy (the likelihood has no parameters to set).
+
+        Parameters
+        ----------
+        theta : array_like of shape (0,)
+            Log-parameters; not read (:attr:`n_dims` is 0).
+        """
         return MultinomialProbit(self.n_classes)
 
     def log_prob(self, y: ArrayLike, f: ArrayLike, n_nodes: int = 64) -> np.ndarray:
         """log p(y | f) for labels ``y`` (n,) in 0..C-1 and latent values ``f`` (n, C), by
-        Gauss-Hermite quadrature over u with ``n_nodes`` nodes."""
+        Gauss-Hermite quadrature over u with ``n_nodes`` nodes.
+
+        Parameters
+        ----------
+        y : array_like of shape (n,)
+            Integer class labels in 0 .. C-1.
+        f : array_like of shape (n, C)
+            Latent values of every class at each point.
+        n_nodes : int, default 64
+            Nodes of the Gauss-Hermite rule over the auxiliary u.
+        """
         f = np.asarray(f, dtype=float)
         y = np.asarray(y, dtype=np.int64)
         nodes, weights = gauss_hermite(n_nodes)
@@ -97,7 +114,15 @@ class MultinomialProbit:
     def predict_proba(self, mean: ArrayLike, cov: ArrayLike) -> np.ndarray:
         """``p(y = c) = int N(f | mean, cov) p(y = c | f) df`` for every row: ``mean`` (m, C),
         ``cov`` (m, C, C); by inner EP to convergence (the normaliser's EP estimate, as the
-        paper does), rows renormalised to sum to one."""
+        paper does), rows renormalised to sum to one.
+
+        Parameters
+        ----------
+        mean : array_like of shape (m, C)
+            Posterior means of the C latent values at each point.
+        cov : array_like of shape (m, C, C)
+            Their posterior covariance at each point.
+        """
         mean = np.ascontiguousarray(mean, dtype=float)
         cov = np.ascontiguousarray(cov, dtype=float)
         out = np.empty(mean.shape)

@@ -26,6 +26,7 @@ from scipy.special import ndtr
 from .._checks import float_array, integer_values
 from .._jit import tilted_function
 from .._numerics import LOG_SQRT_2PI, log_phi, mills, mills_shift
+from .._theta import ThetaEntry
 from ._base import Likelihood
 from ._quadrature import quad_dparam_batch, quad_tilted
 from ._scalar import ORDINAL, ordinal_limits
@@ -120,6 +121,22 @@ class OrdinalProbit(Likelihood):
     def n_dims(self):
         return len(self._free())
 
+    def theta_entries(self) -> list[ThetaEntry]:
+        """ML-II's names of :attr:`theta`'s entries: the first cut point, held as it is
+        (of either sign), then the log gaps, held as the logs they are; their scale is
+        the kernel variance's, so that is what to widen (or fix the cut points).
+
+        Examples
+        --------
+        >>> [e.name for e in OrdinalProbit([0.0, 1.0]).theta_entries()]
+        ['likelihood cut_points[0]', 'likelihood log gap[1]']
+        """
+        widen = "the kernel variance, which sets the cut points' scale"
+        fix = "OrdinalProbit(cut_points=..., fixed=True)"
+        return [ThetaEntry(f"likelihood {name}", widen, fix,
+                           scale="signed" if j == 0 else "plain")
+                for j, name in enumerate(self._free())]
+
     @property
     def theta(self):
         if self.fixed:
@@ -144,7 +161,13 @@ class OrdinalProbit(Likelihood):
 
     def check_params(self, params: ArrayLike) -> np.ndarray:
         """Raw cut points (the values :attr:`params` holds), checked and of this
-        likelihood's number of levels."""
+        likelihood's number of levels.
+
+        Parameters
+        ----------
+        params : array_like of shape (K - 1,)
+            Strictly increasing cut points.
+        """
         cuts = check_cut_points(params)
         if cuts.size != self.cut_points.size:
             raise ValueError(f"params of this {self.n_levels}-level OrdinalProbit must be "
@@ -157,6 +180,13 @@ class OrdinalProbit(Likelihood):
 
     # --- data -------------------------------------------------------------------------
     def check_targets(self, y: ArrayLike) -> np.ndarray:
+        """``y`` checked to hold integer levels 0 .. K-1, as a float array.
+
+        Parameters
+        ----------
+        y : array_like of shape (n,)
+            Levels.
+        """
         # the compiled code indexes the cut points by the label: checked wherever y enters
         return check_levels(y, self.n_levels)
 
@@ -164,7 +194,21 @@ class OrdinalProbit(Likelihood):
                        extra: Optional[ArrayLike] = None, alpha: float = 1.0) -> np.ndarray:
         """d log Z_i / d theta (theta = [b_0, log gaps]), shape (n, n_dims): closed form
         at alpha = 1 (d log Z / d b_k = phi(B)/(c Z), d / d b_{k-1} = -phi(A)/(c Z)),
-        differentiation under the integral otherwise."""
+        differentiation under the integral otherwise.
+
+        Parameters
+        ----------
+        y : float or array_like of shape (n,)
+            Levels 0 .. K-1.
+        mu_cav : array_like of shape (n,)
+            Cavity means.
+        var_cav : float or array_like of shape (n,)
+            Cavity variances.
+        extra : array_like of shape (n, 0) or None, default None
+            Not read (the ordinal likelihood has no per-site data).
+        alpha : float, default 1.0
+            The power of Power EP, in (0, 1].
+        """
         y, mu, var = self._site_arrays(y, mu_cav, var_cav)
         n = mu.shape[0]
         cuts = self.cut_points
@@ -202,7 +246,13 @@ class OrdinalProbit(Likelihood):
     # --- prediction -------------------------------------------------------------------
     def predict_proba(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
         """P(y = k) for k = 0 .. K-1 given f ~ N(mean, var), shape (n, K):
-        Phi((b_k - mean)/c) - Phi((b_{k-1} - mean)/c), c = sqrt(1 + var)."""
+        Phi((b_k - mean)/c) - Phi((b_{k-1} - mean)/c), c = sqrt(1 + var).
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent f at each point.
+        """
         mean = np.asarray(mean, float).reshape(-1, 1)
         c = np.sqrt(1.0 + np.asarray(var, float).reshape(-1, 1))
         edges = np.concatenate([[-np.inf], self.cut_points, [np.inf]])
@@ -214,6 +264,17 @@ class OrdinalProbit(Likelihood):
 
     def log_predictive_density(self, y: ArrayLike, mean: ArrayLike, var: ArrayLike,
                                extra: Optional[ArrayLike] = None) -> np.ndarray:
+        """log p(y_i) = log P(y = y_i) given f ~ N(mean_i, var_i), per point.
+
+        Parameters
+        ----------
+        y : array_like of shape (n,)
+            Observed levels 0 .. K-1.
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent f at each point.
+        extra : array_like of shape (n, 0) or None, default None
+            Not read (the ordinal likelihood has no per-site data).
+        """
         return self.tilted(np.ravel(y), mean, var)[0]
 
 

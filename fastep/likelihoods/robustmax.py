@@ -224,6 +224,13 @@ class RobustMax:
 
         ``mean`` and ``var`` (variances, > 0) have shape (n, J).  The rows of S sum to
         one up to the quadrature error (see :meth:`predict_proba`).
+
+        Parameters
+        ----------
+        mean : array_like of shape (n, J)
+            Latent means of every class at each point.
+        var : array_like of shape (n, J)
+            Their latent variances (> 0; not standard deviations).
         """
         mean, var = check_moments(mean, var, self.n_classes)
         out = np.empty_like(mean)
@@ -232,7 +239,22 @@ class RobustMax:
 
     def prob_largest_grad(self, mean: ArrayLike, var: ArrayLike,
                           y: ArrayLike) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(S, dS/dmean, dS/dvar)`` of S(x_i, y_i) for integer labels ``y`` in [0, J)."""
+        """``(S, dS/dmean, dS/dvar)`` of S(x_i, y_i) for integer labels ``y`` in [0, J).
+
+        Parameters
+        ----------
+        mean : array_like of shape (n, J)
+            Latent means of every class at each point.
+        var : array_like of shape (n, J)
+            Their latent variances (> 0; not standard deviations).
+        y : array_like of shape (n,)
+            Integer class labels in [0, J).
+
+        Returns
+        -------
+        s : ndarray of shape (n,)
+        ds_dmean, ds_dvar : ndarray of shape (n, J)
+        """
         mean, var = check_moments(mean, var, self.n_classes)
         y = self.check_labels(y, mean.shape[0])
         s = np.empty(mean.shape[0])
@@ -242,7 +264,15 @@ class RobustMax:
         return s, dm, dv
 
     def check_labels(self, y: ArrayLike, n: int) -> np.ndarray:
-        """Validate class indices ``y`` for n rows; an int64 C-ordered array."""
+        """Validate class indices ``y`` for n rows; an int64 C-ordered array.
+
+        Parameters
+        ----------
+        y : array_like of shape (n,)
+            Integer class labels in [0, J).
+        n : int
+            Number of rows ``y`` must have.
+        """
         return index_array(y, "y", n, self.n_classes)
 
     def expected_log_lik(self, mean: ArrayLike, var: ArrayLike, y: ArrayLike,
@@ -250,6 +280,17 @@ class RobustMax:
         """``sum_i E_q log p(y_i | f(x_i))`` (and its gradients in mean and var if asked).
 
         ``E log p(y | f) = S log(1 - eps) + (1 - S) log(eps / (J - 1))``, S = S(x, y).
+
+        Parameters
+        ----------
+        mean : array_like of shape (n, J)
+            Latent means of every class at each point.
+        var : array_like of shape (n, J)
+            Their latent variances (> 0; not standard deviations).
+        y : array_like of shape (n,)
+            Integer class labels in [0, J).
+        return_grad : bool, default False
+            Also return the gradients in ``mean`` and ``var`` (arrays of shape (n, J)).
         """
         return self.expected_log_lik_from_prob(*self.prob_largest_grad(mean, var, y),
                                                return_grad=return_grad)
@@ -257,7 +298,17 @@ class RobustMax:
     def expected_log_lik_from_prob(self, s: np.ndarray, ds_dmean: np.ndarray,
                                    ds_dvar: np.ndarray,
                                    return_grad: bool = False) -> ExpectedLogLik:
-        """:meth:`expected_log_lik` from ``(S, dS/dmean, dS/dvar)`` computed elsewhere."""
+        """:meth:`expected_log_lik` from ``(S, dS/dmean, dS/dvar)`` computed elsewhere.
+
+        Parameters
+        ----------
+        s : ndarray of shape (n,)
+            S(x_i, y_i) of each point's label (:meth:`prob_largest_grad`).
+        ds_dmean, ds_dvar : ndarray of shape (n, J)
+            Its gradients in the latent means and variances.
+        return_grad : bool, default False
+            Also return the gradients of the expected log-likelihood (shape (n, J)).
+        """
         gain = self.log_hit - self.log_miss
         value = float(s.size * self.log_miss + gain * s.sum())
         if return_grad:
@@ -270,11 +321,24 @@ class RobustMax:
         Gauss-Hermite does not make ``sum_j S(x, j)`` exactly one (each S_j is a
         separate integral); S is renormalised over classes first, so every row of the
         result sums to one to rounding.
+
+        Parameters
+        ----------
+        mean : array_like of shape (n, J)
+            Latent means of every class at each point.
+        var : array_like of shape (n, J)
+            Their latent variances (> 0; not standard deviations).
         """
         return self.proba_from_prob(self.prob_largest(mean, var))
 
     def proba_from_prob(self, s: np.ndarray) -> np.ndarray:
-        """:meth:`predict_proba` from S(x, j) (shape (n, J)) computed elsewhere."""
+        """:meth:`predict_proba` from S(x, j) (shape (n, J)) computed elsewhere.
+
+        Parameters
+        ----------
+        s : ndarray of shape (n, J)
+            S(x_i, j) for every point and class (:meth:`prob_largest`).
+        """
         s = s / s.sum(axis=1, keepdims=True)
         eps = self.epsilon
         return (1.0 - eps) * s + eps / (self.n_classes - 1) * (1.0 - s)

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 from typing import Tuple, Union
 
+import dataclasses
 import warnings
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from .._caller import user_stacklevel
+from .._theta import ThetaEntry
 from .._jit import tilted_function
 from ._base import Likelihood
 from ._quadrature import QuadratureParams, quad_tilted
@@ -82,8 +84,31 @@ class StudentT(QuadratureParams, Likelihood):
                                  f"{name}={value!r}.")
         super().__init__(df=df, scale=scale, df_bounds=df_bounds, scale_bounds=scale_bounds)
 
+    def theta_entries(self) -> list[ThetaEntry]:
+        """As :meth:`Likelihood.theta_entries`; a df that ML-II leaves at its upper bound
+        (and the evidence does not pull back) is said to be what it is, a Gaussian, with
+        the cheaper likelihood, rather than a bound to widen.
+
+        Examples
+        --------
+        >>> [e.name for e in StudentT().theta_entries()]
+        ['likelihood df', 'likelihood scale']
+        """
+        gaussian = ("{owner}: ML-II took the Student-t's df to its upper bound {value:.3g}, "
+                    "where the t is a Gaussian: the data look Gaussian (no outliers the t "
+                    "needs to discount). likelihood='gaussian' fits the same model at a "
+                    "fraction of the cost.")
+        return [dataclasses.replace(e, at_upper=gaussian) if e.name == "likelihood df" else e
+                for e in super().theta_entries()]
+
     def predict_mean(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
-        """E[y] = mean (the t is symmetric about f)."""
+        """E[y] = mean (the t is symmetric about f).
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent f at each point.
+        """
         return np.array(mean, dtype=float)
 
     def predict_y(self, mean: ArrayLike, var: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
@@ -91,7 +116,13 @@ class StudentT(QuadratureParams, Likelihood):
 
         For nu <= 2 the Student-t has no finite variance: the variance is inf, and a
         ``UserWarning`` says so (naming ``df`` and how to bound it above 2), since a
-        standard deviation is then no summary of the spread of y."""
+        standard deviation is then no summary of the spread of y.
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent f at each point.
+        """
         mean, var = np.asarray(mean, float), np.asarray(var, float)
         nu, s = self.df, self.scale
         if nu > 2.0:

@@ -111,9 +111,23 @@ class _Survival(QuadratureParams, Likelihood):
         self.event = event
 
     def site_extra(self, n: int) -> np.ndarray:
+        """The event indicator of each observation (1 where none was given), shape (n, 1).
+
+        Parameters
+        ----------
+        n : int
+            Number of observations.
+        """
         return check_events(self.event, n)[:, None].copy()
 
     def check_targets(self, y: ArrayLike) -> np.ndarray:
+        """``y`` checked to hold survival times (finite, > 0), as a float array.
+
+        Parameters
+        ----------
+        y : array_like of shape (n,)
+            Times of the events or of censoring.
+        """
         t = float_array(y, "y", 1, fix="Survival times must be finite.")
         if not np.all(t > 0.0):
             i = int(np.flatnonzero(~(t > 0.0))[0])
@@ -133,17 +147,39 @@ class _Survival(QuadratureParams, Likelihood):
 
     def survival_function(self, times: ArrayLike, mean: ArrayLike,
                           var: ArrayLike) -> np.ndarray:
-        """``S(t | x) = E[S(t | f)]`` for f ~ N(mean, var) at each time: shape (n, T)."""
+        """``S(t | x) = E[S(t | f)]`` for f ~ N(mean, var) at each time: shape (n, T).
+
+        Parameters
+        ----------
+        times : float or array_like of shape (T,)
+            Times t > 0, the same for every point.
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent log time scale f at each point.
+        """
         return np.exp(self._moments_at(times, mean, var, 0.0))
 
     def hazard(self, times: ArrayLike, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
-        """``h(t | x) = p(t | x) / S(t | x)`` (both averaged over f): shape (n, T)."""
+        """``h(t | x) = p(t | x) / S(t | x)`` (both averaged over f): shape (n, T).
+
+        Parameters
+        ----------
+        times : float or array_like of shape (T,)
+            Times t > 0, the same for every point.
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent log time scale f at each point.
+        """
         return np.exp(self._moments_at(times, mean, var, 1.0)
                       - self._moments_at(times, mean, var, 0.0))
 
     def median(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
         """The t where ``S(t | x) = 1/2``, per point (bisection in log t to 1e-10, from a
-        bracket about the latent mean widened until it holds the median)."""
+        bracket about the latent mean widened until it holds the median).
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent log time scale f at each point.
+        """
         mean = np.asarray(mean, dtype=float).ravel()
         var = np.asarray(var, dtype=float).ravel()
         censored = np.zeros((mean.size, 1))            # S(t | x) is a censored time's Z
@@ -202,7 +238,13 @@ class Weibull(_Survival):
         self._init_event(event)
 
     def predict_y(self, mean: ArrayLike, var: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
-        """Mean and variance of T: ``E[T^k] = Gamma(1 + k/r) exp(k mean + k^2 var / 2)``."""
+        """Mean and variance of T: ``E[T^k] = Gamma(1 + k/r) exp(k mean + k^2 var / 2)``.
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent log time scale f at each point.
+        """
         m, v = np.asarray(mean, float), np.asarray(var, float)
         r = self.shape
         m1 = gamma_fn(1.0 + 1.0 / r) * np.exp(m + 0.5 * v)
@@ -252,13 +294,25 @@ class LogLogistic(_Survival):
         return (k * math.pi / r) / math.sin(k * math.pi / r) * np.exp(k * m + 0.5 * k * k * v)
 
     def predict_mean(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
-        """E[T] (needs shape r > 1; a ``ValueError`` otherwise)."""
+        """E[T] (needs shape r > 1; a ``ValueError`` otherwise).
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent log time scale f at each point.
+        """
         m1 = self._moment(1, np.asarray(mean, float), np.asarray(var, float))
         return _finite_moments(m1, m1, "LogLogistic")[0]
 
     def predict_y(self, mean: ArrayLike, var: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
         """Mean and variance of T (need r > 1 and r > 2; a ``ValueError`` names the shape
-        otherwise)."""
+        otherwise).
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent log time scale f at each point.
+        """
         m, v = np.asarray(mean, float), np.asarray(var, float)
         m1 = self._moment(1, m, v)
         return _finite_moments(m1, np.maximum(self._moment(2, m, v) - m1 * m1, 0.0),
@@ -297,7 +351,22 @@ class LogNormal(_Survival):
         """d log Z_i / d log(sigma), shape (n, 1) (none if sigma is fixed): the
         derivatives of :func:`log_normal_tilted`'s closed forms (event: ``(d^2/c^4 -
         1/c^2) sigma^2 / alpha + 1 - alpha``; censored at alpha = 1: ``-lambda(z) z
-        sigma^2 / c^2``), the quadrature for censored sites at alpha < 1."""
+        sigma^2 / c^2``), the quadrature for censored sites at alpha < 1.
+
+        Parameters
+        ----------
+        y : float or array_like of shape (n,)
+            Times t > 0.
+        mu_cav : array_like of shape (n,)
+            Cavity means.
+        var_cav : float or array_like of shape (n,)
+            Cavity variances.
+        extra : array_like of shape (n, 1) or None, default None
+            Per-site event indicators (1: event, 0: right-censored); None: this
+            likelihood's own (:meth:`site_extra`).
+        alpha : float, default 1.0
+            The power of Power EP, in (0, 1].
+        """
         y, mu, var = self._site_arrays(y, mu_cav, var_cav)
         ext = self.check_extra(extra, mu.shape[0])
         event = ext[:, 0] != 0.0
@@ -319,7 +388,13 @@ class LogNormal(_Survival):
         return out
 
     def predict_y(self, mean: ArrayLike, var: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
-        """Mean and variance of T: log T ~ N(mean, var + sigma^2)."""
+        """Mean and variance of T: log T ~ N(mean, var + sigma^2).
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent log time scale f at each point.
+        """
         m, v = np.asarray(mean, float), np.asarray(var, float) + self.sigma ** 2
         m1 = np.exp(m + 0.5 * v)
         return _finite_moments(m1, m1 * m1 * np.expm1(v), "LogNormal")

@@ -229,10 +229,13 @@ class Tobit(Likelihood):
 
     Parameters
     ----------
-    noise_variance : float
+    noise_variance : float, default 1.0
         sigma^2 of the uncensored noise.
     lower, upper : float or array (n,), optional
         Limits; None means -inf / +inf.  Arrays must match the targets passed to EP.
+    noise_variance_bounds : (low, high) or "fixed"
+        Bounds of sigma^2 in ML-II (which searches log sigma^2 between log low and
+        log high), by default (1e-6, 1e6); "fixed" keeps it at ``noise_variance``.
 
     Examples
     --------
@@ -259,26 +262,57 @@ class Tobit(Likelihood):
         self.lower, self.upper = lower, upper
 
     def limits(self, n: int) -> np.ndarray:
-        """(n, 2) array of (lower_i, upper_i)."""
+        """(n, 2) array of (lower_i, upper_i).
+
+        Parameters
+        ----------
+        n : int
+            Number of sites; array limits must have n entries (scalars are broadcast,
+            None is -inf / +inf).
+        """
         return np.ascontiguousarray(np.column_stack([_limits(self.lower, n, "lower"),
                                                      _limits(self.upper, n, "upper")]))
 
     site_extra = limits
 
     def rows(self, start: int, stop: int) -> Tobit:
-        """A copy with the limits of the sites ``start:stop`` (scalars stay scalars)."""
+        """A copy with the limits of the sites ``start:stop`` (scalars stay scalars).
+
+        Parameters
+        ----------
+        start, stop : int
+            First site and one past the last, as in the slice ``start:stop``.
+        """
         part = copy.copy(self)
         part.lower, part.upper = (v if v is None or np.ndim(v) == 0 else
                                   np.asarray(v)[start:stop] for v in (self.lower, self.upper))
         return part
 
     def check_extra(self, extra: Optional[ArrayLike], n: int) -> np.ndarray:
-        """Per-site limits ``(lower_i, upper_i)``, checked: lower below upper, no NaN."""
+        """Per-site limits ``(lower_i, upper_i)``, checked: lower below upper, no NaN.
+
+        Parameters
+        ----------
+        extra : array_like of shape (n, 2) or None
+            Per-site ``(lower_i, upper_i)`` (+-inf: no limit); None: this likelihood's
+            own (:meth:`limits`).
+        n : int
+            Number of sites.
+        """
         extra = super().check_extra(extra, n)
         check_limits(extra[:, 0], extra[:, 1], n)
         return extra
 
     def encode_targets(self, y: ArrayLike) -> np.ndarray:
+        """Targets checked against this likelihood's limits: each inside its limits
+        (a censored one at the limit it crossed), NaN (interval-censored) only between
+        finite limits.
+
+        Parameters
+        ----------
+        y : array_like of shape (n,) or (n, 1)
+            Targets; NaN marks an interval-censored observation.
+        """
         y = super().encode_targets(y)
         ex = self.limits(y.size)
         y, _, _ = check_censored_data(y, ex[:, 0], ex[:, 1])
@@ -286,7 +320,13 @@ class Tobit(Likelihood):
 
     def predict_y(self, mean: ArrayLike, var: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
         """Mean and variance of the censored y given f ~ N(mean, var) at this likelihood's
-        limits (:func:`censored_predictive`)."""
+        limits (:func:`censored_predictive`).
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent f at each point.
+        """
         n = np.size(mean)
         ex = self.limits(n)
         pred = censored_predictive(mean, var, self.noise_variance, ex[:, 0], ex[:, 1])
@@ -294,7 +334,22 @@ class Tobit(Likelihood):
 
     def tilted_dparams(self, y: ArrayLike, mu_cav: ArrayLike, var_cav: ArrayLike,
                        extra: Optional[ArrayLike] = None, alpha: float = 1.0) -> np.ndarray:
-        """d log Z_i / d log sigma^2 at the cavities (closed form; c^2 = v + sigma^2)."""
+        """d log Z_i / d log sigma^2 at the cavities (closed form at alpha = 1, c^2 = v +
+        sigma^2; central differences otherwise), shape (n, n_dims).
+
+        Parameters
+        ----------
+        y : array_like of shape (n,)
+            Targets (NaN: interval-censored).
+        mu_cav : array_like of shape (n,)
+            Cavity means.
+        var_cav : float or array_like of shape (n,)
+            Cavity variances.
+        extra : array_like of shape (n, 2) or None, default None
+            Per-site ``(lower_i, upper_i)``; None: this likelihood's own (:meth:`limits`).
+        alpha : float, default 1.0
+            The power of Power EP, in (0, 1].
+        """
         if alpha != 1.0:
             return super().tilted_dparams(y, mu_cav, var_cav, extra, alpha)
         y = np.asarray(y, dtype=float)
@@ -337,6 +392,17 @@ def censored_predictive(mean: ArrayLike, var: ArrayLike, noise_variance: float,
                  + s^2 (a phi(a) - b phi(b))
 
     (derived from the truncated-normal moments; infinite limits contribute 0, not NaN).
+
+    Parameters
+    ----------
+    mean, var : array_like of shape (n,)
+        Mean and variance of the latent f at each point.
+    noise_variance : float
+        sigma^2 of the uncensored noise.
+    lower : float or array_like of shape (n,), optional, default -inf
+        Lower limit of each point (-inf: none).
+    upper : float or array_like of shape (n,), optional, default inf
+        Upper limit of each point (inf: none).
 
     Returns
     -------
@@ -384,6 +450,19 @@ def censored_quantile(q: ArrayLike, mean: ArrayLike, var: ArrayLike, noise_varia
                       lower: Optional[ArrayLike] = -np.inf,
                       upper: Optional[ArrayLike] = np.inf) -> np.ndarray:
     """q-quantile of y = clip(f + eps, lower, upper): the clipped Gaussian quantile.
+
+    Parameters
+    ----------
+    q : float or array_like
+        Probability levels, strictly between 0 and 1 (broadcast against ``mean``).
+    mean, var : array_like of shape (n,)
+        Mean and variance of the latent f at each point.
+    noise_variance : float
+        sigma^2 of the uncensored noise.
+    lower : float or array_like of shape (n,) or None, default -inf
+        Lower limit of each point (-inf or None: none).
+    upper : float or array_like of shape (n,) or None, default inf
+        Upper limit of each point (inf or None: none).
 
     Examples
     --------

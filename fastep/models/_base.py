@@ -5,11 +5,11 @@
   from it, and scikit-learn's validation (run once, by ``_fit_context``, when ``fit``
   starts) gives every error in one voice: "The 'max_iter' parameter of
   EPGaussianProcessClassifier must be an int in the range [1, inf). Got 0 instead."
-* **One meaning per name** (the README's table lists them).  For the EP estimators
-  ``method``, ``damping``, ``tol`` and ``max_iter`` steer EP itself; ``optimizer`` and
-  ``n_restarts_optimizer`` the type-II maximum likelihood (ML-II) of kernel, likelihood
-  and inducing inputs; ``n_inducing``, ``inducing_points``, ``power`` and
-  ``optimize_inducing`` sparse Power EP; ``device`` where it all runs.
+* **One meaning per name** (the user guide's "Choosing a model" page lists them).  For
+  the EP estimators ``method``, ``damping``, ``tol`` and ``max_iter`` steer EP itself;
+  ``optimizer`` and ``n_restarts_optimizer`` the type-II maximum likelihood (ML-II) of
+  kernel, likelihood and inducing inputs; ``n_inducing``, ``inducing_points``,
+  ``power`` and ``optimize_inducing`` sparse Power EP; ``device`` where it all runs.
 * **All or nothing.**  Every ``fit`` is wrapped by :func:`fit_entry`: an exception
   (bad input, numerical trouble, Ctrl-C) leaves the estimator exactly as it was.
 * :class:`EPEstimator`: ``fit`` resolves ``device`` once, builds an immutable
@@ -204,12 +204,31 @@ class EvidenceMixin:
     def log_marginal_likelihood(self, theta: Optional[ArrayLike] = None,
                                 eval_gradient: bool = False
                                 ) -> Union[float, Tuple[float, np.ndarray]]:
-        """Approximate log evidence at ``theta`` (the fitted problems': log kernel
-        parameters, likelihood parameters, then the inducing inputs if they are fitted),
-        averaged over the problems (one-vs-rest: the classes'); optionally with its
-        gradient (for EP exact at the fixed point: ``1/2 tr((b b^T - R) dK/dtheta)`` plus
-        the likelihood's terms).  ``theta=None`` gives ``log_marginal_likelihood_value_``,
-        as scikit-learn's Gaussian-process estimators do."""
+        """Approximate log evidence at ``theta``, averaged over the fitted problems
+        (one-vs-rest: the classes'); optionally with its gradient (for EP exact at the
+        fixed point: ``1/2 tr((b b^T - R) dK/dtheta)`` plus the likelihood's terms).
+
+        Parameters
+        ----------
+        theta : array-like of shape (n_params,) or None, default=None
+            Where to evaluate it, in the fitted problems' order: the log kernel
+            parameters (``kernel_.theta``), the likelihood's parameters
+            (``likelihood_.theta``), then the inducing inputs where ML-II moves them
+            (``optimize_inducing``).  :class:`~fastep.SparseGPRegressor`: the log kernel
+            parameters and the log noise variance, the inducing inputs held at
+            ``inducing_points_``; :class:`~fastep.NestedEPClassifier`: the log kernel
+            parameters.  None gives ``log_marginal_likelihood_value_``, as
+            scikit-learn's Gaussian-process estimators do.
+        eval_gradient : bool, default=False
+            Also return the gradient with respect to ``theta`` (needs a ``theta``).
+
+        Returns
+        -------
+        log_likelihood : float
+            The approximate log evidence (mean over the problems).
+        log_likelihood_gradient : ndarray of shape (n_params,)
+            Its gradient at ``theta`` (only with ``eval_gradient=True``).
+        """
         check_is_fitted(self)
         if theta is None:
             if eval_gradient:
@@ -356,7 +375,12 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
     def loo_predict(self) -> np.ndarray:
         """Leave-one-out predictions of the training points from EP's cavities (see
         :meth:`loo_log_predictive_density`), in the form ``predict`` gives: labels for a
-        classifier, the mean of y for a regressor."""
+        classifier, the mean of y for a regressor.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
         check_is_fitted(self)
         return self._loo()[1]
 
@@ -426,7 +450,23 @@ class SingleLatentEstimator(EPEstimator):
 
     def predict_latent(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
         """Mean (and standard deviation) of the latent f at X (lazy dask arrays, computed
-        chunk by chunk on the workers, for a dask X)."""
+        chunk by chunk on the workers, for a dask X).
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Inputs to predict at; a dask array needs a sparse model (fitted with
+            inducing points).
+        return_std : bool, default=False
+            Also return the standard deviation of f.
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,)
+            Posterior mean of f.
+        std : ndarray of shape (n_samples,)
+            Posterior standard deviation of f (only with ``return_std=True``).
+        """
         check_is_fitted(self)
         X = self._predict_inputs(X)
         mean, var = self._latent.latent(self.result_, X)

@@ -4,8 +4,8 @@ An estimator builds, in ``fit``, an :class:`EPConfig` (how EP runs) and one or m
 :class:`LatentGP` (data, kernel, likelihood, inducing inputs).  Both are immutable:
 moving hyperparameters makes a new problem (:meth:`LatentGP.with_theta`), so no kernel
 or likelihood object is ever modified, and nothing points back at the estimator.  The
-ML-II loop (:func:`fastep.models._mlii.maximize_evidence`) works on any object with
-this problem's ``theta``, ``bounds``, ``with_theta``, ``evidence`` and ``draw``.
+ML-II loop (:func:`fastep.models._mlii.fit_theta`) works on any problem of the protocol
+:class:`fastep.models._problem.StagedProblem`, which these are.
 """
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from ..kernels.distances import reuse_distances
 from ..inference.laplace import laplace
 from ..inference.sparse_ep import run_sparse_ep, sparse_ep_gradient
 from ..inference.markov_ep import markov_ep, markov_ep_gradient, markov_predict
-from ._mlii import theta_names
 
 
 #: Bytes of one block of the cross-covariance in :meth:`LatentGP.latent`.
@@ -115,11 +114,15 @@ class LatentGP:
         return np.vstack(parts)
 
     @property
+    def theta_entries(self):
+        """How ML-II's messages name, show and bound the kernel and likelihood entries of
+        ``theta`` (the kernel's and the likelihood's own ``theta_entries()``)."""
+        return self.kernel.theta_entries() + self.likelihood.theta_entries()
+
+    @property
     def theta_names(self):
         """Names of the kernel and likelihood entries of ``theta``."""
-        lik = self.likelihood
-        return theta_names(self.kernel, [f"likelihood {n}" for n in lik._free()]
-                           if hasattr(lik, "_free") else [])
+        return [entry.name for entry in self.theta_entries]
 
     @property
     def n_hyper(self):

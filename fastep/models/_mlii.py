@@ -4,12 +4,12 @@ ML-II (all but :class:`fastep.GWIClassifier`, whose prior kernel stays fixed).
 It maximises a problem's evidence over ``problem.theta`` (log kernel and likelihood
 parameters, and inducing inputs where they move) with L-BFGS-B or a user optimiser,
 warm-starting EP at every evaluation from the sites of the previous one, with optional
-restarts from ``problem.draw(rng)``.  A problem is any object with ``theta``, ``bounds``,
-``X`` (its rows of data: the default stopping rule is in nats per row),
-``with_theta(theta)``, ``evidence(sites, tol) -> (value, gradient, result)`` (EP warm-started
-from ``sites`` and run to ``tol``, None: the problem's own) and
-``draw(rng)`` (:class:`fastep.models._latent.LatentGP` and the collapsed sparse
-regression problem of :class:`fastep.SparseGPRegressor`).
+restarts from ``problem.draw(rng)``.  It talks to a problem only through the protocol of
+:mod:`fastep.models._problem` (:class:`~fastep.models._problem.EvidenceProblem` for the
+optimiser, :class:`~fastep.models._problem.StagedProblem` for the subsample stages), and
+knows no parameter by name: each entry of theta says how it is named, shown and bounded
+(:class:`fastep._theta.ThetaEntry`, from the kernel's and likelihood's
+``theta_entries()``).
 """
 from __future__ import annotations
 
@@ -274,18 +274,6 @@ def newton_frame(hessian, problem, theta, scale, prior=None, step=CURVATURE_STEP
     if not np.all(np.isfinite(w)) or w.max() <= 0.0:
         return None
     return vecs / np.sqrt(np.maximum(w, 1e-4 * w.max()))
-
-
-def theta_names(kernel, likelihood_names=()):
-    """Names of the kernel's free log-parameters (``lengthscale[1]`` for ARD) followed by
-    ``likelihood_names``: for messages about ``theta``."""
-    leaves = getattr(kernel, "_leaf_params", None)
-    if leaves is None:                                   # a wrapped scikit-learn kernel
-        names = [f"kernel theta[{i}]" for i in range(kernel.n_dims)]
-    else:
-        names = [p.name if p.value.size == 1 else f"{p.name}[{j}]"
-                 for p in leaves() if not p.fixed for j in range(p.value.size)]
-    return names + list(likelihood_names)
 
 
 def _evaluate(problem, theta, sites, ep_tol=None):
@@ -634,43 +622,18 @@ def at_bounds(theta, bounds):
             np.abs(theta - bounds[:, 1]) <= AT_BOUND)
 
 
-def _bound_hints(hits, likelihood, fixed):
-    """Where to change the bounds of the parameters of ``hits`` ((message, name) pairs,
-    names as :func:`theta_names` gives them): the kernel's or the likelihood's own
-    ``<name>_bounds`` (``'fixed'`` with ``fixed``)."""
-    out = []
-    for base in dict.fromkeys(name.split("[")[0] for _, name in hits):
-        bound = "'fixed'" if fixed else "(low, high)"
-        if base.startswith("kernel theta"):                # a wrapped scikit-learn kernel
-            out.append("the scikit-learn kernel's own bounds")
-        elif base in ("likelihood cut_points", "likelihood log gap"):    # ordinal's
-            out.append(f"{likelihood}(cut_points=..., fixed=True)" if fixed
-                       else "the kernel variance, which sets the cut points' scale")
-        elif base == "noise_variance":                     # SparseGPRegressor's own
-            out.append("noise_variance=... of the estimator, or rescale y; its bounds are "
-                       "fixed" if not fixed else "a fixed noise variance: optimizer=None "
-                       "with noise_variance=...")
-        elif base.startswith("likelihood "):
-            p = base[len("likelihood "):]
-            out.append(f"likelihood={likelihood}({p}=..., {p}_bounds={bound})")
-        else:
-            out.append(f"the kernel's {base}=..., {base}_bounds={bound}")
-    return "; ".join(dict.fromkeys(out))           # (both ordinal parameters: one hint)
+def _bound_hints(entries, fixed):
+    """Where to change the bounds of the parameters of ``entries``
+    (:class:`~fastep._theta.ThetaEntry`, as the kernel or likelihood describes them): how
+    to widen them, or with ``fixed`` how to fix them (one hint where several entries
+    share it)."""
+    return "; ".join(dict.fromkeys(e.fix if fixed else e.widen for e in entries))
 
 
-def _bound_in_units(name, edge):
-    """``(bound as the warning shows it, theta's step to a 10x wider bound, "log " or "")``
-    for the parameter ``name`` with the bound ``edge`` of its theta: theta is the log of
-    the kernels' and likelihoods' parameters (shown as the parameter, step ln 10), except
-    where the name says "log" (a log gap of ordinal cut points: shown as it is) and for
-    the first ordinal cut point, of either sign, which theta holds as it is (step 9 |edge|:
-    the bound moved to 10 |edge|)."""
-    base = name.split("likelihood ", 1)[-1]
-    if base.startswith("log "):
-        return edge, np.log(10.0), ""
-    if base == "cut_points[0]":
-        return edge, 9.0 * abs(edge), ""
-    return np.exp(edge), np.log(10.0), "log "
+def _entries(problem):
+    """The problem's :class:`~fastep._theta.ThetaEntry` list (empty where it names no
+    entry of theta: a stand-in problem)."""
+    return list(getattr(problem, "theta_entries", ()))
 
 
 def _check_start(problem, owner):
@@ -678,20 +641,16 @@ def _check_start(problem, owner):
     L-BFGS-B would start on the bound, and where the evidence is flat there (a lengthscale
     of 1e8 on standardised inputs: a constant kernel) it stays, fitting the majority
     class with no word but a bound warning."""
-    names = list(getattr(problem, "theta_names", ()))
     theta, bounds = problem.theta, np.asarray(problem.bounds, dtype=float)
-    for i, name in enumerate(names):
+    for i, entry in enumerate(_entries(problem)):
         lo, hi = bounds[i]
         if lo - AT_BOUND <= theta[i] <= hi + AT_BOUND:
             continue
-        value, _, _ = _bound_in_units(name, theta[i])
-        low, _, _ = _bound_in_units(name, lo)
-        high, _, _ = _bound_in_units(name, hi)
-        lik = type(getattr(problem, "likelihood", None)).__name__
-        raise ValueError(f"{owner}: ML-II would start with {name} = {value:.3g}, outside its "
-                         f"bounds [{low:.3g}, {high:.3g}], and L-BFGS-B would start it on the "
-                         f"bound. Give a starting value inside the bounds, or widen them "
-                         f"({_bound_hints([('', name)], lik, fixed=False)}).")
+        value, low, high = (entry.shown(t)[0] for t in (theta[i], lo, hi))
+        raise ValueError(f"{owner}: ML-II would start with {entry.name} = {value:.3g}, "
+                         f"outside its bounds [{low:.3g}, {high:.3g}], and L-BFGS-B would "
+                         f"start it on the bound. Give a starting value inside the bounds, "
+                         f"or widen them ({_bound_hints([entry], fixed=False)}).")
 
 
 #: The nearest rows of a fitted kernel are "independent" below this correlation (the
@@ -754,58 +713,52 @@ def _warn_degenerate_kernel(problem, owner):
 
 def _warn_at_bounds(problem, theta, bounds, owner, grad=None, degenerate=None):
     """A ``ConvergenceWarning`` naming the kernel or likelihood parameters that ended at
-    one of their bounds.  With the gradient of log evidence there (``grad``, in the log
-    parameters ``theta``), it tells a parameter the evidence still pulls outwards (widen
-    the bound) from one where it has flattened out (an asymptote: the data do not
-    determine the parameter, and no bound will) and from one where it rises inwards (the
-    optimiser stopped early).  A Student-t df at its upper bound (and not pulled back
-    inwards) is not a bound problem but Gaussian data: a ``UserWarning`` says so.  Where
-    the fitted kernel is ``degenerate``
-    (:func:`_warn_degenerate_kernel` said so) a flat bound is not offered as a fit to
-    keep."""
-    names = list(getattr(problem, "theta_names", ()))
-    pulled, flat, inward, gaussian = [], [], [], []
+    one of their bounds.  With the gradient of log evidence there (``grad``, in
+    ``theta``), it tells a parameter the evidence still pulls outwards (widen the bound)
+    from one where it has flattened out (an asymptote: the data do not determine the
+    parameter, and no bound will) and from one where it rises inwards (the optimiser
+    stopped early).  A parameter whose upper bound is a model of its own (its entry's
+    ``at_upper``: a Student-t's df, a Gaussian) and that the evidence does not pull
+    further gets that message instead, as a ``UserWarning``.  Where the fitted kernel is
+    ``degenerate`` (:func:`_warn_degenerate_kernel` said so) a flat bound is not offered
+    as a fit to keep.  Parameters are named, shown and hinted at as their
+    :class:`~fastep._theta.ThetaEntry` (``problem.theta_entries``) says."""
+    pulled, flat, inward, limits = [], [], [], []
     at_lo, at_hi = at_bounds(theta, bounds)
-    for i, name in enumerate(names):
+    for i, entry in enumerate(_entries(problem)):
         lo, hi = bounds[i]
         for side, edge, outward, at in (("lower", lo, -1.0, at_lo[i]),
                                         ("upper", hi, 1.0, at_hi[i])):
-            if at:
-                value, wider, log = _bound_in_units(name, edge)
-                if name == "likelihood df" and side == "upper" and (
-                        grad is None or grad[i] * wider > -FLAT_GAIN):
-                    gaussian.append(value)
-                    continue
-                hit = f"{name} at its {side} bound {value:.3g}"
-                gain = None if grad is None else outward * grad[i] * wider
-                slope = "" if grad is None else \
-                    f" (d log evidence / d {log}{name} = {grad[i]:.2g})"
-                if gain is None or gain >= FLAT_GAIN:
-                    pulled.append((hit, name))
-                elif gain > -FLAT_GAIN:
-                    flat.append((hit + slope, name))
-                else:
-                    inward.append(hit + slope)
-    lik = type(getattr(problem, "likelihood", None)).__name__
-    if gaussian:
-        # a Student-t whose df ends at its upper bound is a Gaussian: say so, with the
-        # cheaper likelihood, rather than offer a wider bound (issue 60: the diabetes table)
-        warnings.warn(f"{owner}: ML-II took the Student-t's df to its upper bound "
-                      f"{gaussian[0]:.3g}, where the t is a Gaussian: the data look Gaussian "
-                      f"(no outliers the t needs to discount). likelihood='gaussian' fits "
-                      f"the same model at a fraction of the cost.", UserWarning,
-                      stacklevel=user_stacklevel())
+            if not at:
+                continue
+            value, wider, log = entry.shown(edge)
+            if side == "upper" and entry.at_upper is not None and (
+                    grad is None or grad[i] * wider > -FLAT_GAIN):
+                limits.append(entry.at_upper.format(owner=owner, value=value))
+                continue
+            hit = f"{entry.name} at its {side} bound {value:.3g}"
+            gain = None if grad is None else outward * grad[i] * wider
+            slope = "" if grad is None else \
+                f" (d log evidence / d {log}{entry.name} = {grad[i]:.2g})"
+            if gain is None or gain >= FLAT_GAIN:
+                pulled.append((hit, entry))
+            elif gain > -FLAT_GAIN:
+                flat.append((hit + slope, entry))
+            else:
+                inward.append(hit + slope)
+    for message in limits:
+        warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
     if pulled:
         warnings.warn(f"{owner}: ML-II ended with {', '.join(h for h, _ in pulled)}; the "
                       f"evidence increases beyond it. Widen the bounds "
-                      f"({_bound_hints(pulled, lik, fixed=False)}) or rescale X / y.",
-                      ConvergenceWarning, stacklevel=user_stacklevel())
+                      f"({_bound_hints([e for _, e in pulled], fixed=False)}) or rescale "
+                      f"X / y.", ConvergenceWarning, stacklevel=user_stacklevel())
     if flat:
         warnings.warn(f"{owner}: ML-II ended with {', '.join(h for h, _ in flat)}; the "
                       f"evidence is flat there (a 10x wider bound would raise it by less than "
                       f"{FLAT_GAIN:g}), so the data do not determine the parameter and a wider "
                       f"bound would not help. Fix it at a value you believe "
-                      f"({_bound_hints(flat, lik, fixed=True)})"
+                      f"({_bound_hints([e for _, e in flat], fixed=True)})"
                       f"{' or keep the fit as it is' if degenerate is None else ''}.",
                       ConvergenceWarning, stacklevel=user_stacklevel())
     if inward:

@@ -90,6 +90,18 @@ def majority_vote(Y: ArrayLike, random_state: RandomStateLike = None) -> np.ndar
     """MV baseline: the most frequent label of each row of Y (NaN = missing); ties and
     rows without labels are broken at random.
 
+    Parameters
+    ----------
+    Y : array-like of shape (n_samples, n_annotators)
+        Labels coded 0/1, one column per annotator, NaN where an annotator gave none.
+    random_state : int, RandomState, Generator or None, default=None
+        Seeds the draws that break ties.
+
+    Returns
+    -------
+    ndarray of shape (n_samples,)
+        The majority label of each row, 0 or 1.
+
     Examples
     --------
     >>> import numpy as np
@@ -109,6 +121,21 @@ def majority_vote(Y: ArrayLike, random_state: RandomStateLike = None) -> np.ndar
 
 def concatenate_labels(X: ArrayLike, Y: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
     """CONC baseline: one (x_i, y_ir) training pair per label given (R times the data).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        Inputs.
+    Y : array-like of shape (n_samples, n_annotators)
+        Labels coded as numbers, one column per annotator, NaN where an annotator gave
+        none.
+
+    Returns
+    -------
+    X_concat : ndarray of shape (n_labels, n_features)
+        The row of X of each label given, row by row, then annotator by annotator.
+    y_concat : ndarray of shape (n_labels,)
+        The labels, as integers.
 
     Examples
     --------
@@ -182,9 +209,31 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
 
     Parameters
     ----------
-    kernel : kernel, default=None
-        ``RBF()``; ML-II starts its lengthscale at the median distance between rows
-        of X (with ``optimizer=None``: ``RBF()``).
+    kernel : fastep or scikit-learn kernel, default=None
+        Prior covariance; None means ``RBF()``, except that ML-II starts its lengthscale
+        at the median distance between rows of X (with ``optimizer=None``: ``RBF()``).
+        Copied, never modified: the fitted kernel is ``kernel_``.
+    method : {"auto", "parallel", "sequential"}, default="auto"
+        Dense EP's schedule; "auto" runs parallel sweeps and goes on sequentially (CPU)
+        if they stall (``fastep.ep(method="auto")``): with a large kernel variance,
+        parallel EP on these sites of negative precision can oscillate for hundreds of
+        sweeps.  Sparse EP (:func:`fastep.sparse_ep`'s ``schedule``): "auto" is
+        "sequential", q(u) refreshed after every block of rows.
+    optimizer : "L-BFGS-B", callable or None, default="L-BFGS-B"
+        ML-II of the kernel (and inducing input) parameters, run between rounds of EM
+        with the reliabilities held fixed (at most three rounds); a callable follows
+        scikit-learn's convention; None keeps them fixed.
+    n_restarts_optimizer : int, default=0
+        Extra optimiser runs from log-uniform draws inside the bounds.
+    max_iter_optimizer : int, default=200
+        Most L-BFGS-B iterations of each ML-II run (a ``ConvergenceWarning`` if they run
+        out).
+    tol_optimizer : float or None, default=None
+        None: ML-II stops when the log evidence gained less than 1e-5 nats per row of
+        data over its last two steps (and the gain its curvature predicts is below that
+        too).  A float asks for the exact optimum: a step that changes the log evidence
+        by less than this (relative) or a projected gradient below ten times it ends
+        ML-II.
     em_every : int, default=1
         EP sweeps between two reliability updates.  Dense EP's one run may take
         ``max_iter + max_em_iter * em_every`` sweeps (the budget of EM rounds and a final
@@ -195,44 +244,73 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         change by less than em_tol between rounds).
     max_em_iter : int, default=200
         Most M-steps (rounds of sparse EP).
-    sensitivity, specificity : array (R,), optional
-        Starting values (default: from soft majority vote).
+    sensitivity, specificity : array-like of shape (n_annotators,), optional
+        Starting values, one per column of Y; unless both are given, both start from a
+        soft majority vote.  With ``update_reliabilities=False``, the fixed values.
     update_reliabilities : bool, default=True
         False holds ``sensitivity``/``specificity`` fixed.
-    damping : float in (0, 1], default=0.9
+    damping : float in (0, 1] or None, default=0.9
         EP damping.  The likelihood is not log-concave (site precisions go negative), so
         the default takes slightly damped steps from the start (robust EP shortens any
         step that would make the posterior improper); None is adaptive damping
         (:func:`fastep.ep`), which takes about as many sweeps on the crowds of
         ``scripts/annotators_cost.py``.
+    tol : float, default=1e-6
+        EP convergence tolerance (change of log Z_EP and of the sites, see
+        :func:`fastep.ep`).
+    max_iter : int, default=200
+        Most EP sweeps per EP run (dense EP's one run adds the EM budget, see
+        ``em_every``).
     warm_start : bool, default=False
         Start from the previous fit's reliabilities and its EP sites for the rows of X
         it shares (active learning: append new rows and labels, then refit).
-    optimizer, n_restarts_optimizer, max_iter_optimizer, tol_optimizer :
-        ML-II, as in :class:`~fastep.EPGaussianProcessClassifier`.
-    method : {"auto", "parallel", "sequential"}, default="auto"
-        Dense EP's schedule; "auto" runs parallel sweeps and goes on sequentially (CPU)
-        if they stall (``fastep.ep(method="auto")``): with a large kernel variance,
-        parallel EP on these sites of negative precision can oscillate for hundreds of
-        sweeps.  Sparse EP: as in :class:`~fastep.EPGaussianProcessClassifier`.
-    tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
-        As in :class:`~fastep.EPGaussianProcessClassifier` (the README's table of shared
-        parameters).
+    n_inducing : int, "auto" or None, default="auto"
+        Use sparse Power EP with this many inducing points (k-means++ on X), EM between
+        runs of ``em_every`` sweeps.  None is dense EP.  "auto": dense EP up to 3,000
+        rows, 256 inducing points above; a dask X always runs sparse.
+    inducing_points : (m, n_features) array, optional
+        Initial inducing inputs (implies sparse EP; overrides ``n_inducing``).
+    power : float in (0, 1], default=1.0
+        The power alpha of sparse Power EP (1 = EP with inducing points; towards 0 it
+        approaches the variational (VFE) solution).  Dense EP has power 1; another value
+        needs inducing points.
+    optimize_inducing : bool, default=False
+        Whether ML-II also moves the inducing inputs (sparse EP with an optimizer).
+    random_state : int, RandomState, Generator or None, default=None
+        Seeds the optimiser restarts and the k-means++ choice of inducing points.  ML-II
+        runs on all rows (no subsample stages).
+    device : {"cpu", "cuda"}, default="cpu"
+        Where EP runs: "cuda" puts EP's sweeps, the Gram matrices and the evidence
+        gradients on an NVIDIA GPU (needs the ``cuda`` extra); a fitted model predicts
+        on the device it was fitted on.
     verbose : int, default=0
-        Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
-        as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,
-        which ``logging`` can also configure without this parameter).
+        Progress of the fit: 1 shows the ML-II steps, 2 also every EP sweep, as tqdm
+        bars where tqdm is installed, else as lines on stderr (fastep's logger, which
+        ``logging`` can also configure without this parameter).
 
     Attributes
     ----------
-    sensitivity_, specificity_ : ndarray (R,)
-    true_label_proba_ : ndarray (n,)
+    sensitivity_, specificity_ : ndarray of shape (n_annotators,)
+        The fitted sensitivity alpha_r and specificity beta_r of each annotator.
+    true_label_proba_ : ndarray of shape (n_samples,)
         p(z_i = 1 | data) for the training instances.
-    kernel_, likelihood_, log_marginal_likelihood_value_, converged_, n_features_in_,
-    inducing_points_ (sparse EP only), result_ (the final EP run)
-    classes_ : ndarray (2,)
+    classes_ : ndarray of shape (2,)
+        The two label values of Y.
+    kernel_ : kernel
+        The fitted kernel.
+    likelihood_ : MultiAnnotator
+        The likelihood at the fitted reliabilities.
+    log_marginal_likelihood_value_ : float
+        log Z_EP at ``kernel_``.
+    inducing_points_ : (m, n_features) ndarray
+        Fitted inducing inputs (sparse EP only).
+    result_ : EPResult or SparseEPResult
+        The final EP run.
     n_iter_ : int
         EP sweeps in total (EM included, and the run after ML-II).
+    converged_ : bool
+        Whether EM and the final EP run converged.
+    n_features_in_ : int
 
     Examples
     --------
@@ -309,8 +387,18 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
 
     @fit_entry
     def fit(self, X: ArrayLike, Y: ArrayLike) -> MultiAnnotatorGPClassifier:
-        """Fit from inputs X (n, d) and labels Y (n, R): two values, NaN = not labelled
-        (a vector Y is the labels of one annotator).
+        """Fit the reliabilities, the posterior of f (and, with an optimizer, the
+        kernel) by EP and EM.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Training inputs.  A dask array is fitted by sparse EP on the active Dask
+            client's workers (``n_inducing`` not None, ``device="cpu"``).
+        Y : array-like of shape (n_samples, n_annotators) or (n_samples,)
+            Labels, one column per annotator: two label values, NaN (or None) where an
+            annotator gave no label; a vector is the labels of one annotator.  A dask
+            array is computed.
 
         Returns
         -------
@@ -463,12 +551,38 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         return self._latent.latent(self.result_, self._predict_inputs(X))
 
     def predict_latent(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
-        """Posterior mean (and standard deviation) of the latent f at X."""
+        """Posterior mean (and standard deviation) of the latent f at X.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Inputs to predict at; a dask array (of a sparse model) gives lazy dask arrays.
+        return_std : bool, default=False
+            Also return the standard deviation of f.
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,)
+            Posterior mean of f.
+        std : ndarray of shape (n_samples,)
+            Posterior standard deviation of f (only with ``return_std=True``).
+        """
         mean, var = self._moments(X)
         return latent_output(mean, var, return_std)
 
     def predict_proba(self, X: ArrayLike) -> Array:
-        """p(z* = class) for new inputs; the annotator model does not enter prediction."""
+        """p(z* = class) for new inputs; the annotator model does not enter prediction.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Inputs to predict at (a dask array: a lazy result).
+
+        Returns
+        -------
+        ndarray of shape (n_samples, 2)
+            Columns in the order of ``classes_``.
+        """
         mean, var = self._moments(X)
         p = ndtr(mean / np.sqrt(1.0 + var))
         if is_dask_array(p):
@@ -485,7 +599,18 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
                 self.classes_[(p > 0.5).astype(int)])
 
     def predict(self, X: ArrayLike) -> Array:
-        """Most probable true label."""
+        """Most probable true label.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Inputs to predict at (a dask array: a lazy result).
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+            Labels from ``classes_``.
+        """
         proba = self.predict_proba(X)
         if is_dask_array(proba):
             return (proba[:, 1] > 0.5).astype(int).map_blocks(self.classes_.take,
@@ -495,7 +620,12 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
     # --- active learning -------------------------------------------------------------
     def loo_reliabilities(self) -> Tuple[np.ndarray, np.ndarray]:
         """Sensitivity and specificity of each annotator re-estimated with
-        p(z_i = 1 | data without annotator r's own labels) (avoids self-reinforcement)."""
+        p(z_i = 1 | data without annotator r's own labels) (avoids self-reinforcement).
+
+        Returns
+        -------
+        sensitivity, specificity : ndarray of shape (n_annotators,)
+        """
         check_is_fitted(self)
         Y01, res = self._Y01, self.result_
         R = Y01.shape[1]
@@ -515,10 +645,19 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         ``N(mu, sigma^2)``).  Annotator: argmax_r alpha_r p + beta_r (1 - p) (eq. 12) with
         p = p(z = 1 | x, data) and leave-own-labels-out reliabilities.
 
+        Parameters
+        ----------
+        X_pool : array-like of shape (n_pool, n_features)
+            Unlabelled candidate inputs.
+        n_queries : int, default=1
+            How many instances to choose (at most ``n_pool``).
+
         Returns
         -------
-        indices : ndarray (n_queries,) of rows of X_pool
-        annotators : ndarray (n_queries,) of annotator columns
+        indices : ndarray of shape (n_queries,)
+            Rows of X_pool, the most uncertain first.
+        annotators : ndarray of shape (n_queries,)
+            For each, the column of Y of the annotator to ask.
         """
         validate_parameter_constraints({"n_queries": [Interval(Integral, 1, None, closed="left")]},
                                        {"n_queries": n_queries},

@@ -41,23 +41,67 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
 
     Parameters
     ----------
-    kernel : kernel, default=None
-        ``RBF()``; ML-II starts its lengthscale at the median distance between rows
-        of X (with ``optimizer=None``: ``RBF()``).
+    kernel : fastep or scikit-learn kernel, default=None
+        Prior covariance; None means ``RBF()``, except that ML-II starts its lengthscale
+        at the median distance between rows of X (with ``optimizer=None``: ``RBF()``).
+        Copied, never modified: the fitted kernel is ``kernel_``.
     noise_variance : float, default=1.0
         Initial (or, with ``optimizer=None``, fixed) variance of the uncensored noise.
-    lower, upper : float, optional
-        Scalar limits (per-observation limits go to ``fit``).
+    lower, upper : float or None, default=None
+        Scalar limits (None: no limit); per-observation limits go to ``fit``.
     inference : {"ep", "laplace", "markov"}, default="ep"
         The approximation; Laplace runs dense, on the CPU, with numerical ML-II gradients;
         "markov" is state-space EP (:func:`fastep.markov_ep`) in O(n) over X's column of
         times (and optionally a second column of series ids), as in
-        :class:`~fastep.EPGaussianProcessRegressor`.
-    optimizer, n_restarts_optimizer, max_iter_optimizer, tol_optimizer :
-        ML-II, as in :class:`~fastep.EPGaussianProcessClassifier`.
-    method, damping, tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
-        As in :class:`~fastep.EPGaussianProcessClassifier` (the table of shared parameters
-        in the README); sparse EP and ``device="cuda"`` need ``inference="ep"``.
+        :class:`~fastep.EPGaussianProcessRegressor`.  Sparse EP and ``device="cuda"``
+        need "ep".
+    method : {"auto", "parallel", "sequential"}, default="auto"
+        EP schedule.  Dense EP (:func:`fastep.ep`): "auto" is "parallel"; "sequential"
+        runs on the CPU.  Sparse EP (:func:`fastep.sparse_ep`'s ``schedule``): "auto" is
+        "sequential", q(u) refreshed after every block of rows.
+    optimizer : "L-BFGS-B", callable or None, default="L-BFGS-B"
+        ML-II of the kernel, the noise variance (and the inducing inputs); a callable
+        follows scikit-learn's convention; None keeps them fixed.
+    n_restarts_optimizer : int, default=0
+        Extra optimiser runs from log-uniform draws inside the bounds.
+    max_iter_optimizer : int, default=200
+        Most L-BFGS-B iterations of ML-II (a ``ConvergenceWarning`` if they run out).
+    tol_optimizer : float or None, default=None
+        None: ML-II stops when the log evidence gained less than 1e-5 nats per row of
+        data over its last two steps (and the gain its curvature predicts is below that
+        too).  A float asks for the exact optimum: a step that changes the log evidence
+        by less than this (relative) or a projected gradient below ten times it ends
+        ML-II.
+    damping : float in (0, 1] or None, default=None
+        EP step in natural parameters; None is adaptive: parallel EP starts at full steps
+        and shrinks them by 0.7 when EP oscillates (growing back once it settles),
+        sequential EP takes full steps.
+    tol : float, default=1e-6
+        EP convergence tolerance (change of log Z_EP and of the sites, see
+        :func:`fastep.ep`).
+    max_iter : int, default=200
+        Most EP sweeps per EP run (Laplace: Newton iterations).
+    n_inducing : int, "auto" or None, default="auto"
+        Use sparse Power EP with this many inducing points (k-means++ on X):
+        O(n m^2) time, data streamed in chunks (see :func:`fastep.sparse_ep`).  None is
+        dense EP.  "auto": dense EP up to 3,000 rows, 256 inducing points above (Laplace:
+        dense, with "auto" or None); a dask X always runs sparse.
+    inducing_points : (m, n_features) array, optional
+        Initial inducing inputs (implies sparse EP; overrides ``n_inducing``).
+    power : float in (0, 1], default=1.0
+        The power alpha of sparse Power EP (1 = EP with inducing points; towards 0 it
+        approaches the variational (VFE) solution).  Dense EP has power 1; another value
+        needs inducing points.
+    optimize_inducing : bool, default=False
+        Whether ML-II also moves the inducing inputs (sparse EP with an optimizer).
+    random_state : int, RandomState, Generator or None, default=None
+        Seeds the optimiser restarts, the k-means++ choice of inducing points and the
+        rows of the subsample stages of ML-II at large n (dense EP and Laplace from 1,000
+        rows, sparse EP from 50,000; see the user guide).
+    device : {"cpu", "cuda"}, default="cpu"
+        Where EP runs: "cuda" puts parallel EP's sweeps, the Gram matrices and the evidence
+        gradients (dense and sparse) on an NVIDIA GPU (needs the ``cuda`` extra); a fitted
+        model predicts on the device it was fitted on.
     verbose : int, default=0
         Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
         as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,
@@ -65,9 +109,24 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
 
     Attributes
     ----------
-    kernel_, likelihood_ (a :class:`~fastep.likelihoods.Tobit`), noise_variance_,
-    log_marginal_likelihood_value_, n_iter_, converged_, n_features_in_,
-    inducing_points_ (sparse EP only), result_ (the final EP or Laplace result)
+    kernel_ : kernel
+        The fitted kernel.
+    likelihood_ : Tobit
+        The fitted likelihood (:class:`~fastep.likelihoods.Tobit`, with the limits of
+        the fit).
+    noise_variance_ : float
+        The fitted variance of the uncensored noise.
+    log_marginal_likelihood_value_ : float
+        The log evidence (EP's or Laplace's) at ``kernel_``.
+    inducing_points_ : (m, n_features) ndarray
+        Fitted inducing inputs (sparse EP only).
+    result_ : EPResult, SparseEPResult, MarkovEPResult or LaplaceResult
+        The final EP or Laplace run.
+    n_iter_ : int
+        EP sweeps (Laplace: Newton iterations) of the final run.
+    converged_ : bool
+        Whether the final run converged.
+    n_features_in_ : int
     lower_, upper_ : float, ndarray or None
         The limits of the fit.  Scalars are used by ``predict*`` unless other limits are
         given there; per-observation limits must be given again for new inputs.
@@ -130,12 +189,15 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-            Targets; a value at or beyond a limit is censored there; NaN means
+        X : array-like or dask array of shape (n_samples, n_features)
+            Training inputs.  A dask array is fitted by sparse EP on the active Dask
+            client's workers (``n_inducing`` not None, ``device="cpu"``, scalar limits).
+        y : array-like or dask array of shape (n_samples,)
+            Targets; a value at a limit is censored there (a value beyond it is an
+            error: a censored observation is recorded at its limit); NaN means
             interval-censored between finite limits.
-        lower, upper : float or array of shape (n_samples,), optional
-            Limits for this data; they override the constructor's.
+        lower, upper : float or array-like of shape (n_samples,), optional
+            Limits for this data (-inf / inf: none); they override the constructor's.
 
         Returns
         -------
@@ -263,7 +325,26 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
                 lower: Optional[ArrayLike] = None, upper: Optional[ArrayLike] = None
                 ) -> ArrayOrStd:
         """Mean (and std) of the *censored* output y at X (limits: those of ``fit`` when
-        scalar, or ``lower``/``upper`` given here; lazy dask arrays for a dask X)."""
+        scalar, or ``lower``/``upper`` given here; lazy dask arrays for a dask X).
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Inputs to predict at; a dask array (of a sparse model, scalar limits) gives
+            lazy dask arrays, computed chunk by chunk on the workers.
+        return_std : bool, default=False
+            Also return the standard deviation of y.
+        lower, upper : float or array-like of shape (n_samples,), optional
+            Limits of these points; default: the fit's, when scalar (per-observation
+            limits of the fit must be given again for new inputs).
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,)
+            The mean of the censored y.
+        std : ndarray of shape (n_samples,)
+            Its standard deviation (only with ``return_std=True``).
+        """
         if is_dask_array(X):
             mean = self._on_chunks(X, lower, upper, "mean")
             return (mean, self._on_chunks(X, lower, upper, "std")) if return_std else mean
@@ -272,7 +353,21 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
 
     def predict_censored_proba(self, X: ArrayLike, lower: Optional[ArrayLike] = None,
                                upper: Optional[ArrayLike] = None) -> Tuple[Array, Array]:
-        """(P(y = lower), P(y = upper)) at X, each of shape (n,)."""
+        """Probabilities that y is censored at X, at its lower and at its upper limit.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Inputs to predict at (a dask array: lazy results, as in :meth:`predict`).
+        lower, upper : float or array-like of shape (n_samples,), optional
+            Limits of these points; default: the fit's, when scalar (per-observation
+            limits of the fit must be given again for new inputs).
+
+        Returns
+        -------
+        p_lower, p_upper : ndarray of shape (n_samples,)
+            P(y = lower) and P(y = upper).
+        """
         if is_dask_array(X):
             return (self._on_chunks(X, lower, upper, "p_lower"),
                     self._on_chunks(X, lower, upper, "p_upper"))
@@ -281,7 +376,22 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
 
     def predict_quantile(self, X: ArrayLike, q: float, lower: Optional[ArrayLike] = None,
                          upper: Optional[ArrayLike] = None) -> Array:
-        """q-quantile of the censored output y at X."""
+        """q-quantile of the censored output y at X.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Inputs to predict at (a dask array: a lazy result, as in :meth:`predict`).
+        q : float
+            The probability level, strictly between 0 and 1 (the median: 0.5).
+        lower, upper : float or array-like of shape (n_samples,), optional
+            Limits of these points; default: the fit's, when scalar (per-observation
+            limits of the fit must be given again for new inputs).
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
         if is_dask_array(X):
             return self._on_chunks(X, lower, upper, "quantile", q)
         _, mean, std, lo, up = self._predictive(X, lower, upper)
@@ -300,7 +410,24 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
     def log_predictive_density(self, X: ArrayLike, y: ArrayLike,
                                lower: Optional[ArrayLike] = None,
                                upper: Optional[ArrayLike] = None) -> Array:
-        """log p(y | data) of observed, possibly censored, values at X."""
+        """log p(y | data) of observed, possibly censored, values at X.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs of the observations.
+        y : array-like of shape (n_samples,)
+            Observed values, censored ones at their limit (NaN: interval-censored).
+        lower, upper : float or array-like of shape (n_samples,), optional
+            Limits of these points; default: the fit's, when scalar (per-observation
+            limits of the fit must be given again for new inputs).
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+            One log density per point (of a censored value: the log probability of its
+            censoring).
+        """
         _, mean, std, lo, up = self._predictive(X, lower, upper)
         y, lo, up = check_censored_data(np.asarray(y, dtype=float), lo, up)
         lik = Tobit(self.noise_variance_, lower=lo, upper=up)

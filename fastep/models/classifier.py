@@ -58,7 +58,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         for no change that moves a prediction.  A float asks for the exact optimum: a
         step that changes the objective by less than this (relative) or a projected
         gradient below ten times it ends ML-II (0.2's rule; 1e-6 was its default).
-    damping : float in (0, 1], default=None
+    damping : float in (0, 1] or None, default=None
         EP step in natural parameters; None is adaptive: parallel EP starts at full steps
         and shrinks them by 0.7 when EP oscillates (growing back once it settles),
         sequential EP takes full steps.
@@ -88,8 +88,8 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         (``scripts/mlii_convergence.py``); k-means++ inputs kept fixed do better.
     random_state : int, RandomState, Generator or None, default=None
         Seeds the optimiser restarts, the k-means++ choice of inducing points and the
-        rows of the subsample stages of ML-II at large n (sparse, 50,000 rows or more;
-        see the user guide).
+        rows of the subsample stages of ML-II at large n (dense EP from 1,000 rows, sparse
+        EP from 50,000; see the user guide).
     device : {"cpu", "cuda"}, default="cpu"
         Where EP runs: "cuda" puts parallel EP's sweeps, the Gram matrices and the evidence
         gradients (dense and sparse) on an NVIDIA GPU (needs the ``cuda`` extra); a fitted
@@ -209,8 +209,10 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
+        X : array-like or dask array of shape (n_samples, n_features)
+            Training inputs.  A dask array is fitted by sparse EP on the active Dask
+            client's workers (``n_inducing`` not None, ``device="cpu"``).
+        y : array-like or dask array of shape (n_samples,)
             Class labels (two or more classes).
 
         Returns
@@ -292,8 +294,21 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
     def predict_latent(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
         """Posterior mean (and standard deviation) of the latent function(s) at X.
 
-        Returns arrays of shape (n_samples,) for two classes, (n_samples, n_classes) (one
-        column per one-vs-rest problem) for more.
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Inputs to predict at; a dask array (of a sparse model) gives lazy dask arrays,
+            computed chunk by chunk on the workers.
+        return_std : bool, default=False
+            Also return the standard deviations.
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,) or (n_samples, n_classes)
+            Shape (n_samples,) for two classes, (n_samples, n_classes) (one column per
+            one-vs-rest problem) for more.
+        std : ndarray of the same shape
+            The standard deviations (only with ``return_std=True``).
         """
         means, variances = self._latent_moments(X)
         if len(means) == 1:
@@ -305,7 +320,20 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         return latent_output(np.column_stack(means), np.column_stack(variances), return_std)
 
     def predict_proba(self, X: ArrayLike) -> Array:
-        """Class probabilities, shape (n_samples, n_classes)."""
+        """Class probabilities.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Inputs to predict at (a dask array: a lazy result, as in
+            :meth:`predict_latent`).
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes)
+            Columns in the order of ``classes_``; one-vs-rest probabilities normalised
+            to sum to 1.
+        """
         return self._proba(*self._latent_moments(X))
 
     def _proba(self, means, variances):
@@ -327,7 +355,18 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         return p / p.sum(axis=1, keepdims=True)
 
     def predict(self, X: ArrayLike) -> Array:
-        """Most probable class."""
+        """Most probable class.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Inputs to predict at (a dask array: a lazy result).
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+            Labels from ``classes_``.
+        """
         proba = self.predict_proba(X)
         if is_dask_array(proba):
             return proba.argmax(axis=1).map_blocks(self.classes_.take,

@@ -33,12 +33,12 @@ class TableColumns(TransformerMixin, BaseEstimator):
 
     Parameters
     ----------
-    columns : list of str or None
+    columns : list of str or None, default=None
         The feature columns' names, in the model's order; a DataFrame (anything with a
         ``columns`` attribute) is read by these names, its other columns ignored.  An
         array is read by position and must have exactly these columns.  ``None``: by
         position only.
-    mean, sd : array of shape (n_features,) or None
+    mean, sd : array of shape (n_features,) or None, default=None
         Each column is mapped to ``(x - mean) / sd``; ``None``: taken as it is.
 
     Examples
@@ -62,7 +62,19 @@ class TableColumns(TransformerMixin, BaseEstimator):
         return tags
 
     def fit(self, X: Any = None, y: Any = None) -> "TableColumns":
-        """Nothing to learn (the parameters are the fitted state); returns self."""
+        """Nothing to learn (the parameters are the fitted state); returns self.
+
+        Parameters
+        ----------
+        X : DataFrame, array-like of shape (n_samples, n_features) or None, default=None
+            Ignored.
+        y : array-like of shape (n_samples,) or None, default=None
+            Ignored.
+
+        Returns
+        -------
+        self
+        """
         return self
 
     def _width(self):
@@ -71,7 +83,20 @@ class TableColumns(TransformerMixin, BaseEstimator):
         return None if self.mean is None else np.shape(self.mean)[0]
 
     def transform(self, X: Any) -> np.ndarray:
-        """The model's feature columns of ``X`` as a float array, standardised."""
+        """The model's feature columns of ``X`` as a float array, standardised.
+
+        Parameters
+        ----------
+        X : DataFrame or array-like of shape (n_samples, n_columns)
+            A table with a ``columns`` attribute (a pandas DataFrame) is read by the
+            names in ``columns``, its other columns ignored; an array by position, with
+            exactly the model's columns.  NaN and inf pass through.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_features)
+            The selected columns, ``(x - mean) / sd`` where ``mean`` is set.
+        """
         d = self._width()
         names = getattr(X, "columns", None)
         if self.columns is not None and names is not None:

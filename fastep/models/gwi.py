@@ -51,7 +51,7 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
         Prior covariance k, shared by the classes.  None means
         ``RBF(variance=4.0, lengthscale=median pairwise distance)`` (the median heuristic
         on up to 500 training inputs).
-    n_inducing : int, default=None
+    n_inducing : int or None, default=None
         Number of inducing inputs M, drawn at random from the training inputs; None means
         ``min(200, n_train)``.  Costs grow as ``n M^2`` per class and iteration.  On five
         70/30 splits of digits the defaults gave test accuracy 0.972-0.987 (mean 0.980) and
@@ -107,9 +107,10 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
         compiled for that target; "cuda" needs numba's CUDA target, not CuPy); the rest
         of the fit is small dense algebra and stays on the CPU.
     verbose : int, default=0
-        Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
-        as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,
-        which ``logging`` can also configure without this parameter).
+        Progress of the fit: 1 (or more) shows the L-BFGS-B iterations or Adam epochs
+        (GWI has no ML-II and no EP sweeps), as tqdm bars where tqdm is installed, else
+        as lines on stderr (fastep's logger, which ``logging`` can also configure without
+        this parameter).
 
     Attributes
     ----------
@@ -123,8 +124,10 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
     covariance_factors_ : ndarray of shape (n_classes, M, M)
         ``L_j`` of ``r_j = k - k_Z K_ZZ^-1 k_Z + k_Z L_j L_j^T k_Z`` (a square root, not
         necessarily triangular: the optimiser works in whitened coordinates).
-    coef_, intercept_ : ndarrays of shape (n_classes, n_features) and (n_classes,)
-        The linear mean term (zeros when ``linear_mean=False``).
+    coef_ : ndarray of shape (n_classes, n_features)
+        The weights w_j of the linear mean term (zeros when ``linear_mean=False``).
+    intercept_ : ndarray of shape (n_classes,)
+        Its offsets b_j (zeros when ``linear_mean=False``).
     temperature_ : float
         Factor applied to the variational covariances (1.0 without tempering).
     objective_ : float
@@ -197,7 +200,19 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
 
     @fit_entry
     def fit(self, X: ArrayLike, y: ArrayLike) -> GWIClassifier:
-        """Fit the variational measures (and the temperature on the validation split)."""
+        """Fit the variational measures (and the temperature on the validation split).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs.
+        y : array-like of shape (n_samples,)
+            Class labels (two or more classes).
+
+        Returns
+        -------
+        self
+        """
         X, y = validate_X_y(self, X, y, dtype=np.float64, ensure_min_samples=1)
         self.classes_, y_idx = class_labels(y, return_inverse=True)
         J = self.classes_.size
@@ -380,21 +395,57 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
         return mean, var
 
     def predict_latent(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
-        """Means (and standard deviations) of the J latent functions under Q (tempered),
-        each of shape (n, J)."""
+        """Means (and standard deviations) of the J latent functions under Q (tempered).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs to predict at.
+        return_std : bool, default=False
+            Also return the standard deviations.
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples, n_classes)
+            One column per class, in the order of ``classes_``.
+        std : ndarray of shape (n_samples, n_classes)
+            The standard deviations (only with ``return_std=True``).
+        """
         check_is_fitted(self)
         X = validate_X(self, X, reset=False, dtype=np.float64)
         mean, var = self._latent(X)
         return latent_output(mean, var, return_std)
 
     def predict_proba(self, X: ArrayLike) -> np.ndarray:
-        """Class probabilities ``(1 - eps) S_j + eps/(J - 1) (1 - S_j)``, shape (n, J)."""
+        """Class probabilities ``(1 - eps) S_j + eps/(J - 1) (1 - S_j)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs to predict at.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes)
+            Columns in the order of ``classes_``.
+        """
         check_is_fitted(self)
         X = validate_X(self, X, reset=False, dtype=np.float64)
         mean, var = self._latent(X)
         return gwi.predict_proba(self.likelihood_, mean, var, device=self._backend)
 
     def predict(self, X: ArrayLike) -> np.ndarray:
-        """Most probable class."""
+        """Most probable class.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs to predict at.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+            Labels from ``classes_``.
+        """
         proba = self.predict_proba(X)
         return self.classes_[np.argmax(proba, axis=1)]

@@ -25,7 +25,7 @@ from ..likelihoods import MultinomialProbit, multinomial_probit as mp
 from ..priors import hyperprior_terms
 from ._base import EvidenceMixin, FastepEstimator, as_generator, fit_entry, \
     latent_output, shared
-from ._mlii import fit_theta, theta_names
+from ._mlii import fit_theta
 from ._validation import class_labels, validate_X, validate_X_y
 
 #: n x n float64 matrices alive at the peak of a nested-EP posterior refresh, per class
@@ -75,8 +75,13 @@ class NestedGP:
         return self.kernel.bounds
 
     @property
+    def theta_entries(self):
+        """ML-II's names of theta's entries: the kernel's own (the classes share it)."""
+        return self.kernel.theta_entries()
+
+    @property
     def theta_names(self):
-        return theta_names(self.kernel)
+        return [entry.name for entry in self.theta_entries]
 
     @property
     def likelihood(self):
@@ -227,10 +232,16 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         (digits, 1,257 rows: 160 s against 320 s, the same optimum), and the full-data run
         starts from sites seeded from the last subsample's predictive.
     n_restarts_optimizer : int, default=0
+        Extra optimiser runs from log-uniform draws inside the bounds.
     max_iter_optimizer : int, default=200
+        Most L-BFGS-B iterations of ML-II (a ``ConvergenceWarning`` if they run out).
     tol_optimizer : float or None, default=None
-        As in :class:`EPGaussianProcessClassifier`.
-    damping : float in (0, 1], default=None
+        None: ML-II stops when the objective (log evidence, plus the log hyperprior)
+        gained less than 1e-5 nats per row of data over its last two steps (and the gain
+        its curvature predicts is below that too).  A float asks for the exact optimum:
+        a step that changes the objective by less than this (relative) or a projected
+        gradient below ten times it ends ML-II.
+    damping : float in (0, 1] or None, default=None
         Step of the parallel outer updates in the inner sites' natural parameters; None is
         adaptive (full steps, shrunk by 0.7 when the sites' change grows).
     tol : float, default=1e-6
@@ -247,7 +258,9 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
     inducing_points : (m, n_features) array, optional
         The inducing inputs themselves (implies sparse; overrides ``n_inducing``).
     random_state : int, RandomState, Generator or None, default=None
-        For restarts and the k-means++ choice of inducing inputs.
+        Seeds the optimiser restarts, the k-means++ choice of inducing inputs and the
+        rows of the subsample stages of ML-II (dense from 1,000 rows, sparse from
+        50,000; see ``optimizer``).
     device : {"cpu", "cuda"}, default="cpu"
         Where dense nested EP runs: "cuda" puts the Gram matrix, the posterior's C + 1
         factorisations and the evidence gradient on an NVIDIA GPU (needs the ``cuda``
@@ -262,7 +275,8 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
-    kernel_ : fitted kernel
+    kernel_ : kernel
+        The fitted kernel.
     likelihood_ : MultinomialProbit
     log_marginal_likelihood_value_ : float
         Nested EP's log evidence at ``kernel_``.
@@ -272,7 +286,9 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
     inducing_points_ : (m, n_features) ndarray
         The inducing inputs (sparse only).
     n_iter_ : int
+        Outer EP sweeps of the final run.
     converged_ : bool
+        Whether the final nested EP run converged.
     n_features_in_ : int
 
     References
@@ -433,24 +449,73 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         return self._problem_.latent(self.result_, np.ascontiguousarray(X))
 
     def predict_latent(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
-        """Posterior means (and standard deviations) of the C latent functions at X, each
-        of shape (n_samples, n_classes); :meth:`predict_latent_cov` gives the covariances
-        between them."""
+        """Posterior means (and standard deviations) of the C latent functions at X;
+        :meth:`predict_latent_cov` gives the covariances between them.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs to predict at.
+        return_std : bool, default=False
+            Also return the standard deviations.
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples, n_classes)
+            One column per class, in the order of ``classes_``.
+        std : ndarray of shape (n_samples, n_classes)
+            The standard deviations (only with ``return_std=True``).
+        """
         mean, cov = self._moments(X)
         return latent_output(mean, np.einsum("icc->ic", cov).copy(), return_std)
 
     def predict_latent_cov(self, X: ArrayLike) -> tuple:
-        """Posterior means (n_samples, n_classes) and covariances (n_samples, n_classes,
-        n_classes) of the latent functions at X (correlated through the likelihood)."""
+        """Posterior means and covariances of the latent functions at X (correlated
+        through the likelihood).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs to predict at.
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples, n_classes)
+            The posterior means.
+        cov : ndarray of shape (n_samples, n_classes, n_classes)
+            The posterior covariance between the classes' functions at each input.
+        """
         return self._moments(X)
 
     def predict_proba(self, X: ArrayLike) -> Array:
         """Class probabilities ``int N(f | m, V) p(y = c | f) df`` (inner EP's estimate of
-        each, normalised), shape (n_samples, n_classes)."""
+        each, normalised).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs to predict at.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes)
+            Columns in the order of ``classes_``.
+        """
         mean, cov = self._moments(X)
         return self.likelihood_.predict_proba(mean, cov)
 
     def predict(self, X: ArrayLike) -> Array:
-        """Most probable class."""
+        """Most probable class.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs to predict at.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+            Labels from ``classes_``.
+        """
         proba = self.predict_proba(X)
         return self.classes_[np.argmax(proba, axis=1)]

@@ -47,15 +47,60 @@ class OrdinalGPClassifier(ClassifierMixin, SingleLatentEstimator):
 
     Parameters
     ----------
-    kernel : kernel, default=None
-        ``RBF()``; ML-II starts its lengthscale at the median distance between rows
-        of X (with ``optimizer=None``: ``RBF()``).
+    kernel : fastep or scikit-learn kernel, default=None
+        Prior covariance; None means ``RBF()``, except that ML-II starts its lengthscale
+        at the median distance between rows of X (with ``optimizer=None``: ``RBF()``).
+        Copied, never modified: the fitted kernel is ``kernel_``.
     cut_points : array of shape (K - 1,), optional
         Starting (with ``optimizer=None``: fixed) cut points; default from the label
         frequencies.
-    method, optimizer, n_restarts_optimizer, max_iter_optimizer, tol_optimizer, damping, \
-tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
-        As in :class:`~fastep.EPGaussianProcessClassifier`.
+    method : {"auto", "parallel", "sequential"}, default="auto"
+        EP schedule.  Dense EP (:func:`fastep.ep`): "auto" is "parallel"; "sequential"
+        runs on the CPU.  Sparse EP (:func:`fastep.sparse_ep`'s ``schedule``): "auto" is
+        "sequential", q(u) refreshed after every block of rows.
+    optimizer : "L-BFGS-B", callable or None, default="L-BFGS-B"
+        ML-II of the kernel, the cut points (and the inducing inputs); a callable follows
+        scikit-learn's convention; None keeps them fixed.
+    n_restarts_optimizer : int, default=0
+        Extra optimiser runs from random starts inside the bounds.
+    max_iter_optimizer : int, default=200
+        Most L-BFGS-B iterations of ML-II (a ``ConvergenceWarning`` if they run out).
+    tol_optimizer : float or None, default=None
+        None: ML-II stops when the log evidence gained less than 1e-5 nats per row of
+        data over its last two steps (and the gain its curvature predicts is below that
+        too).  A float asks for the exact optimum: a step that changes the log evidence
+        by less than this (relative) or a projected gradient below ten times it ends
+        ML-II.
+    damping : float in (0, 1] or None, default=None
+        EP step in natural parameters; None is adaptive: parallel EP starts at full steps
+        and shrinks them by 0.7 when EP oscillates (growing back once it settles),
+        sequential EP takes full steps.
+    tol : float, default=1e-6
+        EP convergence tolerance (change of log Z_EP and of the sites, see
+        :func:`fastep.ep`).
+    max_iter : int, default=100
+        Most EP sweeps per EP run.
+    n_inducing : int, "auto" or None, default="auto"
+        Use sparse Power EP with this many inducing points (k-means++ on X):
+        O(n m^2) time, data streamed in chunks (see :func:`fastep.sparse_ep`).  None is
+        dense EP.  "auto": dense EP up to 3,000 rows, 256 inducing points above; a dask X
+        always runs sparse.
+    inducing_points : (m, n_features) array, optional
+        Initial inducing inputs (implies sparse EP; overrides ``n_inducing``).
+    power : float in (0, 1], default=1.0
+        The power alpha of sparse Power EP (1 = EP with inducing points; towards 0 it
+        approaches the variational (VFE) solution).  Dense EP has power 1; another value
+        needs inducing points.
+    optimize_inducing : bool, default=False
+        Whether ML-II also moves the inducing inputs (sparse EP with an optimizer).
+    random_state : int, RandomState, Generator or None, default=None
+        Seeds the optimiser restarts, the k-means++ choice of inducing points and the
+        rows of the subsample stages of ML-II at large n (dense EP from 1,000 rows, sparse
+        EP from 50,000; see the user guide).
+    device : {"cpu", "cuda"}, default="cpu"
+        Where EP runs: "cuda" puts parallel EP's sweeps, the Gram matrices and the evidence
+        gradients (dense and sparse) on an NVIDIA GPU (needs the ``cuda`` extra); a fitted
+        model predicts on the device it was fitted on.
     inference : {"ep", "markov"}, default="ep"
         "markov": state-space EP (:func:`fastep.markov_ep`) over X's column of times (and
         an optional second column of series ids: independent series, one kernel), in
@@ -69,10 +114,25 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
 
     Attributes
     ----------
-    classes_ : ndarray (K,), the ordered levels
-    cut_points_ : ndarray (K - 1,)
-    kernel_, likelihood_, log_marginal_likelihood_value_, n_iter_, converged_, result_,
-    n_features_in_, inducing_points_ (sparse EP only)
+    classes_ : ndarray of shape (K,)
+        The ordered levels.
+    cut_points_ : ndarray of shape (K - 1,)
+        The fitted cut points.
+    kernel_ : kernel
+        The fitted kernel.
+    likelihood_ : OrdinalProbit
+        The fitted likelihood.
+    log_marginal_likelihood_value_ : float
+        log Z_EP at ``kernel_``.
+    inducing_points_ : (m, n_features) ndarray
+        Fitted inducing inputs (sparse EP only).
+    result_ : EPResult, SparseEPResult or MarkovEPResult
+        The final EP run.
+    n_iter_ : int
+        EP sweeps of the final run.
+    converged_ : bool
+        Whether the final EP run converged.
+    n_features_in_ : int
 
     Examples
     --------
@@ -123,7 +183,15 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
 
     @fit_entry
     def fit(self, X: ArrayLike, y: ArrayLike) -> OrdinalGPClassifier:
-        """Fit from inputs X (n, d) and ordered labels y (n,).
+        """Fit the kernel, the cut points and the posterior of f.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Training inputs.  A dask array is fitted by sparse EP on the active Dask
+            client's workers (``n_inducing`` not None, ``device="cpu"``).
+        y : array-like or dask array of shape (n_samples,)
+            Ordered labels (two or more levels; their sort order is the level order).
 
         Returns
         -------
@@ -193,8 +261,19 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
 
 
     def predict_proba(self, X: ArrayLike) -> Array:
-        """P(y = level k) for every level, shape (n_samples, K) (a lazy dask array,
-        computed chunk by chunk, for a dask X)."""
+        """P(y = level k) for every level (a lazy dask array, computed chunk by chunk,
+        for a dask X).
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Inputs to predict at; a dask array needs a sparse model.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, K)
+            Columns in the order of ``classes_``.
+        """
         mean, std = self.predict_latent(X, return_std=True)
         if is_dask_array(mean):
             return da_map_rows(self.likelihood_.predict_proba, mean, std ** 2,
@@ -202,7 +281,18 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         return self.likelihood_.predict_proba(mean, std ** 2)
 
     def predict(self, X: ArrayLike) -> Array:
-        """The most probable level."""
+        """The most probable level.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Inputs to predict at (a dask array: a lazy result).
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+            Levels from ``classes_``.
+        """
         check_is_fitted(self)
         proba = self.predict_proba(X)
         if is_dask_array(proba):

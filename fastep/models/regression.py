@@ -50,9 +50,10 @@ class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
 
     Parameters
     ----------
-    kernel : kernel, default=None
-        ``RBF()``; ML-II starts its lengthscale at the median distance between rows
-        of X (with ``optimizer=None``: ``RBF()``).
+    kernel : fastep or scikit-learn kernel, default=None
+        Prior covariance; None means ``RBF()``, except that ML-II starts its lengthscale
+        at the median distance between rows of X (with ``optimizer=None``: ``RBF()``).
+        Copied, never modified: the fitted kernel is ``kernel_``.
     likelihood : {"student_t", "gaussian", "poisson", "negative_binomial", "binomial", "tobit", \
 "zero_inflated_poisson", "zero_inflated_negative_binomial", "weibull", "log_logistic", \
 "log_normal"} or Likelihood, default="student_t"
@@ -78,10 +79,55 @@ class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
         Counts and censoring limits live in y's own units: ``True`` with a count or Tobit
         likelihood is a ValueError.  With ``True`` and a likelihood instance (or a fixed
         kernel), its parameters are read in the units of the standardised y.
-    method, optimizer, n_restarts_optimizer, max_iter_optimizer, tol_optimizer, damping, \
-tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_state, device :
-        As in :class:`~fastep.EPGaussianProcessClassifier` (the README's table of shared
-        parameters).
+    method : {"auto", "parallel", "sequential"}, default="auto"
+        EP schedule.  Dense EP (:func:`fastep.ep`): "auto" is "parallel", except for a
+        likelihood that is not log-concave, whose robust EP runs "sequential" where the
+        device has it (the CPU); "sequential" runs on the CPU.  Sparse EP
+        (:func:`fastep.sparse_ep`'s ``schedule``): "auto" is "sequential", q(u)
+        refreshed after every block of rows.
+    optimizer : "L-BFGS-B", callable or None, default="L-BFGS-B"
+        ML-II of the kernel and likelihood (and inducing input) parameters; a callable
+        follows scikit-learn's convention; None keeps them fixed.
+    n_restarts_optimizer : int, default=0
+        Extra optimiser runs from log-uniform draws inside the bounds.
+    max_iter_optimizer : int, default=200
+        Most L-BFGS-B iterations of ML-II (a ``ConvergenceWarning`` if they run out).
+    tol_optimizer : float or None, default=None
+        None: ML-II stops when the log evidence gained less than 1e-5 nats per row of
+        data over its last two steps (and the gain its curvature predicts is below that
+        too).  A float asks for the exact optimum: a step that changes the log evidence
+        by less than this (relative) or a projected gradient below ten times it ends
+        ML-II.
+    damping : float in (0, 1] or None, default=None
+        EP step in natural parameters; None is adaptive: parallel EP starts at full steps
+        and shrinks them by 0.7 when EP oscillates (growing back once it settles),
+        sequential EP takes full steps.
+    tol : float, default=1e-6
+        EP convergence tolerance (change of log Z_EP and of the sites, see
+        :func:`fastep.ep`).
+    max_iter : int, default=200
+        Most EP sweeps per EP run.
+    n_inducing : int, "auto" or None, default="auto"
+        Use sparse Power EP with this many inducing points (k-means++ on X):
+        O(n m^2) time, data streamed in chunks (see :func:`fastep.sparse_ep`).  None is
+        dense EP.  "auto": dense EP up to 3,000 rows, 256 inducing points above; a dask X
+        always runs sparse.
+    inducing_points : (m, n_features) array, optional
+        Initial inducing inputs (implies sparse EP; overrides ``n_inducing``).
+    power : float in (0, 1], default=1.0
+        The power alpha of sparse Power EP (1 = EP with inducing points; towards 0 it
+        approaches the variational (VFE) solution).  Dense EP has power 1; another value
+        needs inducing points.
+    optimize_inducing : bool, default=False
+        Whether ML-II also moves the inducing inputs (sparse EP with an optimizer).
+    random_state : int, RandomState, Generator or None, default=None
+        Seeds the optimiser restarts, the k-means++ choice of inducing points and the
+        rows of the subsample stages of ML-II at large n (dense EP from 1,000 rows, sparse
+        EP from 50,000; see the user guide).
+    device : {"cpu", "cuda"}, default="cpu"
+        Where EP runs: "cuda" puts parallel EP's sweeps, the Gram matrices and the evidence
+        gradients (dense and sparse) on an NVIDIA GPU (needs the ``cuda`` extra); a fitted
+        model predicts on the device it was fitted on.
     inference : {"ep", "markov"}, default="ep"
         "markov": state-space EP (:func:`fastep.markov_ep`) over X's column of times (and
         an optional second column of series ids: independent series, one kernel), in
@@ -96,15 +142,29 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
 
     Attributes
     ----------
-    kernel_, likelihood_ : the fitted kernel and likelihood
-    log_marginal_likelihood_value_, n_iter_, converged_, n_features_in_, result_
-    inducing_points_ : (m, n_features) ndarray (sparse EP only)
+    kernel_ : kernel
+        The fitted kernel.
+    likelihood_ : Likelihood
+        The fitted likelihood.
+    log_marginal_likelihood_value_ : float
+        log Z_EP at ``kernel_`` (of the standardised y under ``normalize_y``).
+    inducing_points_ : (m, n_features) ndarray
+        Fitted inducing inputs (sparse EP only).
+    result_ : EPResult, SparseEPResult or MarkovEPResult
+        The final EP run.
+    n_iter_ : int
+        EP sweeps of the final run.
+    converged_ : bool
+        Whether the final EP run converged.
+    n_features_in_ : int
 
     Notes
     -----
     Per-observation data of the likelihood go to ``fit`` and ``predict*`` as keywords:
     ``exposure=`` for the count likelihoods (default 1), ``trials=`` for the binomial
-    (default 1), ``lower=``/``upper=`` for Tobit (default: the likelihood's own).  ``loo_log_predictive_density()`` and ``loo_predict()``
+    (default 1), ``lower=``/``upper=`` for Tobit (default: the likelihood's own),
+    ``event=`` for the survival likelihoods (``fit`` only; default: every time an
+    event).  ``loo_log_predictive_density()`` and ``loo_predict()``
     give leave-one-out checks from EP's cavities without refitting.
 
     Examples
@@ -202,12 +262,17 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-            Targets in the likelihood's terms (counts for Poisson / negative binomial;
-            NaN means interval-censored for Tobit).
-        **data : per-observation data of the likelihood (``exposure=``; ``lower=``,
-            ``upper=``), scalars or arrays of shape (n_samples,).
+        X : array-like or dask array of shape (n_samples, n_features)
+            Training inputs.  A dask array is fitted by sparse EP on the active Dask
+            client's workers (``n_inducing`` not None, ``device="cpu"``, scalar data).
+        y : array-like or dask array of shape (n_samples,)
+            Targets in the likelihood's terms (counts for Poisson / negative binomial,
+            successes for the binomial, times for survival; NaN means interval-censored
+            for Tobit).
+        **data : scalar or array-like of shape (n_samples,)
+            Per-observation data of the likelihood: ``exposure=`` (counts), ``trials=``
+            (binomial), ``lower=``, ``upper=`` (Tobit), ``event=`` (survival: 1 an
+            event, 0 right-censored).
 
         Returns
         -------
@@ -337,7 +402,28 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         A count model's mean is that of a log-normal rate, ``exposure exp(m + v / 2)``:
         where the latent variance v is large (far from the training inputs, where it
         returns to the prior's) the mean is dominated by it and a ``UserWarning`` says
-        so; :meth:`predict_median` gives the rate's median, ``exposure exp(m)``."""
+        so; :meth:`predict_median` gives the rate's median, ``exposure exp(m)``.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Inputs to predict at; a dask array (of a sparse model, scalar data) gives
+            lazy dask arrays.
+        return_std : bool, default=False
+            Also return the standard deviation of y.
+        **data : scalar or array-like of shape (n_samples,)
+            Per-observation data of the points, as in :meth:`fit`: ``exposure=``
+            (default 1), ``trials=`` (default 1), ``lower=``, ``upper=`` (default: the
+            likelihood's own limits).  Data that the fit was given per observation and
+            the prediction needs (exposure, trials) must be given again.
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,)
+            The predictive mean of y, in y's units.
+        std : ndarray of shape (n_samples,)
+            Its standard deviation (only with ``return_std=True``).
+        """
         mean, std = self._latent_standardised(X)
         lik = self._predictive_likelihood(mean, data)
         a, b = self._y_shift, self._y_scale
@@ -362,13 +448,36 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
 
     def predict_survival(self, X: ArrayLike, times: ArrayLike) -> np.ndarray:
         """Survival curves ``S(t | x) = E[S(t | f)]`` (f over its posterior) of a survival
-        likelihood at ``times``: shape (n_samples, n_times)."""
+        likelihood at ``times``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs to predict at (a NumPy array, not a dask one).
+        times : float or array-like of shape (n_times,)
+            Times (> 0) at which to evaluate every curve.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_times)
+        """
         lik, mean, var = self._survival_moments(X, "predict_survival")
         return lik.survival_function(times, mean, var)
 
     def predict_hazard(self, X: ArrayLike, times: ArrayLike) -> np.ndarray:
-        """Hazards ``h(t | x) = p(t | x) / S(t | x)`` of a survival likelihood at ``times``:
-        shape (n_samples, n_times)."""
+        """Hazards ``h(t | x) = p(t | x) / S(t | x)`` of a survival likelihood at ``times``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs to predict at (a NumPy array, not a dask one).
+        times : float or array-like of shape (n_times,)
+            Times (> 0) at which to evaluate every hazard.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_times)
+        """
         lik, mean, var = self._survival_moments(X, "predict_hazard")
         return lik.hazard(times, mean, var)
 
@@ -376,7 +485,19 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         """Medians: of the survival time, where ``S(t | x) = 1/2``, for a survival
         likelihood; of the rate ``exposure exp(f)`` (f's median is its mean), for a count
         likelihood (``exposure=`` as in :meth:`predict`), a point prediction that stays
-        steady where the mean is dominated by the latent variance (far from the data)."""
+        steady where the mean is dominated by the latent variance (far from the data).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs to predict at.
+        **data : scalar or array-like of shape (n_samples,)
+            ``exposure=`` of the points (count likelihoods), as in :meth:`predict`.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
         check_is_fitted(self)
         if not ("exposure" in self.likelihood_.data_names
                 or hasattr(self.likelihood_, "survival_function")):
@@ -408,7 +529,22 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
 
     def predict_latent(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
         """Mean (and standard deviation) of the latent f at X, in y's units (see
-        ``normalize_y``); lazy dask arrays for a dask X."""
+        ``normalize_y``); lazy dask arrays for a dask X.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Inputs to predict at; a dask array needs a sparse model.
+        return_std : bool, default=False
+            Also return the standard deviation of f.
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,)
+            Posterior mean of f.
+        std : ndarray of shape (n_samples,)
+            Posterior standard deviation of f (only with ``return_std=True``).
+        """
         mean, std = self._latent_standardised(X)
         mean, std = self._y_shift + self._y_scale * mean, self._y_scale * std
         return (mean, std) if return_std else mean
@@ -419,7 +555,26 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
         per-observation data of the points (``exposure=``, ``lower=``, ``upper=``) as in
         :meth:`predict`.  Count predictions can be finite but too large to square (far
         from the data, a log-normal rate); R^2 is then formed from scaled sums of squares,
-        and a ``ValueError`` says when it lies below -1.8e308."""
+        and a ``ValueError`` says when it lies below -1.8e308.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Test inputs.
+        y : array-like of shape (n_samples,)
+            True targets.
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights of the points in R^2.
+        **data : scalar or array-like of shape (n_samples,)
+            Per-observation data of the points, as in :meth:`fit`: ``exposure=``
+            (default 1), ``trials=`` (default 1), ``lower=``, ``upper=`` (default: the
+            likelihood's own limits).  Data that the fit was given per observation and
+            the prediction needs (exposure, trials) must be given again.
+
+        Returns
+        -------
+        float
+        """
         pred = self.predict(X, return_std=False, **data)
         if not (is_dask_array(pred) or is_dask_array(y)):
             pred, target = np.asarray(pred, float), np.asarray(y, float).ravel()
@@ -429,7 +584,21 @@ tol, max_iter, n_inducing, inducing_points, power, optimize_inducing, random_sta
 
     def log_predictive_density(self, X: ArrayLike, y: ArrayLike, **data: ArrayLike) -> Array:
         """log p(y* | data) of observed targets y at X, one value per point (lazily, chunk
-        by chunk, for a dask X)."""
+        by chunk, for a dask X).
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            Inputs of the observations; a dask array needs a sparse model and scalar data.
+        y : array-like or dask array of shape (n_samples,)
+            Observed targets, in y's units and the likelihood's terms.
+        **data : scalar or array-like of shape (n_samples,)
+            Per-observation data of the points, as in :meth:`fit` (``event=`` too).
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
         mean, std = self._latent_standardised(X)
         lik = self._predictive_likelihood(mean, data)
         y = self._standardise(y)

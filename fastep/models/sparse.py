@@ -13,10 +13,10 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..typing import ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, RandomStateLike
 from .._linalg import blas_threads_for
+from .._theta import ThetaEntry
 from ..inference import collapsed
 from ..inference.inducing import check_inducing
 from ..kernels import kernel_from_dict
-from ._mlii import theta_names
 from ._base import (EvidenceMixin, FastepEstimator, as_generator, fit_entry, latent_output,
                     shared)
 from ._latent import inducing_bounds
@@ -45,8 +45,17 @@ class CollapsedSparseGP:
         return np.concatenate(parts + ([self.Z.ravel()] if self.optimize_inducing else []))
 
     @property
+    def theta_entries(self):
+        """ML-II's names of theta's entries: the kernel's, then the noise variance, whose
+        bounds are fixed (:data:`NOISE_BOUNDS`)."""
+        noise = ThetaEntry("noise_variance", "noise_variance=... of the estimator, or "
+                           "rescale y; its bounds are fixed", "a fixed noise variance: "
+                           "optimizer=None with noise_variance=...")
+        return self.kernel.theta_entries() + [noise]
+
+    @property
     def theta_names(self):
-        return theta_names(self.kernel, ["noise_variance"])
+        return [entry.name for entry in self.theta_entries]
 
     @property
     def bounds(self):
@@ -132,15 +141,21 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
     random_state : int, RandomState, Generator or None, default=None
         Seeds the k-means++ choice of inducing points and the restarts.
     verbose : int, default=0
-        Progress of the fit: 1 shows the ML-II steps (and stages), 2 also every EP sweep,
-        as tqdm bars where tqdm is installed, else as lines on stderr (fastep's logger,
-        which ``logging`` can also configure without this parameter).
+        Progress of the fit: 1 (or more) shows the ML-II steps (the objective is exact:
+        no EP sweeps), as tqdm bars where tqdm is installed, else as lines on stderr
+        (fastep's logger, which ``logging`` can also configure without this parameter).
 
     Attributes
     ----------
-    kernel_, noise_variance_, inducing_points_, n_features_in_
+    kernel_ : kernel
+        The fitted kernel.
+    noise_variance_ : float
+        The fitted noise variance.
+    inducing_points_ : ndarray of shape (m, n_features)
+        The fitted inducing inputs.
     log_marginal_likelihood_value_ : float
         The objective at the optimum.
+    n_features_in_ : int
 
     Examples
     --------
@@ -183,6 +198,13 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
     @fit_entry
     def fit(self, X: ArrayLike, y: ArrayLike) -> SparseGPRegressor:
         """Fit the kernel, noise variance and inducing inputs to (X, y).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs.
+        y : array-like of shape (n_samples,)
+            Real targets.
 
         Returns
         -------
@@ -239,7 +261,22 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
         self._set_fitted(problem, problem.state())
 
     def predict_latent(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
-        """Mean (and standard deviation) of the latent f at X."""
+        """Mean (and standard deviation) of the latent f at X.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs to predict at.
+        return_std : bool, default=False
+            Also return the standard deviation of f.
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,)
+            Posterior mean of f.
+        std : ndarray of shape (n_samples,)
+            Posterior standard deviation of f (only with ``return_std=True``).
+        """
         check_is_fitted(self)
         X = validate_X(self, X, reset=False, dtype=np.float64)
         k = self.kernel_
@@ -248,7 +285,22 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
 
     def predict(self, X: ArrayLike, return_std: bool = False) -> ArrayOrStd:
         """Predictive mean (and standard deviation of the latent f, noise excluded, as in
-        scikit-learn's GaussianProcessRegressor) at X."""
+        scikit-learn's GaussianProcessRegressor) at X: :meth:`predict_latent`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs to predict at.
+        return_std : bool, default=False
+            Also return the standard deviation of f (noise excluded).
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,)
+            Predictive mean.
+        std : ndarray of shape (n_samples,)
+            Standard deviation of f (only with ``return_std=True``).
+        """
         return self.predict_latent(X, return_std)
 
     def _evidence_problems(self):

@@ -513,9 +513,11 @@ def test_a_bound_warning_shows_each_parameter_in_its_own_units():
     from fastep.likelihoods import OrdinalProbit
     from fastep.models._mlii import _warn_at_bounds
     from fastep.likelihoods.ordinal import FIRST_CUT_BOUNDS, LOG_GAP_BOUNDS
-    problem = SimpleNamespace(
-        theta_names=["variance", "likelihood cut_points[0]", "likelihood log gap[1]"],
-        likelihood=OrdinalProbit([0.0, 1.0, 2.0]))
+    from fastep._theta import ThetaEntry
+    problem = SimpleNamespace(theta_entries=[
+        ThetaEntry("variance", "the kernel's variance=..., variance_bounds=(low, high)",
+                   "the kernel's variance=..., variance_bounds='fixed'")]
+        + OrdinalProbit([0.0, 1.0]).theta_entries())
     bounds = np.array([np.log([1e-5, 1e5]), FIRST_CUT_BOUNDS, LOG_GAP_BOUNDS])
     theta = bounds[:, 1].copy()
     # outward slopes: flat for the variance (0.01 ln 10 < 0.1) and the log gap, pulling

@@ -74,6 +74,12 @@ def require(need_cupy: bool = True) -> None:
     """Raise :class:`CUDAUnavailableError` naming everything that is missing for the
     GPU path: numba's CUDA target (numba-cuda), a CUDA driver with a GPU, CuPy.
 
+    Parameters
+    ----------
+    need_cupy : bool, default True
+        Whether CuPy is required too (it is not checked under the CUDA simulator, which
+        uses NumPy instead); False checks only numba's CUDA target and the driver.
+
     Examples
     --------
     >>> import fastep.cuda

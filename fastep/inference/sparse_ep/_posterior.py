@@ -28,16 +28,28 @@ class SparseEPResult(EPResultBase):
 
     Attributes
     ----------
-    mean, var : (n,) marginals of f at the training inputs (``var`` includes d_i)
-    site_tau, site_nu : (n,) site natural parameters on the projections h_i
+    mean, var : ndarray (n,)
+        Marginals of f at the training inputs (``var`` includes d_i).
+    site_tau, site_nu : ndarray (n,)
+        Site natural parameters on the projections h_i.
     log_marginal_likelihood : float
         The Power-EP approximation of log p(y) at the returned sites.
-    n_iter, converged, n_skipped, history : as in :class:`~fastep.EPResult`
+    n_iter : int
+        Sweeps performed (as in :class:`~fastep.EPResult`).
+    converged : bool
+        Whether the convergence rule was met within ``max_iter`` sweeps.
+    n_skipped : int
+        Site updates skipped in the last sweep (improper cavity).
+    cavity_mean, cavity_var : ndarray (n,)
+        The cavity of f_i (``cavity_var`` includes d_i).
     alpha : float
         The power of Power EP.
-    cavity_mean, cavity_var : (n,) the cavity of f_i (``var`` includes d_i)
-    inducing_points : (m, d)
-    resid : (n,) d_i = K_ii - Q_ii, the variance of f_i about its projection h_i
+    inducing_points : ndarray (m, d)
+        The inducing inputs Z.
+    history : list of float
+        log Z after every sweep, as in :class:`~fastep.EPResult`.
+    resid : ndarray (n,) or None, default None
+        d_i = K_ii - Q_ii, the variance of f_i about its projection h_i.
 
     Examples
     --------
@@ -68,7 +80,20 @@ class SparseEPResult(EPResultBase):
 
     def predict_latent(self, kernel: Kernel, X: ArrayLike) -> Tuple[Array, Array]:
         """Latent predictive mean and variance at X (kernel: the one used in the fit); lazy
-        dask arrays, computed chunk by chunk on the workers, when X is a dask array."""
+        dask arrays, computed chunk by chunk on the workers, when X is a dask array.
+
+        Parameters
+        ----------
+        kernel : Kernel
+            The kernel of the fit, at the hyperparameters of the fit.
+        X : array-like of shape (n_test, d)
+            Test inputs (NumPy or a dask array).
+
+        Returns
+        -------
+        mean, var : ndarray (n_test,)
+            Host arrays (lazy dask arrays for a dask X).
+        """
         if self._q is None:
             raise ValueError("this SparseEPResult carries no posterior of the inducing "
                              "values (it was copied without one); predict with the estimator "

@@ -101,29 +101,47 @@ def sparse_ep(kernel: Any, Z: ArrayLike, X: Any, y: Any, likelihood: Any, alpha:
 
     Parameters
     ----------
-    kernel : fastep kernel
-    Z : (m, d) inducing inputs
-    X : (n, d) array-like supporting row slices (ndarray, ``np.memmap``, h5py dataset):
-        read ``chunk_size`` rows at a time
-    y : (n,) targets in the likelihood's encoding
+    kernel : fastep.kernels.Kernel
+        The prior covariance function of f.
+    Z : array-like (m, d)
+        Inducing inputs, one row per inducing point, with the columns of X (1 <= m <= n).
+    X : array-like (n, d)
+        Training inputs, any 2-d array with row slices (ndarray, ``np.memmap``, h5py
+        dataset, CuPy, a dask array for a run on a Dask cluster): read ``chunk_size``
+        rows at a time.
+    y : array-like (n,)
+        Targets in the likelihood's encoding (binary likelihoods: -1/+1).
     likelihood : fastep.likelihoods.Likelihood
-    alpha : float in (0, 1]
+        The likelihood of every site (it must support the power ``alpha`` when below 1).
+    alpha : float in (0, 1], default 1.0
         Power: 1 is EP (FITC-EP), alpha -> 0 approaches the variational (VFE) solution.
-    damping, tol, max_iter, site_tau, site_nu, extra, callback :
-        as in :func:`fastep.ep` (adaptive damping when ``damping`` is None; a shrunk
-        step grows back only in the parallel schedule, and not on a Dask cluster).
+    damping : float in (0, 1] or None, default None
+        Step in natural parameters (1 = full EP update), as in :func:`fastep.ep`; None:
+        adaptive damping starting from a full step (a shrunk step grows back only in the
+        parallel schedule, and not on a Dask cluster).
+    tol : float, default 1e-4
+        Convergence tolerance on the change of log Z and the largest relative site change,
+        as in :func:`fastep.ep`.
+    max_iter : int, default 100
+        Maximum number of sweeps; a :class:`ConvergenceWarning` is issued if hit.
+    site_tau, site_nu : array-like (n,) or None, default None
+        Warm-start sites on the projections h_i (e.g. those of an earlier result for the
+        same data); both or neither.
+    extra : array-like (n, k) or None, default None
+        Per-site extras for the likelihood (default: ``likelihood.site_extra(n)``).
     chunk_size : int, optional
         Rows of X per block; memory is O(chunk_size m + m^2) plus the Gram cache.  None:
         the backend's choice (8192 on the CPU, about 2^25 / m on a GPU, whose sweeps are
         launch-bound with small chunks).
+    callback : callable or None, default None
+        Called as ``callback(sweep, log_Z)`` after every sweep (progress reporting).
     device : {"cpu", "cuda"}, default="cpu"
         Where the sweeps run (:func:`fastep.backend.resolve`); with "cuda" X is copied
         to the device whole.
-    gram_cache : int, default 2 GiB
+    gram_cache : float, default 2147483648 (2 GiB)
         Bytes allowed for keeping ``K(X, Z)`` between sweeps (it is fixed during a run;
         recomputing it is about a third of a sweep).  On the CPU it is used when X is an
         in-memory ndarray (not a memmap) and ``8 n m`` fits; 0 streams everything.
-
     schedule : {"sequential", "parallel"}, default="sequential"
         "parallel": every site is updated from the same q, then q is rebuilt (one refresh
         of q per pass).  "sequential": q is refreshed after every block of two chunks, so

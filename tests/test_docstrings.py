@@ -1,0 +1,172 @@
+"""Every public callable's docstring says what its signature says: each parameter in a
+numpydoc ``Parameters`` section (a constructor's in its class's docstring), each
+documented default equal to the signature's, each plain type (``bool``, ``int``,
+``float``, ``str``, ``None``) of an annotation named in the documented type; and every
+example in a public method's docstring runs (the classes' and functions' own run in
+``test_docs.py``)."""
+import ast
+import doctest
+import importlib
+import inspect
+import re
+import sys
+import warnings
+
+import pytest
+from numpydoc.docscrape import NumpyDocString
+
+from test_site import PUBLIC, _public_callables
+
+
+def _with_inherited():
+    """:func:`test_site._public_callables` plus the public methods the public classes
+    inherit from fastep's own base classes (scikit-learn's left to scikit-learn), each
+    under the class that defines it."""
+    out = dict(_public_callables())
+    for name in PUBLIC:
+        module = importlib.import_module(name)
+        for attr in module.__all__:
+            cls = getattr(module, attr)
+            if not inspect.isclass(cls) or issubclass(cls, BaseException):
+                continue
+            for base in cls.__mro__[1:]:
+                if not base.__module__.startswith("fastep"):
+                    continue
+                for key, fn in vars(base).items():
+                    if (not key.startswith("_") and inspect.isfunction(fn)
+                            and fn.__module__.startswith("fastep")):
+                        out.setdefault(f"{base.__module__}.{base.__qualname__}.{key}", fn)
+    return out
+
+
+CALLABLES = _with_inherited()
+
+
+def _owner_doc(qualname, fn):
+    """The docstring that documents ``fn``'s parameters: a constructor's class's."""
+    if qualname.endswith(".__init__"):
+        module = sys.modules[fn.__module__]
+        return inspect.getdoc(getattr(module, fn.__qualname__.split(".")[0])) or ""
+    return inspect.getdoc(fn) or ""
+
+
+def _documented(qualname, fn):
+    """{parameter name: documented type} of the numpydoc Parameters section (and, for
+    the constructor a dataclass writes, of the Attributes section: its fields)."""
+    out = {}
+    doc = NumpyDocString(_owner_doc(qualname, fn))
+    generated = qualname.endswith(".__init__") and fn.__code__.co_filename == "<string>"
+    for p in doc["Parameters"] + (doc["Attributes"] if generated else []):
+        for name in p.name.split(","):
+            out[name.strip().lstrip("*")] = p.type
+    return out
+
+
+def _signature_params(fn):
+    """The parameters a caller passes by name (no self, *args, **kwargs, or private
+    ``_name``)."""
+    return [p for name, p in inspect.signature(fn).parameters.items()
+            if name not in ("self", "cls") and not name.startswith("_")
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+#: ``default 1e-4`` / ``default=1e-4`` / ``default: 1e-4`` at the end of a type line
+#: (a tuple in parentheses too), optionally followed by a parenthetical remark.
+DEFAULT = re.compile(r"default[=:]?\s*(?P<value>\([^()]*\)|[^()]+?)\s*(\(.*\))?$")
+
+
+def _same(text, value):
+    """Whether the documented default ``text`` is the signature's default ``value``."""
+    try:
+        written = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text in (repr(value), str(value))
+    if isinstance(value, bool) or isinstance(written, bool):
+        return written is value
+    return written == value and type(written) is not str or written == value
+
+
+#: The plain types an annotation names, and the words that name them in a docstring.
+PLAIN = {"bool": ("bool",), "int": ("int",), "float": ("float",),
+         "str": ("str", "{", "'", '"'), "None": ("None", "optional")}
+
+
+def _plain_members(annotation):
+    """The plain types among the top-level members of an annotation (a string, as
+    ``from __future__ import annotations`` leaves it, or a type)."""
+    if annotation is inspect.Parameter.empty:
+        return []
+    text = annotation if isinstance(annotation, str) else getattr(
+        annotation, "__name__", str(annotation))
+    members = [m.strip() for m in text.split("|")]
+    if text.startswith("Optional["):
+        members = [text[len("Optional["):-1].strip(), "None"]
+    return [m for m in members if m in PLAIN]
+
+
+def _problems(qualname, fn):
+    documented = _documented(qualname, fn)
+    out = []
+    for p in _signature_params(fn):
+        if p.name not in documented:
+            out.append(f"{p.name}: not in the Parameters section")
+            continue
+        kind = documented[p.name]
+        match = DEFAULT.search(kind)
+        if match and p.default is not inspect.Parameter.empty and not _same(
+                match["value"], p.default):
+            out.append(f"{p.name}: documented default {match['value']!r}, signature "
+                       f"{p.default!r}")
+        if match and p.default is inspect.Parameter.empty:
+            out.append(f"{p.name}: documented default {match['value']!r}, but it is "
+                       f"required")
+        for plain in _plain_members(p.annotation):
+            if not any(word in kind for word in PLAIN[plain]):
+                out.append(f"{p.name}: annotated {plain}, documented as {kind!r}")
+    return out
+
+
+@pytest.mark.parametrize("qualname", sorted(CALLABLES))
+def test_docstring_matches_signature(qualname):
+    problems = _problems(qualname, CALLABLES[qualname])
+    assert not problems, f"{qualname}: " + "; ".join(problems)
+
+
+def test_the_check_catches_what_it_should():
+    """The checker itself on a wrong docstring (a missing parameter, a wrong default, a
+    wrong type): each is found."""
+    def f(a: int, b: float = 1e-4, c: bool = False, d: str | None = None):
+        """Parameters
+        ----------
+        a : float
+        b : float, default 1e-3
+        d : str, default None
+        """
+    found = _problems("f", f)
+    assert DEFAULT.search("(float, float), default (1e-5, 1e5)")["value"] == "(1e-5, 1e5)"
+    assert DEFAULT.search("float, default 2147483648 (2 GiB)")["value"] == "2147483648"
+    assert any(s.startswith("a: annotated int") for s in found)
+    assert any(s.startswith("b: documented default '1e-3'") for s in found)
+    assert any(s.startswith("c: not in") for s in found)
+    assert not any(s.startswith("d:") for s in found)
+
+
+#: Public methods with examples (the classes' and functions' own: ``test_docs.py``).
+METHODS = sorted(q for q, fn in CALLABLES.items()
+                 if "." in fn.__qualname__ and ">>>" in (fn.__doc__ or ""))
+
+
+@pytest.mark.parametrize("qualname", METHODS)
+def test_method_examples_run(qualname):
+    fn = CALLABLES[qualname]
+    module = sys.modules[fn.__module__]
+    tests = doctest.DocTestFinder(recurse=False).find(fn, qualname, module=module,
+                                                      globs=dict(vars(module)))
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for test in tests:
+            runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.attempted > 0 and result.failed == 0, \
+        f"{qualname}: {result.failed} of {result.attempted} example(s) failed"
