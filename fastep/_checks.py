@@ -163,3 +163,27 @@ def label_text(label: Any) -> str:
 #: The fix a message about targets that are not finite gives (every estimator's).
 TARGETS_FIX = ("Remove or impute the targets that are not finite (drop those rows of X "
                "and of the targets).")
+
+
+def parameter_bounds(bounds: Any, name: str) -> Any:
+    """ML-II bounds of a positive parameter as given to a kernel or likelihood:
+    ``"fixed"`` (the parameter is not optimised), or ``(low, high)`` with
+    ``0 < low < high < inf`` in natural units, returned as two floats; anything else is
+    a ``ValueError`` naming ``name``'s bounds (a misspelt ``"fixd"`` or ``"free"`` fixed
+    the parameter without a word, and a bound of 0 gave ML-II a log bound of -inf)."""
+    if isinstance(bounds, str):
+        if bounds == "fixed":
+            return bounds
+        raise ValueError(f"{name}_bounds must be a pair (low, high) or 'fixed'; got the "
+                         f"string {bounds!r}. Pass 'fixed' to keep {name} at its value, or "
+                         f"(low, high) with 0 < low < high to let ML-II move it.")
+    try:
+        lo, hi = (float(b) for b in bounds)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}_bounds must be a pair (low, high) or 'fixed'; got "
+                         f"{bounds!r}.") from None
+    if not 0 < lo < hi < np.inf:
+        raise ValueError(f"{name}_bounds must satisfy 0 < low < high < inf (bounds of a "
+                         f"positive parameter, in its own units; ML-II moves its log); got "
+                         f"{bounds!r}.")
+    return lo, hi

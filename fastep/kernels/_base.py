@@ -32,7 +32,7 @@ import numbers
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._checks import float_array
+from .._checks import float_array, parameter_bounds
 from .._theta import ThetaEntry, entries_of
 from .gram import HOST
 
@@ -110,19 +110,8 @@ class Hyperparameter:
         self.name = name
         self.value = value
         self.bounds: Union[str, Tuple[float, float]]
-        self.fixed = isinstance(bounds, str) and bounds == "fixed"
-        if self.fixed:
-            self.bounds = "fixed"
-            return
-        try:
-            lo, hi = (float(b) for b in bounds)
-        except (TypeError, ValueError):
-            raise ValueError(f"bounds of '{name}' must be a pair (low, high) or 'fixed'; got "
-                             f"{bounds!r}.") from None
-        if not 0 < lo < hi < np.inf:
-            raise ValueError(f"bounds of '{name}' must satisfy 0 < low < high < inf; got "
-                             f"{bounds!r}.")
-        self.bounds = (lo, hi)
+        self.bounds = parameter_bounds(bounds, name)
+        self.fixed = self.bounds == "fixed"
 
     @property
     def n_free(self):

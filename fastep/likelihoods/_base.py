@@ -29,11 +29,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 from numba import prange, types
 
-from .._theta import ThetaEntry, entries_of
-
-from .._checks import TARGETS_FIX, all_finite, float_array
+from .._checks import TARGETS_FIX, all_finite, float_array, parameter_bounds
 from .._jit import TiltedFn, f8, f8_1d, pjit
 from .._numerics import MIN_VARIANCE
+from .._theta import ThetaEntry, entries_of
 
 
 @pjit(types.void(TiltedFn, f8_1d, f8[:, ::1], f8_1d, f8_1d, f8, f8_1d, f8_1d, f8_1d, f8_1d))
@@ -188,7 +187,7 @@ class Likelihood:
                 raise ValueError(f"The likelihood parameter '{name}' of {type(self).__name__} "
                                  f"must be positive and finite; got {value!r}.")
             self._values[name] = value
-            self._bounds[name] = bounds
+            self._bounds[name] = parameter_bounds(bounds, name)
         if params:
             raise TypeError(f"unexpected arguments {sorted(params)}")
 
@@ -302,7 +301,13 @@ class Likelihood:
         mean, var : array_like of shape (n,)
             Mean and variance of the latent f at each point.
         """
-        return self.predict_y(mean, var)[0]
+        predict_y = getattr(self, "predict_y", None)
+        if predict_y is None:
+            raise ValueError(
+                f"{type(self).__name__} has no predictive distribution of a real-valued y "
+                f"(it is a classification likelihood): predict_proba(mean, var) gives "
+                f"P(y = +1).")
+        return predict_y(mean, var)[0]
 
     def encode_targets(self, y: ArrayLike) -> np.ndarray:
         """Validate targets (a vector, or one column) and return them as the float array

@@ -186,7 +186,7 @@ class _CountLikelihood(Likelihood):
         log_m1, _, m, v = self._log_rate_moments(mean, var, exposure)
         return _exp_finite(log_m1 + self._log_kept(), "mean", m, v)
 
-    def log_predictive_density(self, y, mean, var):
+    def log_predictive_density(self, y, mean, var, extra=None):
         """log p(y_i) per point (:meth:`Likelihood.log_predictive_density`); where it is
         not finite in float64 because the rate exp(f) overflows over the latent
         predictive's mass, the ``ValueError`` of :meth:`predict_mean`.
@@ -196,11 +196,12 @@ class _CountLikelihood(Likelihood):
         y : array_like of shape (n,)
             Observed counts.
         mean, var : array_like of shape (n,)
-            Mean and variance of the latent log rate f at each point (the exposures
-            are this likelihood's own).
+            Mean and variance of the latent log rate f at each point.
+        extra : array_like of shape (n, n_extra) or None, default None
+            Per-point extra columns (the log exposures); None: this likelihood's own.
         """
         try:
-            return super().log_predictive_density(y, mean, var)
+            return super().log_predictive_density(y, mean, var, extra)
         except ValueError:
             self.predict_mean(mean, np.maximum(var, 0.0))
             raise

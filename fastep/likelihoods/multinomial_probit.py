@@ -34,6 +34,7 @@ from numba import prange
 from numpy.typing import ArrayLike
 from scipy.special import log_ndtr
 
+from .._checks import float_array, index_array
 from .._jit import jit, pjit
 from .._numerics import gauss_hermite, log_phi, mills, mills_shift
 
@@ -102,8 +103,9 @@ class MultinomialProbit:
         n_nodes : int, default 64
             Nodes of the Gauss-Hermite rule over the auxiliary u.
         """
-        f = np.asarray(f, dtype=float)
-        y = np.asarray(y, dtype=np.int64)
+        f = float_array(f, "f", 2, ("n", self.n_classes))
+        y = index_array(y, "y", f.shape[0], self.n_classes,
+                        "Pass the integer labels 0 .. C-1 of the rows of f.")
         nodes, weights = gauss_hermite(n_nodes)
         fc = f[np.arange(f.shape[0]), y]
         d = fc[:, None] - f                                      # (n, C)

@@ -399,10 +399,10 @@ def censored_predictive(mean: ArrayLike, var: ArrayLike, noise_variance: float,
         Mean and variance of the latent f at each point.
     noise_variance : float
         sigma^2 of the uncensored noise.
-    lower : float or array_like of shape (n,), optional, default -inf
-        Lower limit of each point (-inf: none).
-    upper : float or array_like of shape (n,), optional, default inf
-        Upper limit of each point (inf: none).
+    lower : float or array_like of shape (n,) or None, default -inf
+        Lower limit of each point (-inf or None: none).
+    upper : float or array_like of shape (n,) or None, default inf
+        Upper limit of each point (inf or None: none).
 
     Returns
     -------
@@ -417,6 +417,7 @@ def censored_predictive(mean: ArrayLike, var: ArrayLike, noise_variance: float,
     m = np.asarray(mean, dtype=float)
     s2 = np.asarray(var, dtype=float) + noise_variance
     s = np.sqrt(s2)
+    lower, upper = (-np.inf if lower is None else lower), (np.inf if upper is None else upper)
     lo = np.broadcast_to(np.asarray(lower, dtype=float), m.shape)
     up = np.broadcast_to(np.asarray(upper, dtype=float), m.shape)
     with np.errstate(invalid="ignore", over="ignore"):

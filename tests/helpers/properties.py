@@ -400,6 +400,57 @@ def prop_tilted(data):
                             f"y={np.asarray(y)[bad]}")
 
 
+#: ML-II bounds as users write them: valid pairs, "fixed", and the mistakes (a misspelt
+#: string, a zero or negative bound, swapped or infinite ends, None).
+BOUNDS = [(1e-3, 1e3), (1e-6, 1e6), "fixed", "free", "fixd", (0.0, 1.0), (-1.0, 1.0),
+          (1.0, 1e-3), (1.0, np.inf), None, (1.0,), (np.nan, 1.0)]
+
+
+def prop_likelihood_api(data):
+    """The likelihoods' other public methods: construction with any ``*_bounds`` (and a
+    kernel's), ``predict_mean`` (a refusal for a classification likelihood),
+    ``log_predictive_density`` with explicit ``extra``, the censored predictive with
+    absent (None) or infinite limits, and multinomial-probit labels out of range."""
+    bounds = data.draw(st.sampled_from(BOUNDS), label="bounds")
+    for make in (lambda b: fl.Gaussian(0.5, noise_variance_bounds=b),
+                 lambda b: fl.StudentT(4.0, 1.0, df_bounds=b),
+                 lambda b: fl.NegativeBinomial(2.0, dispersion_bounds=b),
+                 lambda b: fastep.kernels.RBF(1.0, 1.0, lengthscale_bounds=b)):
+        made = call(make, bounds)
+        if made is not None:
+            finite((made.theta, made.bounds), "theta and bounds")
+            if isinstance(bounds, str) and bounds != "fixed":
+                raise Violation("bounds", f"{bounds!r} was taken as 'fixed'")
+    n = data.draw(st.integers(1, 8), label="n")
+    lik, y, extra = likelihood_and_targets(data, n)
+    mean = np.asarray(data.draw(st.lists(st.floats(-30, 30), min_size=n, max_size=n)))
+    var = np.asarray(data.draw(st.lists(log_uniform(1e-8, 1e2), min_size=n, max_size=n)))
+    out = call(lik.log_predictive_density, y, mean, var, extra=lik.site_extra(n))
+    if out is not None:
+        finite(out, "log_predictive_density")
+    if hasattr(lik, "predict_y") and not getattr(lik, "binary", False):
+        out = call(lik.predict_mean, mean, var)
+        if out is not None:
+            finite(out, "predict_mean")
+    elif call(fl.Likelihood.predict_mean, lik, mean, var) is not None:
+        raise Violation("answer", f"{type(lik).__name__}.predict_mean answered")
+    limits = [None, -np.inf, np.inf, -1.0, 1.0, np.linspace(-2.0, 0.0, n)]
+    lower = data.draw(st.sampled_from(limits[:2] + limits[3:]), label="lower")
+    upper = data.draw(st.sampled_from(limits[:1] + limits[2:4]), label="upper")
+    pred = call(fl.tobit.censored_predictive, mean, var, 0.5, lower=lower, upper=upper)
+    if pred is not None:
+        finite(pred["mean"], "censored mean")
+        probabilities(np.column_stack([pred["p_lower"], pred["p_upper"]]), "censored",
+                      rows_sum_to_one=False)
+    C = data.draw(st.integers(2, 4), label="classes")
+    labels = np.asarray(data.draw(st.lists(st.integers(-1, C), min_size=n, max_size=n)))
+    out = call(fl.MultinomialProbit(C).log_prob, labels, np.zeros((n, C)))
+    if out is not None:
+        finite(out, "log_prob")
+        if labels.min() < 0 or labels.max() >= C:
+            raise Violation("answer", f"log_prob answered for labels {labels}")
+
+
 def prop_robustmax(data):
     """``RobustMax`` probabilities and expected log-likelihood."""
     n = data.draw(st.integers(1, 10))
@@ -968,6 +1019,7 @@ def prop_cli(data):
 #: Every entry point, by name (the order of the table ``scripts/fuzz.py`` prints).
 ENTRY_POINTS = {
     "Likelihood.tilted": prop_tilted,
+    "likelihood methods": prop_likelihood_api,
     "RobustMax": prop_robustmax,
     "kernels": prop_kernels,
     "fastep.ep": prop_ep,
