@@ -99,6 +99,10 @@ sphinx_gallery_conf = {
     "image_scrapers": ("matplotlib",),
     "show_memory": False,
     "abort_on_example_error": True,
+    # "Examples using X" on each API page (the minigallery of the autosummary templates)
+    "doc_module": ("fastep",),
+    "backreferences_dir": "api/backreferences",
+    "reference_url": {"fastep": None},
 }
 # examples run in this process: quiet warnings that are not the examples' own
 warnings.filterwarnings("ignore", message="Matplotlib is currently using agg")

@@ -170,3 +170,27 @@ def test_method_examples_run(qualname):
     result = runner.summarize(verbose=False)
     assert result.attempted > 0 and result.failed == 0, \
         f"{qualname}: {result.failed} of {result.attempted} example(s) failed"
+
+
+def _resolve(name, module):
+    """The object a See Also entry names: fastep's public names, a module's own, or a
+    dotted path from an importable package."""
+    import fastep
+    for scope in (fastep, module):
+        if hasattr(scope, name):
+            return getattr(scope, name)
+    head, _, attr = name.rpartition(".")
+    return getattr(importlib.import_module(head), attr)
+
+
+@pytest.mark.parametrize("estimator", importlib.import_module("fastep").ESTIMATORS)
+def test_every_estimator_points_to_its_neighbours(estimator):
+    """Each estimator's page has a See Also section (the estimators to use instead, the
+    likelihood or function behind it), and every name in it exists."""
+    import fastep
+    cls = getattr(fastep, estimator)
+    entries = NumpyDocString(inspect.getdoc(cls))["See Also"]
+    assert entries, f"{estimator} has no See Also section"
+    for names, _ in entries:
+        for name, _ in names:
+            assert _resolve(name, sys.modules[cls.__module__]) is not None, name

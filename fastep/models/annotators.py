@@ -312,6 +312,12 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         Whether EM and the final EP run converged.
     n_features_in_ : int
 
+    See Also
+    --------
+    EPGaussianProcessClassifier : One trusted label per row.
+    fastep.likelihoods.MultiAnnotator : The likelihood of the annotators' labels.
+    fastep.models.majority_vote : The baseline of one label per row by vote.
+
     Examples
     --------
     >>> import numpy as np

@@ -131,6 +131,14 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         The limits of the fit.  Scalars are used by ``predict*`` unless other limits are
         given there; per-observation limits must be given again for new inputs.
 
+    See Also
+    --------
+    EPGaussianProcessRegressor : Survival times with Weibull, log-logistic or
+        log-normal likelihoods (right-censoring by an event indicator), and other
+        non-Gaussian targets.
+    fastep.likelihoods.Tobit : The likelihood.
+    OrdinalGPClassifier : Targets known only as ordered levels.
+
     Examples
     --------
     >>> import numpy as np

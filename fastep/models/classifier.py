@@ -136,6 +136,19 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         Whether the final EP run of every binary problem converged.
     n_features_in_ : int
 
+    See Also
+    --------
+    NestedEPClassifier : Multiclass EP with the classes' latent functions coupled by a
+        multinomial-probit likelihood (one-vs-rest here fits one binary GP per class).
+    GWIClassifier : Multiclass Gaussian Wasserstein inference with the robust-max
+        likelihood.
+    OrdinalGPClassifier : Ordered classes (one latent function and cut points).
+    MultiAnnotatorGPClassifier : Binary labels from several annotators of unknown
+        reliability.
+    fastep.ep : Dense EP on a given Gram matrix, as a function.
+    sklearn.gaussian_process.GaussianProcessClassifier : scikit-learn's Laplace
+        approximation (logistic link).
+
     References
     ----------
     Rasmussen & Williams (2006), Gaussian Processes for Machine Learning, §3.6.

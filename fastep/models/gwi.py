@@ -141,6 +141,12 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
         ``max_iter`` epochs.
     n_features_in_ : int
 
+    See Also
+    --------
+    NestedEPClassifier : Multiclass EP with the multinomial-probit likelihood.
+    EPGaussianProcessClassifier : One-vs-rest binary GPs.
+    fastep.likelihoods.RobustMax : The likelihood.
+
     References
     ----------
     V. D. Wild, R. Hu, D. Sejdinovic (2022), Generalized variational inference in function

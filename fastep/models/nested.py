@@ -291,6 +291,13 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         Whether the final nested EP run converged.
     n_features_in_ : int
 
+    See Also
+    --------
+    EPGaussianProcessClassifier : One-vs-rest binary GPs (one kernel per class).
+    GWIClassifier : Multiclass Gaussian Wasserstein inference with the robust-max
+        likelihood.
+    fastep.likelihoods.MultinomialProbit : The likelihood.
+
     References
     ----------
     J. Riihimaki, P. Jylanki, A. Vehtari (2013), Nested expectation propagation for

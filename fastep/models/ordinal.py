@@ -134,6 +134,12 @@ class OrdinalGPClassifier(ClassifierMixin, SingleLatentEstimator):
         Whether the final EP run converged.
     n_features_in_ : int
 
+    See Also
+    --------
+    EPGaussianProcessClassifier : Unordered classes (one-vs-rest).
+    fastep.likelihoods.OrdinalProbit : The likelihood, with its cut points.
+    CensoredGPRegressor : Continuous targets known only beyond a limit.
+
     Examples
     --------
     >>> import numpy as np

@@ -158,6 +158,14 @@ class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
         Whether the final EP run converged.
     n_features_in_ : int
 
+    See Also
+    --------
+    SparseGPRegressor : Gaussian noise at large n: the collapsed sparse bound, no EP.
+    CensoredGPRegressor : Targets censored at known limits (Tobit).
+    EPGaussianProcessClassifier : Binary and one-vs-rest classification.
+    fastep.likelihoods : The likelihoods ``likelihood=`` takes (counts, Student-t,
+        survival, custom).
+
     Notes
     -----
     Per-observation data of the likelihood go to ``fit`` and ``predict*`` as keywords:

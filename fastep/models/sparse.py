@@ -157,6 +157,12 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
         The objective at the optimum.
     n_features_in_ : int
 
+    See Also
+    --------
+    EPGaussianProcessRegressor : Non-Gaussian likelihoods, and inducing points with EP
+        (``inducing_points=``, ``n_inducing=``).
+    fastep.sparse_ep : Sparse Power EP as a function.
+
     Examples
     --------
     >>> import numpy as np
