@@ -34,6 +34,7 @@ extensions = [
     "numpydoc",
     "myst_parser",
     "sphinx_gallery.gen_gallery",
+    "matplotlib.sphinxext.plot_directive",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -41,6 +42,14 @@ exclude_patterns = ["_build"] + [f"auto_examples/{where}*.{kind}" for where in (
                                   for kind in ("ipynb", "py", "zip", "json", "md5", "pickle")]
 myst_enable_extensions = ["dollarmath", "colon_fence"]
 myst_heading_anchors = 3
+
+# --- figures of recorded measurements (docs/plots/*.py read docs/data/*.json, which the
+# scripts' --save writes): drawn at build time, nothing measured during the build
+plot_basedir = str(ROOT / "docs")
+plot_formats = [("png", 110)]
+plot_html_show_source_link = False
+plot_html_show_formats = False
+plot_include_source = False
 
 # --- API reference: numpydoc renders the docstrings, autosummary makes one page a name
 autosummary_generate = True

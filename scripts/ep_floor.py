@@ -7,8 +7,9 @@ K = RBF(variance=1, lengthscale=1)(X), nothing added to K), this prints the medi
 * one parallel / one sequential EP sweep: ``(t(max_iter=6) - t(max_iter=2)) / 4`` of
   ``fastep.ep(K, y, Probit(), method=m, tol=1e-300, check_psd=False)``;
 * a converged fixed-hyperparameter fit: ``EPGaussianProcessClassifier(RBF(1, 1),
-  optimizer=None, tol=1e-4).fit(X, y)``, i.e. input validation, Gram matrix, all sweeps
-  and the evidence (the estimator-to-estimator comparison with scikit-learn below);
+  optimizer=None, tol=1e-4, n_inducing=None).fit(X, y)`` (dense at every n: the default
+  goes sparse above 3,000 rows), i.e. input validation, Gram matrix, all sweeps and the
+  evidence (the estimator-to-estimator comparison with scikit-learn below);
 * the floor: ``L = scipy.linalg.cholesky(K + I, lower=True)`` plus
   ``scipy.linalg.lapack.dtrtri(L, lower=1)`` (L^-1), the LAPACK work of one posterior
   refresh of a parallel sweep, timed with the BLAS threads as configured and with one
@@ -134,7 +135,7 @@ def measure(n, repeats, skl):
 
     tasks = {"floor_mt": floor, "floor_1t": floor_1thread, "fused": fused,
              "fit": lambda: fastep.EPGaussianProcessClassifier(
-                 RBF(1.0, 1.0), optimizer=None, tol=1e-4).fit(X, y)}
+                 RBF(1.0, 1.0), optimizer=None, tol=1e-4, n_inducing=None).fit(X, y)}
     for m in ("parallel", "sequential"):
         for k in (2, 6):
             tasks[m, k] = lambda m=m, k=k: run_ep(K, y, m, k)
@@ -179,6 +180,9 @@ def main(argv=None):
                     help="also time a parallel sweep of every other likelihood against probit")
     ap.add_argument("--check", action="store_true",
                     help=f"exit 1 if a ratio at the largest n exceeds its limit {LIMITS}")
+    ap.add_argument("--save", metavar="JSON",
+                    help="also write the table (seconds) as JSON, with the environment "
+                         "(docs/data/ep_floor.json: the performance page's figure)")
     args = ap.parse_args(argv)
 
     import numba
@@ -200,8 +204,10 @@ def main(argv=None):
             "sklearn", "par/floor", "seq/floor", "fit/floor", "fit/sklearn", "fused/floor"]
     print("".join(f"{c:>12}" for c in cols))
 
+    rows = []
     for n in sorted(args.sizes):
         t = measure(n, args.repeats, skl)
+        rows.append({"n": n, **{k: float(v) for k, v in t.items() if isinstance(k, str)}})
         ratios = {"par/floor": t["parallel"] / t["floor"],
                   "seq/floor": t["sequential"] / t["floor"], "fit/floor": t["fit"] / t["floor"]}
         ms = [f"{1e3 * t[k]:12.1f}" for k in ("parallel", "sequential", "fit")]
@@ -211,6 +217,10 @@ def main(argv=None):
               f"{1e3 * t['floor_1t']:12.1f}{1e3 * t['fused']:12.1f}" + sk[0]
               + "".join(f"{r:12.2f}" for r in ratios.values()) + sk[1]
               + f"{t['fused'] / t['floor']:12.2f}", flush=True)
+
+    if args.save:
+        from fastep._version import save_record
+        save_record(args.save, "ep_floor.py", rows, repeats=args.repeats)
 
     if args.likelihoods:
         print("\none parallel EP sweep per likelihood (ms, median of interleaved runs) and its "

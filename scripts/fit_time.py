@@ -119,8 +119,14 @@ def objective(est):
     return np.array(out)
 
 
+#: Every printed row as ``{"table", "fit", "seconds", "metric"}`` (``--save``).
+ROWS = []
+TABLE = [""]
+
+
 def row(name, seconds, metric, extra=""):
     print(f"  {name:<44} {seconds:8.2f} s  {metric}  {extra}", flush=True)
+    ROWS.append({"table": TABLE[0], "fit": name, "seconds": seconds, "metric": metric})
 
 
 def classification(table, args):
@@ -301,11 +307,15 @@ def main():
                              "values (the subsample stages' rows), and print the median")
     parser.add_argument("--check-evidence", action="store_true",
                         help="also fit with tight EP tolerance throughout ML-II")
+    parser.add_argument("--save", metavar="JSON",
+                        help="also write every row as JSON, with the environment "
+                             "(docs/data/fit_time.json: the performance page's figure)")
     args = parser.parse_args()
     t = time.perf_counter()
     fastep.precompile()
     print(f"fastep {fastep.__version__}: compiled or loaded in {time.perf_counter() - t:.1f} s")
     for table in args.tables:
+        TABLE[0] = table
         if table in CLASSIFICATION:
             classification(table, args)
         elif table == "counts":
@@ -316,6 +326,9 @@ def main():
             randhie(args)
         else:
             censored(args)
+    if args.save:
+        from fastep._version import save_record
+        save_record(args.save, "fit_time.py", ROWS)
 
 
 if __name__ == "__main__":

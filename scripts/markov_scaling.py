@@ -245,6 +245,9 @@ def main(argv=None):
     ap.add_argument("--routes", type=int, default=0, metavar="N")
     ap.add_argument("--panel", action="store_true")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--save", metavar="JSON",
+                    help="also write the per-point table as JSON, with the environment "
+                         "(docs/data/markov_scaling.json: the performance page's figure)")
     ap.add_argument("--bayesnewton", metavar="PYTHON",
                     help="the python of BayesNewton's environment: time it against fastep")
     ap.add_argument("--cubature", type=int, default=40,
@@ -296,7 +299,7 @@ def main(argv=None):
     ss = state_space(kernel)
     t, y = data(2000, args.irregular)
     markov_ep(t, y, kernel, lik, max_iter=2)                      # compile
-    per_point = []
+    per_point, rows = [], []
     print(f"{'n':>11s} {'iteration':>10s} {'floor':>10s} {'us/point':>9s} {'ratio':>6s}")
     for n in args.sizes:
         t, y = data(n, args.irregular)
@@ -315,11 +318,16 @@ def main(argv=None):
             del mf, Pf
         it, fl = statistics.median(iters), statistics.median(floors)
         per_point.append(it / n)
+        rows.append({"n": n, "iteration": it, "floor": fl})
         ratio = it / fl
         bad |= ratio > 3.0
         print(f"{n:11,d} {it:9.3f}s {fl:9.3f}s {1e6 * it / n:9.3f} {ratio:6.2f}")
     spread = max(per_point) / min(per_point)
     print(f"time per point, largest / smallest over n: {spread:.2f}")
+    if args.save:
+        from fastep._version import save_record
+        save_record(args.save, "markov_scaling.py", rows, irregular=args.irregular,
+                    kernel=repr(kernel), likelihood="Poisson")
     import resource
     import tracemalloc
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20

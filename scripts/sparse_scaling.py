@@ -170,11 +170,17 @@ def main():
     ap.add_argument("--collapsed", type=int, default=100_000,
                     help="n for the collapsed-objective timing (0 skips it)")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--save", metavar="JSON",
+                    help="also write table (a) as JSON, with the environment "
+                         "(docs/data/sparse_scaling.json: the performance page's figure)")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return one_size(args.child, args.m)
     rows, growth = scaling(args.sizes, args.m)
+    if args.save:
+        from fastep._version import save_record
+        save_record(args.save, "sparse_scaling.py", rows, m=args.m)
     accuracy(args.ms)
     if args.collapsed:
         collapsed(args.collapsed, args.m)

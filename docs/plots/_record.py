@@ -1,0 +1,16 @@
+"""Reading the measurements the performance page plots (``docs/data/*.json``, written by
+the ``--save`` option of the scripts in ``scripts/``)."""
+import json
+import pathlib
+
+DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
+
+
+def load(name):
+    """``(rows, caption)`` of ``docs/data/<name>.json``: its rows and a line naming the
+    script, the date, the machine and the versions."""
+    record = json.loads((DATA / f"{name}.json").read_text())
+    env = record["environment"]
+    caption = (f"scripts/{record['script']}, {env['date']}, {env['cores']} cores, "
+               f"fastep {env['fastep']}, numpy {env['numpy']}, numba {env['numba']}")
+    return record["rows"], caption
