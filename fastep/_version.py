@@ -6,8 +6,9 @@ __version__ = "0.3.0.dev0"     # released versions are tagged v0.1.0, v0.2.0
 
 def environment():
     """``{"date", "machine", "cores", "python", "fastep", numpy, scipy, numba,
-    scikit-learn, "blas"}`` of this process: what a recorded measurement ran on.  (It
-    imports scikit-learn and threadpoolctl where they are installed.)"""
+    scikit-learn, "blas"}`` of this process: what a recorded measurement ran on (every
+    BLAS loaded, with its library: NumPy and SciPy may each bring their own).  It
+    imports scikit-learn and threadpoolctl where they are installed."""
     import datetime
     import importlib
     import os
@@ -25,9 +26,9 @@ def environment():
             out[name] = None
     try:
         from threadpoolctl import threadpool_info
-        blas = [p for p in threadpool_info() if p["user_api"] == "blas"]
-        out["blas"] = (f"{blas[0]['internal_api']} {blas[0]['version']}, "
-                       f"{blas[0]['num_threads']} threads") if blas else None
+        out["blas"] = [f"{p['internal_api']} {p['version']} ({os.path.basename(p['filepath'])}"
+                       f", {p['num_threads']} threads)"
+                       for p in threadpool_info() if p["user_api"] == "blas"] or None
     except ImportError:
         out["blas"] = None
     return out

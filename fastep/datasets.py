@@ -45,7 +45,7 @@ def simulate_annotators(y, sensitivity, specificity, coverage=1.0, random_state=
     ----------
     y : array (n,) of 0/1 true labels
     sensitivity, specificity : array (R,) in [0, 1]
-    coverage : float in (0, 1]
+    coverage : float in (0, 1], default 1.0
     random_state : int, Generator or None
 
     Returns
@@ -85,6 +85,18 @@ def split_standardized(X, y, train_fraction=0.7, random_state=None):
 
     Returns ``(X_train, X_test, y_train, y_test)`` (the protocol of the demos and
     experiment scripts: a 70/30 split by default).
+
+    Parameters
+    ----------
+    X : array (n, d)
+        Features; each column is centred and scaled by the training rows' mean and
+        standard deviation (a constant column is only centred).
+    y : array (n,)
+        Targets, split along with ``X`` and left as they are.
+    train_fraction : float, default 0.7
+        Share of the rows in the training part (``int(train_fraction * n)`` rows).
+    random_state : int, Generator or None
+        Seed of the random permutation.
 
     Examples
     --------

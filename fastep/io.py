@@ -113,7 +113,13 @@ def has_names(path):
 
 
 def column_names(path):
-    """The table's column names (``"0", "1", ...`` where the file has none)."""
+    """The table's column names (``"0", "1", ...`` where the file has none).
+
+    Parameters
+    ----------
+    path : str or path-like
+        A .csv, .csv.gz, .npy, .parquet or .zarr table (the format by extension).
+    """
     kind = _kind(path)
     if not os.path.exists(path):
         raise ValueError(f"DATA {path!r}: no such file.")
@@ -160,7 +166,16 @@ def column_list(names, most=20):
 
 def read_table(path, columns=None):
     """The table at ``path`` as a float (n, k) array of the given column indices (all by
-    default).  Non-numeric cells are NaN in CSV, and an error in the other formats."""
+    default).  Non-numeric cells are NaN in CSV, and an error in the other formats.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A .csv, .csv.gz, .npy, .parquet or .zarr table (the format by extension).
+    columns : list of int, optional
+        0-based indices of the columns to read, in the order of the result's columns;
+        None reads them all.
+    """
     kind = _kind(path)
     if not os.path.exists(path):
         raise ValueError(f"DATA {path!r}: no such file.")
@@ -222,6 +237,17 @@ def read_dask(path, columns=None, chunk_rows=DASK_CHUNK_ROWS):
     :func:`dask.array.from_zarr`, Parquet and CSV through :mod:`dask.dataframe` (non-numeric
     CSV cells are NaN, as in :func:`read_table`; a .csv.gz is one compressed stream, read
     by one task).
+
+    Parameters
+    ----------
+    path : str or path-like
+        A .csv, .csv.gz, .npy, .parquet or .zarr table (the format by extension); the
+        workers read it at the same (absolute) path.
+    columns : list of int, optional
+        0-based indices of the columns to read, in the order of the result's columns;
+        None reads them all.
+    chunk_rows : int, default 262144 (2 ** 18, :data:`DASK_CHUNK_ROWS`)
+        Rows per chunk of the result (the last one may be shorter).
 
     Examples
     --------

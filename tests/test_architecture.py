@@ -383,9 +383,14 @@ def _problems():
             X, np.digitize(X[:, 0], [-0.5, 0.5]))
         collapsed = fastep.SparseGPRegressor(inducing_points=X[:5],
                                              max_iter_optimizer=2).fit(X, X[:, 0])
+        student_t = fastep.EPGaussianProcessRegressor(likelihood="student_t",
+                                                      max_iter_optimizer=2).fit(X, X[:, 0])
+        from sklearn.gaussian_process.kernels import RBF as SkRBF
+        wrapped = fastep.EPGaussianProcessClassifier(SkRBF(1.0), max_iter_optimizer=2).fit(X, y)
     assert isinstance(ordinal._evidence_problems()[0].likelihood, OrdinalProbit)
     fitted = {"dense": dense, "sparse": sparse, "markov": markov, "laplace": laplace,
-              "ordinal": ordinal, "nested": nested, "collapsed": collapsed}
+              "ordinal": ordinal, "nested": nested, "collapsed": collapsed,
+              "student_t": student_t, "scikit-learn kernel": wrapped}
     return {kind: est._evidence_problems()[0] for kind, est in fitted.items()}
 
 
@@ -396,10 +401,18 @@ def test_every_problem_follows_the_protocol():
     entry of its theta."""
     from fastep._theta import ThetaEntry
     from fastep.models._problem import EvidenceProblem, StagedProblem
-    for kind, problem in _problems().items():
+    problems = _problems()
+    for kind, problem in problems.items():
         assert isinstance(problem, EvidenceProblem), kind
         assert kind == "collapsed" or isinstance(problem, StagedProblem), kind
         entries = problem.theta_entries
         assert all(isinstance(e, ThetaEntry) for e in entries), kind
-        assert 0 < len(entries) <= problem.theta.size, kind
+        # every kernel and likelihood entry named (the noise variance of the collapsed
+        # problem; nested EP's likelihood has none)
+        named = {"collapsed": problem.kernel.n_dims + 1,
+                 "nested": problem.kernel.n_dims}.get(kind, getattr(problem, "n_hyper", 0))
+        assert len(entries) == named, (kind, len(entries), named)
         assert [e.name for e in entries] == problem.theta_names, kind
+    wrapped = problems["scikit-learn kernel"].theta_names     # (0.3 named them after the
+    assert wrapped == ["kernel theta[0]"]                      # likelihood's parameters)
+    assert problems["student_t"].theta_entries[-2].at_upper is not None   # the df

@@ -15,27 +15,47 @@ import warnings
 import pytest
 from numpydoc.docscrape import NumpyDocString
 
-from test_site import PUBLIC, _public_callables
+from test_site import DOCS, PUBLIC, _public_callables
+
+
+def _api_reference():
+    """{module: [names]} of the API reference (``docs/api.rst``: each name listed under a
+    ``currentmodule``)."""
+    out, module = {}, None
+    for line in (DOCS / "api.rst").read_text().splitlines():
+        if line.startswith(".. currentmodule::"):
+            module = line.split("::")[1].strip()
+        elif module and re.match(r"^   [A-Za-z_]\w*$", line):
+            out.setdefault(module, []).append(line.strip())
+    return out
 
 
 def _with_inherited():
-    """:func:`test_site._public_callables` plus the public methods the public classes
+    """:func:`test_site._public_callables` plus every function and class the API
+    reference lists (``docs/api.rst``), with the public methods the classes define or
     inherit from fastep's own base classes (scikit-learn's left to scikit-learn), each
     under the class that defines it."""
     out = dict(_public_callables())
-    for name in PUBLIC:
-        module = importlib.import_module(name)
-        for attr in module.__all__:
-            cls = getattr(module, attr)
-            if not inspect.isclass(cls) or issubclass(cls, BaseException):
+    classes = [getattr(importlib.import_module(name), attr) for name in PUBLIC
+               for attr in importlib.import_module(name).__all__]
+    for module, names in _api_reference().items():
+        for attr in names:
+            obj = getattr(importlib.import_module(module), attr)
+            if inspect.isfunction(obj) and obj.__module__.startswith("fastep"):
+                out.setdefault(f"{obj.__module__}.{obj.__qualname__}", obj)
+            classes.append(obj)
+    for cls in classes:
+        if not inspect.isclass(cls) or issubclass(cls, BaseException):
+            continue
+        for base in cls.__mro__:
+            if not base.__module__.startswith("fastep"):
                 continue
-            for base in cls.__mro__[1:]:
-                if not base.__module__.startswith("fastep"):
-                    continue
-                for key, fn in vars(base).items():
-                    if (not key.startswith("_") and inspect.isfunction(fn)
-                            and fn.__module__.startswith("fastep")):
-                        out.setdefault(f"{base.__module__}.{base.__qualname__}.{key}", fn)
+            for key, fn in vars(base).items():
+                if ((key == "__init__" or not key.startswith("_")) and inspect.isfunction(fn)
+                        and fn.__module__.startswith("fastep")):
+                    # a constructor is documented by the class it builds
+                    owner = cls if key == "__init__" else base
+                    out.setdefault(f"{owner.__module__}.{owner.__qualname__}.{key}", fn)
     return out
 
 
@@ -45,8 +65,8 @@ CALLABLES = _with_inherited()
 def _owner_doc(qualname, fn):
     """The docstring that documents ``fn``'s parameters: a constructor's class's."""
     if qualname.endswith(".__init__"):
-        module = sys.modules[fn.__module__]
-        return inspect.getdoc(getattr(module, fn.__qualname__.split(".")[0])) or ""
+        module, cls = qualname[:-len(".__init__")].rsplit(".", 1)
+        return inspect.getdoc(getattr(importlib.import_module(module), cls)) or ""
     return inspect.getdoc(fn) or ""
 
 
@@ -108,6 +128,11 @@ def _problems(qualname, fn):
     documented = _documented(qualname, fn)
     out = []
     for p in _signature_params(fn):
+        if repr(p.default) == "<factory>":        # a dataclass field's default_factory
+            p = p.replace(default=inspect.Parameter.empty)
+            factory = True
+        else:
+            factory = False
         if p.name not in documented:
             out.append(f"{p.name}: not in the Parameters section")
             continue
@@ -117,9 +142,12 @@ def _problems(qualname, fn):
                 match["value"], p.default):
             out.append(f"{p.name}: documented default {match['value']!r}, signature "
                        f"{p.default!r}")
-        if match and p.default is inspect.Parameter.empty:
+        if match and p.default is inspect.Parameter.empty and not factory:
             out.append(f"{p.name}: documented default {match['value']!r}, but it is "
                        f"required")
+        if not match and p.default not in (inspect.Parameter.empty, None):
+            out.append(f"{p.name}: its default {p.default!r} is not documented "
+                       f"('{kind}, default ...')")
         for plain in _plain_members(p.annotation):
             if not any(word in kind for word in PLAIN[plain]):
                 out.append(f"{p.name}: annotated {plain}, documented as {kind!r}")

@@ -29,7 +29,7 @@ def resolve(device: Union[str, Backend] = "cpu", owner: Optional[str] = None,
 
     Parameters
     ----------
-    device : {"cpu", "cuda"} or Backend
+    device : {"cpu", "cuda"} or Backend, default "cpu"
     owner : str, optional
         Name of the estimator or function asking, for the error message.
     dense_algebra : bool, default=True

@@ -30,6 +30,25 @@ from ..likelihoods import check_likelihood
 def tilted_bound(K, y, likelihood, cavity_mean, cavity_var, extra=None):
     """L_TVB above for prior covariance K and per-site Gaussian cavities (arrays (n,)).
 
+    Parameters
+    ----------
+    K : ndarray (n, n)
+        Prior covariance, positive definite (add jitter where it is not; the bound is
+        then that of the jittered prior).
+    y : ndarray (n,)
+        Targets in the likelihood's encoding (binary likelihoods: -1/+1).
+    likelihood : fastep.likelihoods.Likelihood
+    cavity_mean, cavity_var : ndarray (n,)
+        Means and variances (all > 0) of the Gaussian cavities, e.g. an EP result's
+        ``cavity_mean`` and ``cavity_var``.
+    extra : ndarray (n, k), optional
+        Per-site extras for the likelihood, as given to EP.
+
+    Returns
+    -------
+    float
+        The bound L_TVB, at most log p(y).
+
     Examples
     --------
     >>> import numpy as np, fastep

@@ -87,7 +87,7 @@ class EPResult(EPResultBase):
     method : str
         The EP schedule of the last sweeps, ``"parallel"`` or ``"sequential"``
         (``method="auto"`` reports the one it ended with).
-    history : list of float
+    history : list of float, default []
         log Z_EP after every sweep (the first entry is that of the starting sites).
 
     Examples
@@ -517,6 +517,30 @@ def ep_gradient(result, kernel, X, y, likelihood, extra=None, with_likelihood=Tr
     Returns ``(d/dtheta kernel, d/dlog likelihood parameters)``: the kernel part is
     ``1/2 tr((b b^T - R) dK/dtheta)`` contracted on the backend that ran EP; the
     likelihood part is ``sum_i d log Z_i / d log psi`` at the cavities.
+
+    Parameters
+    ----------
+    result : EPResult
+        The output of :func:`ep` (with its posterior factorisation), ideally converged.
+    kernel : fastep.kernels.Kernel
+        The kernel whose Gram matrix at ``X`` was EP's ``K``.
+    X : array-like (n, d)
+        The n training inputs of ``result``.
+    y : ndarray (n,)
+        Targets in the likelihood's encoding (binary likelihoods: -1/+1), as given to EP.
+    likelihood : fastep.likelihoods.Likelihood
+    extra : ndarray (n, k), optional
+        Per-site extras for the likelihood, as given to EP.
+    with_likelihood : bool, default True
+        Whether to compute the likelihood part (otherwise an empty array).
+
+    Returns
+    -------
+    d_kernel : ndarray (kernel.n_dims,)
+        Gradient for the kernel's free log-hyperparameters.
+    d_likelihood : ndarray (likelihood.n_dims,)
+        Gradient for the likelihood's free log-parameters (empty without them or with
+        ``with_likelihood=False``).
 
     Examples
     --------

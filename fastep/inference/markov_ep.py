@@ -53,10 +53,10 @@ class MarkovEPResult:
         EP iterations (filter, smoother and site update) performed.
     converged : bool
         Whether the largest site change fell below ``tol``.
-    periodic_order : int
+    periodic_order : int, default 8
         Harmonics of a periodic kernel's series in the run (gradient and prediction use
         the same).
-    n_skipped : int
+    n_skipped : int, default 0
         Sites left out at the end (an improper cavity; their cavities are the marginals).
 
     Examples
@@ -151,10 +151,10 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
         at first (half steps for a likelihood that is not log-concave), halved (down to
         0.05) each time the largest site change fails to shrink (parallel EP
         oscillating) or a step makes the posterior improper (then undone).
-    tol : float
+    tol : float, default 1e-06
         Stop when no site's tau or nu changes by more than ``tol`` (relative to 1 + its
         size).
-    max_iter : int
+    max_iter : int, default 500
         At most this many iterations (0: the posterior and evidence of the given sites).
     site_tau, site_nu : array-like (n,), optional
         Starting sites (default zero).
@@ -296,6 +296,32 @@ def markov_ep_gradient(result: MarkovEPResult, t: Any, y: Any, kernel: Any, like
     about step^2); the likelihood part is ``sum_i d log Z_i / d log psi`` at the
     cavities.
 
+    Parameters
+    ----------
+    result : MarkovEPResult
+        The output of :func:`markov_ep`, ideally converged.
+    t : array-like (n,)
+        The training times of ``result``, in the order given to :func:`markov_ep`.
+    y : array-like (n,)
+        Targets in the likelihood's encoding, as given to :func:`markov_ep`.
+    kernel : fastep kernel
+        The kernel of the run (a state-space one, as for :func:`markov_ep`); the
+        gradient is for its ``theta`` (the free log-hyperparameters).
+    likelihood : fastep.likelihoods.Likelihood
+    series : array-like (n,), optional
+        The series id per row, as given to :func:`markov_ep`.
+    extra : array-like (n, n_extra), optional
+        Per-row data of the likelihood, as given to :func:`markov_ep`.
+    step : float, default 1e-05
+        Step of the central differences, in each log-hyperparameter.
+
+    Returns
+    -------
+    d_kernel : ndarray (kernel.n_dims,)
+        Gradient for the kernel's free log-hyperparameters.
+    d_likelihood : ndarray (likelihood.n_dims,)
+        Gradient for the likelihood's free log-parameters (empty without them).
+
     Examples
     --------
     >>> import numpy as np
@@ -346,6 +372,27 @@ def markov_predict(result: MarkovEPResult, t: Any, t_new: Any, kernel: Any, *,
     the training times, forecasts beyond them), from the sites of ``result`` at ``t``:
     the new times join the filter as sites that carry no information (O(n + n_new)).
     ``series_new`` says which series each new time belongs to (with ``series``).
+
+    Parameters
+    ----------
+    result : MarkovEPResult
+        The output of :func:`markov_ep`.
+    t : array-like (n,)
+        The training times of ``result``, in the order given to :func:`markov_ep`.
+    t_new : array-like (m,)
+        The times to predict at, in any order.
+    kernel : fastep kernel
+        The kernel of the run (a state-space one, as for :func:`markov_ep`).
+    series : array-like (n,), optional
+        The series id per training row, as given to :func:`markov_ep`; given together
+        with ``series_new``.
+    series_new : array-like (m,), optional
+        The series id of each new time (a series absent from ``series`` gets the prior).
+
+    Returns
+    -------
+    mean, var : ndarray (m,)
+        Posterior mean and variance of f at ``t_new``, in the order given.
 
     Examples
     --------

@@ -69,10 +69,10 @@ class Hyperparameter:
     value : float or array-like
         The value, > 0 and finite: one number, or a 1-d array of them (one per input
         feature for an ARD lengthscale).
-    bounds : (float, float) or "fixed"
+    bounds : (float, float) or "fixed", default (1e-5, 1e5)
         ``(low, high)`` with ``0 < low < high < inf``, in natural units (``theta`` is
-        bounded by their logs), default ``(1e-5, 1e5)``; ``"fixed"`` keeps the value out
-        of ``theta`` (not optimised).
+        bounded by their logs); ``"fixed"`` keeps the value out of ``theta`` (not
+        optimised).
     scalar : bool, default False
         Whether the parameter is one number (a ``ValueError`` for more than one value).
 
@@ -446,6 +446,14 @@ class _Composite(Kernel):
 class Sum(_Composite):
     """k1 + k2.
 
+    Usually built with ``+`` (a number is a :class:`ConstantKernel`).
+
+    Parameters
+    ----------
+    k1, k2 : Kernel
+        The two kernels added; their free hyperparameters are k1's, then k2's (in
+        :attr:`theta`).
+
     Examples
     --------
     >>> import numpy as np
@@ -476,6 +484,14 @@ class Sum(_Composite):
 
 class Product(_Composite):
     """k1 * k2; d(K1 o K2) = dK1 o K2 + K1 o dK2, contracted as (G o K2) with k1.
+
+    Usually built with ``*`` (a number is a :class:`ConstantKernel`).
+
+    Parameters
+    ----------
+    k1, k2 : Kernel
+        The two kernels multiplied elementwise; their free hyperparameters are k1's,
+        then k2's (in :attr:`theta`).
 
     Examples
     --------
@@ -553,8 +569,8 @@ class ConstantKernel(_OneParameter):
     ----------
     constant : float, default 1.0
         The value of every entry, > 0.
-    constant_bounds : (float, float) or "fixed"
-        Bounds of ``constant`` in natural units (default ``(1e-5, 1e5)``), or ``"fixed"``
+    constant_bounds : (float, float) or "fixed", default (1e-5, 1e5)
+        ML-II bounds of ``constant``: ``(low, high)`` in its own units, or ``"fixed"``
         (not optimised).
 
     Examples
@@ -588,9 +604,9 @@ class WhiteKernel(_OneParameter):
     ----------
     noise_level : float, default 1.0
         The variance of the independent noise, > 0.
-    noise_level_bounds : (float, float) or "fixed"
-        Bounds of ``noise_level`` in natural units (default ``(1e-5, 1e5)``), or
-        ``"fixed"`` (not optimised).
+    noise_level_bounds : (float, float) or "fixed", default (1e-5, 1e5)
+        ML-II bounds of ``noise_level``: ``(low, high)`` in its own units, or ``"fixed"``
+        (not optimised).
 
     Examples
     --------
@@ -626,8 +642,8 @@ class Linear(_OneParameter):
     ----------
     variance : float, default 1.0
         The prior variance of the linear weights, > 0.
-    variance_bounds : (float, float) or "fixed"
-        Bounds of ``variance`` in natural units (default ``(1e-5, 1e5)``), or ``"fixed"``
+    variance_bounds : (float, float) or "fixed", default (1e-5, 1e5)
+        ML-II bounds of ``variance``: ``(low, high)`` in its own units, or ``"fixed"``
         (not optimised).
 
     Examples

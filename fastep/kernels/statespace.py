@@ -99,7 +99,20 @@ class StateSpace:
 
 def periodic_coefficients(lengthscale: float, order: int) -> np.ndarray:
     """``q_j^2``, j = 0..order, of the periodic kernel's cosine series (variance 1):
-    ``I_0(z) e^-z`` and ``2 I_j(z) e^-z``, z = lengthscale^-2."""
+    ``I_0(z) e^-z`` and ``2 I_j(z) e^-z``, z = lengthscale^-2.
+
+    Parameters
+    ----------
+    lengthscale : float
+        The periodic kernel's lengthscale l > 0 (no units: it divides the sine).
+    order : int
+        J >= 0, the last harmonic kept.
+
+    Returns
+    -------
+    ndarray of shape (order + 1,)
+        ``q_0^2, ..., q_J^2`` (they sum to 1 as J -> inf).
+    """
     z = float(lengthscale) ** -2.0
     q = ive(np.arange(order + 1), z)
     q[1:] *= 2.0
@@ -110,6 +123,18 @@ def periodic_truncation_error(lengthscale: float, order: int) -> float:
     """The periodic kernel's error (relative to its variance) at lag 0 when its cosine
     series stops after ``order`` harmonics: ``1 - sum_{j <= order} q_j^2`` (the largest
     over lags, as every left-out term is largest there).
+
+    Parameters
+    ----------
+    lengthscale : float
+        The periodic kernel's lengthscale l > 0 (no units: it divides the sine).
+    order : int
+        J >= 0, the harmonics kept.
+
+    Returns
+    -------
+    float
+        The relative error, >= 0 (rounding below 0 is clipped).
 
     Examples
     --------
@@ -169,6 +194,21 @@ def _terms(kernel: Any, periodic_order: int) -> List[list]:
 def state_space(kernel: Any, periodic_order: int = PERIODIC_ORDER) -> StateSpace:
     """The state-space arrays of ``kernel``: Matern12/32/52, Periodic (its cosine series
     to ``periodic_order`` harmonics), ConstantKernel, and sums and products of them.
+
+    Parameters
+    ----------
+    kernel : Kernel
+        A kernel of one input, time, built from those (each Matern or Periodic with one
+        lengthscale); any other kernel is a ``ValueError`` that names the ones to use.
+    periodic_order : int, default 8
+        J >= 1, the harmonics of every Periodic factor's cosine series (2 J + 1 states;
+        fewer where the last ones fall below rounding); raise it for short lengthscales
+        (:func:`periodic_truncation_error`).
+
+    Returns
+    -------
+    StateSpace
+        The arrays the compiled filter of :mod:`fastep.inference.markov_ep` reads.
 
     Examples
     --------

@@ -88,6 +88,16 @@ class RBF(_Stationary):
 
     ``lengthscale`` may be a scalar or one value per feature (ARD).
 
+    Parameters
+    ----------
+    variance : float, default 1.0
+        The prior variance ``k(x, x)``, > 0.
+    lengthscale : float or array-like of shape (n_features,), default 1.0
+        l > 0, in the units of X: one for every feature, or one per feature (ARD).
+    variance_bounds, lengthscale_bounds : (float, float) or "fixed", default (1e-5, 1e5)
+        ML-II bounds: ``(low, high)`` in the parameter's own units (one pair for every
+        ARD lengthscale), or ``"fixed"`` (not optimised).
+
     Examples
     --------
     >>> import numpy as np
@@ -101,6 +111,16 @@ class RBF(_Stationary):
 class Matern12(_Stationary):
     """Matern 1/2 (exponential) kernel, ``variance * exp(-r)``.
 
+    Parameters
+    ----------
+    variance : float, default 1.0
+        The prior variance ``k(x, x)``, > 0.
+    lengthscale : float or array-like of shape (n_features,), default 1.0
+        l > 0, in the units of X: one for every feature, or one per feature (ARD).
+    variance_bounds, lengthscale_bounds : (float, float) or "fixed", default (1e-5, 1e5)
+        ML-II bounds: ``(low, high)`` in the parameter's own units (one pair for every
+        ARD lengthscale), or ``"fixed"`` (not optimised).
+
     Examples
     --------
     >>> import numpy as np
@@ -113,6 +133,16 @@ class Matern12(_Stationary):
 class Matern32(_Stationary):
     """Matern 3/2 kernel, ``variance * (1 + sqrt(3) r) exp(-sqrt(3) r)``.
 
+    Parameters
+    ----------
+    variance : float, default 1.0
+        The prior variance ``k(x, x)``, > 0.
+    lengthscale : float or array-like of shape (n_features,), default 1.0
+        l > 0, in the units of X: one for every feature, or one per feature (ARD).
+    variance_bounds, lengthscale_bounds : (float, float) or "fixed", default (1e-5, 1e5)
+        ML-II bounds: ``(low, high)`` in the parameter's own units (one pair for every
+        ARD lengthscale), or ``"fixed"`` (not optimised).
+
     Examples
     --------
     >>> import numpy as np
@@ -124,6 +154,16 @@ class Matern32(_Stationary):
 
 class Matern52(_Stationary):
     """Matern 5/2 kernel, ``variance * (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)``.
+
+    Parameters
+    ----------
+    variance : float, default 1.0
+        The prior variance ``k(x, x)``, > 0.
+    lengthscale : float or array-like of shape (n_features,), default 1.0
+        l > 0, in the units of X: one for every feature, or one per feature (ARD).
+    variance_bounds, lengthscale_bounds : (float, float) or "fixed", default (1e-5, 1e5)
+        ML-II bounds: ``(low, high)`` in the parameter's own units (one pair for every
+        ARD lengthscale), or ``"fixed"`` (not optimised).
 
     Examples
     --------

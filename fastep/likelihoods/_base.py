@@ -305,8 +305,8 @@ class Likelihood:
         if predict_y is None:
             raise ValueError(
                 f"{type(self).__name__} has no predictive distribution of a real-valued y "
-                f"(it is a classification likelihood): predict_proba(mean, var) gives "
-                f"P(y = +1).")
+                f"(it is a classification likelihood): its predict_proba(mean, var) gives "
+                f"the class probabilities.")
         return predict_y(mean, var)[0]
 
     def encode_targets(self, y: ArrayLike) -> np.ndarray:

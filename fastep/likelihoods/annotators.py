@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy.special import ndtr
 
 from .._jit import tilted_function
 from .._numerics import log_add_exp, log_phi, mills, mills_shift
@@ -95,6 +96,26 @@ class MultiAnnotator(Likelihood):
         if not np.all(ok):
             raise ValueError("labels must hold 0, 1 or NaN (not labelled).")
         self._set_reliabilities(sensitivity, specificity)
+
+    def predict_proba(self, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
+        """P(true label = +1) = Phi(mean / sqrt(1 + var)) at f ~ N(mean, var): the
+        probit link of the true label (the annotators' labels do not enter a
+        prediction; the inherited rule would give the likelihood of the stored labels).
+
+        Parameters
+        ----------
+        mean, var : array_like of shape (n,)
+            Mean and variance of the latent f at each point.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> lik = MultiAnnotator(np.array([[1.0]]), [0.9], [0.8])
+        >>> float(lik.predict_proba([0.0], [1.0])[0])
+        0.5
+        """
+        mean = np.asarray(mean, dtype=float)
+        return ndtr(mean / np.sqrt(1.0 + np.asarray(var, dtype=float)))
 
     def _set_reliabilities(self, sensitivity, specificity):
         r = self.labels.shape[1]

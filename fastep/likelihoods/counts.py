@@ -203,7 +203,8 @@ class _CountLikelihood(Likelihood):
         try:
             return super().log_predictive_density(y, mean, var, extra)
         except ValueError:
-            self.predict_mean(mean, np.maximum(var, 0.0))
+            if extra is None:            # the overflow diagnosis knows its own exposures
+                self.predict_mean(mean, np.maximum(var, 0.0))
             raise
 
     def predict_y(self, mean, var, exposure=None):
@@ -285,9 +286,9 @@ class NegativeBinomial(QuadratureParams, _CountLikelihood):
         ``dispersion_bounds="fixed"``.
     exposure : float or array (n,), optional
         As for :class:`Poisson`.
-    dispersion_bounds : (low, high) or "fixed"
-        Bounds of r in ML-II (which searches log r between log low and log high),
-        by default (1e-3, 1e6); "fixed" keeps r at ``dispersion``.
+    dispersion_bounds : (low, high) or "fixed", default (1e-3, 1e6)
+        Bounds of r in ML-II (which searches log r between log low and log high);
+        "fixed" keeps r at ``dispersion``.
 
     Examples
     --------
@@ -410,9 +411,8 @@ class ZeroInflatedPoisson(_ZeroInflated):
         pi, learnt by ML-II unless ``zero_prob_bounds="fixed"``.
     exposure : float or array (n,), optional
         As for :class:`Poisson`.
-    zero_prob_bounds : (low, high) in (0, 1), or "fixed"
-        Bounds of pi in ML-II, by default (1e-4, 0.99); "fixed" keeps pi at
-        ``zero_prob``.
+    zero_prob_bounds : (low, high) in (0, 1), or "fixed", default (1e-4, 0.99)
+        Bounds of pi in ML-II; "fixed" keeps pi at ``zero_prob``.
 
     Examples
     --------
@@ -457,8 +457,10 @@ class ZeroInflatedNegativeBinomial(_ZeroInflated):
         pi, learnt by ML-II unless ``zero_prob_bounds="fixed"``.
     exposure : float or array (n,), optional
         As for :class:`Poisson`.
-    dispersion_bounds, zero_prob_bounds : (low, high) or "fixed"
-        ML-II bounds (zero_prob's inside (0, 1)).
+    dispersion_bounds : (low, high) or "fixed", default (1e-3, 1e6)
+        ML-II bounds of r, as for :class:`NegativeBinomial`.
+    zero_prob_bounds : (low, high) in (0, 1), or "fixed", default (1e-4, 0.99)
+        ML-II bounds of pi, as for :class:`ZeroInflatedPoisson`.
 
     Examples
     --------

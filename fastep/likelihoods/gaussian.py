@@ -34,9 +34,9 @@ class Gaussian(Likelihood):
     noise_variance : float, default 1.0
         The noise variance sigma^2 > 0, learnt by ML-II unless
         ``noise_variance_bounds="fixed"``.
-    noise_variance_bounds : (low, high) or "fixed"
+    noise_variance_bounds : (low, high) or "fixed", default (1e-6, 1e6)
         Bounds of sigma^2 in ML-II (which searches log sigma^2 between log low and
-        log high), by default (1e-6, 1e6); "fixed" keeps it at ``noise_variance``.
+        log high); "fixed" keeps it at ``noise_variance``.
 
     Examples
     --------

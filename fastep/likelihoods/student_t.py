@@ -48,11 +48,14 @@ class StudentT(QuadratureParams, Likelihood):
         Degrees of freedom nu > 0 (small: heavy tails; large: nearly Gaussian).
     scale : float, default=1.0
         sigma > 0; the noise variance is sigma^2 nu / (nu - 2) for nu > 2.
-    df_bounds, scale_bounds : (low, high) or "fixed"
-        ML-II bounds.  The default keeps df >= 1 (the Cauchy): below it the tails have
-        no mean, the posterior of f splits into more modes and EP's fixed point becomes
-        fragile (on Neal's function with outliers, ML-II that was free to reach df = 0.58
-        ended at hyperparameters where EP did not converge).
+    df_bounds : (low, high) or "fixed", default (1.0, 1e3)
+        ML-II bounds of nu, or "fixed" (not optimised).  The default keeps df >= 1 (the
+        Cauchy): below it the tails have no mean, the posterior of f splits into more
+        modes and EP's fixed point becomes fragile (on Neal's function with outliers,
+        ML-II that was free to reach df = 0.58 ended at hyperparameters where EP did not
+        converge).
+    scale_bounds : (low, high) or "fixed", default (1e-4, 1e4)
+        ML-II bounds of sigma, or "fixed" (not optimised).
 
     Examples
     --------

@@ -217,7 +217,8 @@ class Weibull(_Survival):
         r > 0, learnt by ML-II unless ``shape_bounds="fixed"``.
     event : array (n,) of 0/1, optional
         1: the event was seen at t; 0: right-censored at t.  Default: every time an event.
-    shape_bounds : (low, high) or "fixed"
+    shape_bounds : (low, high) or "fixed", default (1e-2, 1e2)
+        ML-II bounds of r, or "fixed" (not optimised).
 
     Examples
     --------
@@ -264,7 +265,8 @@ class LogLogistic(_Survival):
         r > 0, learnt by ML-II unless ``shape_bounds="fixed"``.
     event : array (n,) of 0/1, optional
         As for :class:`Weibull`.
-    shape_bounds : (low, high) or "fixed"
+    shape_bounds : (low, high) or "fixed", default (1e-2, 1e2)
+        ML-II bounds of r, or "fixed" (not optimised).
 
     Examples
     --------
@@ -328,7 +330,8 @@ class LogNormal(_Survival):
         The sd of log T given f, learnt by ML-II unless ``sigma_bounds="fixed"``.
     event : array (n,) of 0/1, optional
         As for :class:`Weibull`.
-    sigma_bounds : (low, high) or "fixed"
+    sigma_bounds : (low, high) or "fixed", default (1e-3, 1e2)
+        ML-II bounds of sigma, or "fixed" (not optimised).
 
     Examples
     --------

@@ -233,9 +233,9 @@ class Tobit(Likelihood):
         sigma^2 of the uncensored noise.
     lower, upper : float or array (n,), optional
         Limits; None means -inf / +inf.  Arrays must match the targets passed to EP.
-    noise_variance_bounds : (low, high) or "fixed"
+    noise_variance_bounds : (low, high) or "fixed", default (1e-6, 1e6)
         Bounds of sigma^2 in ML-II (which searches log sigma^2 between log low and
-        log high), by default (1e-6, 1e6); "fixed" keeps it at ``noise_variance``.
+        log high); "fixed" keeps it at ``noise_variance``.
 
     Examples
     --------
@@ -417,7 +417,8 @@ def censored_predictive(mean: ArrayLike, var: ArrayLike, noise_variance: float,
     m = np.asarray(mean, dtype=float)
     s2 = np.asarray(var, dtype=float) + noise_variance
     s = np.sqrt(s2)
-    lower, upper = (-np.inf if lower is None else lower), (np.inf if upper is None else upper)
+    lower = -np.inf if lower is None else lower
+    upper = np.inf if upper is None else upper
     lo = np.broadcast_to(np.asarray(lower, dtype=float), m.shape)
     up = np.broadcast_to(np.asarray(upper, dtype=float), m.shape)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -477,4 +478,6 @@ def censored_quantile(q: ArrayLike, mean: ArrayLike, var: ArrayLike, noise_varia
         raise ValueError(f"q must be a probability level strictly between 0 and 1 (the "
                          f"0.1-quantile is q=0.1); got {q.ravel()[:4].tolist()}.")
     s = np.sqrt(np.asarray(var, dtype=float) + noise_variance)
+    lower = -np.inf if lower is None else lower
+    upper = np.inf if upper is None else upper
     return np.clip(np.asarray(mean, dtype=float) + s * ndtri(q), lower, upper)

@@ -404,6 +404,9 @@ def prop_tilted(data):
 #: string, a zero or negative bound, swapped or infinite ends, None).
 BOUNDS = [(1e-3, 1e3), (1e-6, 1e6), "fixed", "free", "fixd", (0.0, 1.0), (-1.0, 1.0),
           (1.0, 1e-3), (1.0, np.inf), None, (1.0,), (np.nan, 1.0)]
+#: Bounds that must be refused (the others above are valid).
+BAD_BOUNDS = ("free", "fixd", (0.0, 1.0), (-1.0, 1.0), (1.0, 1e-3), (1.0, np.inf), None,
+              (1.0,), (np.nan, 1.0))
 
 
 def prop_likelihood_api(data):
@@ -419,8 +422,8 @@ def prop_likelihood_api(data):
         made = call(make, bounds)
         if made is not None:
             finite((made.theta, made.bounds), "theta and bounds")
-            if isinstance(bounds, str) and bounds != "fixed":
-                raise Violation("bounds", f"{bounds!r} was taken as 'fixed'")
+            if any(bounds is b or bounds == b for b in BAD_BOUNDS if type(b) is type(bounds)):
+                raise Violation("bounds", f"{bounds!r} was accepted")
     n = data.draw(st.integers(1, 8), label="n")
     lik, y, extra = likelihood_and_targets(data, n)
     mean = np.asarray(data.draw(st.lists(st.floats(-30, 30), min_size=n, max_size=n)))

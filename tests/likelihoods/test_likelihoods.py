@@ -454,3 +454,38 @@ def test_binomial_targets_and_trials_are_checked():
         fl.Binomial(trials=[2.5, 3])
     with pytest.raises(ValueError, match="success counts"):
         fl.Binomial().encode_targets([0.5])
+
+
+def test_multi_annotator_predicts_the_true_label_by_its_probit_link():
+    """P(true label = +1) at f ~ N(m, v) is Phi(m / sqrt(1 + v)) (quadrature), whatever
+    the annotators said (the base class's rule gave the stored labels' likelihood)."""
+    lik = fl.MultiAnnotator(np.array([[1.0, 0.0], [0.0, 0.0]]), [0.9, 0.6], [0.8, 0.7])
+    m, v = np.array([0.3, -1.2]), np.array([0.5, 2.0])
+    truth = [scipy.integrate.quad(lambda f: norm.cdf(f) * norm.pdf(f, m[i], math.sqrt(v[i])),
+                                  -30, 30)[0] for i in range(2)]
+    np.testing.assert_allclose(lik.predict_proba(m, v), truth, rtol=1e-9)
+
+
+def test_count_densities_take_extra_and_report_its_own_errors():
+    """The count likelihoods' log_predictive_density with explicit extra (log exposures)
+    equals the likelihood holding those exposures; a wrong extra is reported as itself,
+    not as the held exposures' shape."""
+    y, m, v = np.array([1.0, 3.0, 0.0]), np.array([0.1, 0.8, -0.5]), np.array([0.3, 0.2, 1.0])
+    e = np.array([0.5, 2.0, 1.0])
+    held = fl.Poisson(exposure=e).log_predictive_density(y, m, v)
+    given = fl.Poisson(exposure=np.ones(5)).log_predictive_density(
+        y, m, v, extra=np.log(e)[:, None])
+    np.testing.assert_allclose(given, held, rtol=1e-12)
+    with pytest.raises(ValueError, match="extra") as info:
+        fl.Poisson(exposure=np.ones(5)).log_predictive_density(y, m, v, extra=np.zeros((3, 2)))
+    assert "exposure must" not in str(info.value)
+
+
+def test_censored_predictions_take_none_for_an_absent_limit():
+    from fastep.likelihoods.tobit import censored_predictive, censored_quantile
+    none = censored_predictive([0.2], [0.5], 0.5, lower=None, upper=None)
+    inf = censored_predictive([0.2], [0.5], 0.5)
+    for key in ("mean", "var", "p_lower", "p_upper"):
+        np.testing.assert_allclose(none[key], inf[key], rtol=1e-15)
+    assert float(censored_quantile(0.5, [0.2], [0.5], 0.5, lower=None, upper=None)[0]) == \
+        pytest.approx(0.2, rel=1e-12)

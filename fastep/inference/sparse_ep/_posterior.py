@@ -46,7 +46,7 @@ class SparseEPResult(EPResultBase):
         The power of Power EP.
     inducing_points : ndarray (m, d)
         The inducing inputs Z.
-    history : list of float
+    history : list of float, default []
         log Z after every sweep, as in :class:`~fastep.EPResult`.
     resid : ndarray (n,) or None, default None
         d_i = K_ii - Q_ii, the variance of f_i about its projection h_i.

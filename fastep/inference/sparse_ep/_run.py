@@ -285,6 +285,36 @@ def sparse_ep_gradient(result, kernel, X, y, likelihood, extra=None, chunk_size=
     the first pass's sums from its closing pass (for the likelihood it ran with): then
     only the second pass runs.
 
+    Parameters
+    ----------
+    result : SparseEPResult
+        The output of :func:`sparse_ep`, ideally converged.
+    kernel : fastep.kernels.Kernel
+        The kernel of the run; the gradient is for its free log-hyperparameters.
+    X : array-like (n, d)
+        The n training inputs of ``result`` (any 2-d array with row slices, as for
+        :func:`sparse_ep`).  After a run on a Dask cluster the workers' data and chunks
+        are used, and ``X``, ``y``, ``extra`` and ``chunk_size`` are not read.
+    y : array-like (n,)
+        Targets in the likelihood's encoding, as given to :func:`sparse_ep`.
+    likelihood : fastep.likelihoods.Likelihood
+    extra : array-like (n, k), optional
+        Per-site extras for the likelihood, as given to :func:`sparse_ep`.
+    chunk_size : int, optional
+        Rows of X per block of the two passes; None: the backend's choice, as in
+        :func:`sparse_ep`.
+    inputs : bool, default True
+        Whether to compute the gradient for the inducing inputs Z (None otherwise).
+
+    Returns
+    -------
+    d_kernel : ndarray (kernel.n_dims,)
+        Gradient for the kernel's free log-hyperparameters.
+    d_Z : ndarray (m, d) or None
+        Gradient for the inducing inputs (None with ``inputs=False``).
+    d_likelihood : ndarray (likelihood.n_dims,)
+        Gradient for the likelihood's free log-parameters.
+
     Examples
     --------
     >>> import numpy as np
