@@ -31,7 +31,8 @@ from numba import njit, prange, types
 
 from .._jit import f8, f8_1d, pjit
 from ._scalar import (builtin_dlog_lik, builtin_lik_const, builtin_lik_d2, builtin_lik_f,
-                      builtin_log_lik, builtin_peak, builtin_strip)
+                      builtin_lik_ratio, builtin_log_lik, builtin_peak, builtin_ratio_prep,
+                      builtin_strip)
 from ._trapezoid import compile_trapezoid
 
 _LEGENDRE = np.polynomial.legendre.leggauss(10)
@@ -282,15 +283,16 @@ def _no_strip(kind, y, extra, params):
 
 
 def _compile_quad(log_lik, dlog_lik=_no_dlog_lik, lik_peak=_no_peak, lik_f=None, lik_d2=None,
-                  lik_const=None, lik_strip=_no_strip, fast=True, **options):
+                  lik_const=None, lik_strip=_no_strip, fast=True, ratio=None, **options):
     """Compile the tilted moments of one log-likelihood: :func:`_panel_source` with
     ``LOG_LIK``, ``DLOG_LIK``, ``LIK_PEAK`` bound to ``log_lik``, ``dlog_lik``, ``lik_peak``
     (``lik_peak(kind, y, extra, params)``: where the likelihood peaks in f, a second start
     for the mode search, or NaN for none), behind the trapezoid fast path
     (:func:`fastep.likelihoods._trapezoid.compile_trapezoid`; ``lik_f``, ``lik_d2``,
     ``lik_const`` split log p into its f-dependent part, with derivatives, and the rest;
-    by default all of log p, derivatives by finite differences).  ``fast=False``: the
-    panels alone (the reference)."""
+    by default all of log p, derivatives by finite differences; ``ratio``: the pair
+    ``(ratio_prep, lik_ratio)`` of a closed-form likelihood ratio for the rule's weights,
+    or None).  ``fast=False``: the panels alone (the reference)."""
     panels = _bind(_panel_source, "panel_moments", options, LOG_LIK=log_lik,
                    DLOG_LIK=dlog_lik, LIK_PEAK=lik_peak)
     if not fast:
@@ -300,7 +302,7 @@ def _compile_quad(log_lik, dlog_lik=_no_dlog_lik, lik_peak=_no_peak, lik_f=None,
         lik_d2 = _bind(_no_d2_source, "lik_d2", options, LOG_LIK=log_lik)
         lik_const = _zero_const
     trap = compile_trapezoid(lik_f, lik_d2, lik_const, dlog_lik, lik_peak, lik_strip,
-                             **options)
+                             *(ratio or ()), **options)
     return _bind(_quad_source, "quad_moments", options, FAST=trap, PANELS=panels)
 
 
@@ -308,7 +310,7 @@ def _compile_quad(log_lik, dlog_lik=_no_dlog_lik, lik_peak=_no_peak, lik_f=None,
 quad_moments = _compile_quad(builtin_log_lik, builtin_dlog_lik, builtin_peak,
                              lik_f=builtin_lik_f, lik_d2=builtin_lik_d2,
                              lik_const=builtin_lik_const, lik_strip=builtin_strip,
-                             cache=True)
+                             ratio=(builtin_ratio_prep, builtin_lik_ratio), cache=True)
 #: The same by the adaptive panels alone: the reference of the fast path.
 panel_moments = _compile_quad(builtin_log_lik, builtin_dlog_lik, builtin_peak, fast=False,
                               cache=True)

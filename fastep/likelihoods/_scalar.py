@@ -499,3 +499,44 @@ def builtin_strip(kind, y, extra, params):
             return math.inf, math.nan, 1.0
         return 2.816 * params[0], math.log(y) + 1.916 * params[0], 1.0
     return math.nan, math.nan, 1.0
+
+
+@jit("f8(i8, f8, f8[::1], f8[::1], f8, f8)")
+def builtin_ratio_prep(kind, y, extra, params, alpha, x):
+    """The per-site constant of :func:`builtin_lik_ratio` at the mode x, or NaN where
+    ``kind`` has no closed-form ratio (or not at this power, or the constant is out of
+    float64's comfortable range): e^(-y x) for the logistic, the mean e^(x + log E) of
+    the Poisson and negative binomial, e^x for the binomial."""
+    if kind == LOGISTIC and alpha == 1.0:
+        a = -y * x
+    elif kind == POISSON or kind == NEG_BINOMIAL:
+        a = x + extra[0]
+    elif kind == BINOMIAL:
+        a = x
+    else:
+        return math.nan
+    return math.exp(a) if -690.0 < a < 690.0 else math.nan
+
+
+@jit("f8(i8, f8, f8[::1], f8[::1], f8, f8, f8, f8)")
+def builtin_lik_ratio(kind, y, extra, params, alpha, c, u, eu):
+    """``p(y | x + u)^alpha / p(y | x)^alpha`` from the per-site constant ``c`` of
+    :func:`builtin_ratio_prep` and ``eu = e^u`` (the trapezoid rule keeps it by a
+    recurrence over its nodes): one exp (Poisson) or exp and log1p (negative binomial,
+    binomial) instead of log p's two or three transcendentals and the exp of the sum,
+    and none at all for the logistic::
+
+        logistic (alpha 1)  (1 + c) / (1 + c e^(-y u)),            c = e^(-y x)
+        Poisson             exp(alpha (y u - c (e^u - 1))),        c = e^(x + log E)
+        neg. binomial       exp(alpha (y u - (r + y) log1p(c (e^u - 1) / (r + c))))
+        binomial            exp(alpha (y u - N log1p(c (e^u - 1) / (1 + c)))), c = e^x
+    """
+    if kind == LOGISTIC:
+        return (1.0 + c) / (1.0 + (c / eu if y > 0.0 else c * eu))
+    d = c * (eu - 1.0)
+    if kind == POISSON:
+        return math.exp(alpha * (y * u - d))
+    if kind == NEG_BINOMIAL:
+        r = params[0]
+        return math.exp(alpha * (y * u - (r + y) * math.log1p(d / (r + c))))
+    return math.exp(alpha * (y * u - extra[0] * math.log1p(d / (1.0 + c))))

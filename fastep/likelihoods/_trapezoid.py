@@ -19,7 +19,12 @@ mode on the nodes, a tail that has not dropped by :data:`DROP` within
 :data:`MAX_NODES` nodes, a second mode at the likelihood's own peak (``LIK_PEAK``) that
 the nodes do not resolve, a cavity too narrow for the mode arithmetic, or two rules
 that still disagree after the refinement.  About 25-40 evaluations of the
-log-likelihood instead of the panels' several hundred.
+log-likelihood instead of the panels' several hundred; where the likelihood has a
+closed-form ratio ``p(y | x + u)^alpha / p(y | x)^alpha`` (``RATIO_PREP``,
+``LIK_RATIO``: the logistic, Poisson, negative binomial and binomial,
+:func:`fastep.likelihoods._scalar.builtin_lik_ratio`), the nodes' weights come from it and
+from a recurrence for the Gaussian factor, without the exp of log p (the logistic's site
+0.51 -> 0.19 us, 8.1x -> 3.4x probit; ``scripts/tilted_cost.py``).
 
 ``LIK_F(kind, y, extra, f, params)`` is the f-dependent part of log p (the rest,
 ``LIK_CONST(kind, y, extra, params)``, is added once), ``LIK_D2`` gives it with its first
@@ -138,20 +143,47 @@ def _trapezoid_source(kind, y, extra, mu, var, alpha, params, k):
     gk = dlog_lik(kind, y, extra, x, params, k) if k >= 0 else 0.0
     a0, a1, a2, ag, aa = 1.0, 0.0, 0.0, gk, abs(gk)
     e0, e1, e2, eg = 1.0, 0.0, 0.0, gk
+    # the weights exp(v) without an exp of log p where the likelihood has a closed-form
+    # ratio p(y | x + u)^alpha / p(y | x)^alpha (RATIO_PREP not NaN): the ratio times the
+    # Gaussian factor exp(-(2 off u + u^2) / (2 var)), which a recurrence of two products
+    # per node gives (the factor's largest value, exp(off^2 / (2 var)), is kept far from
+    # overflow); e^u by a recurrence too.  A weight outside [0, 1] (an overflow of one
+    # factor) is taken again from v.
+    c_prep = RATIO_PREP(kind, y, extra, params, alpha, x)  # noqa: F821
+    fast = c_prep == c_prep and off * off < 1200.0 * var
+    g_q = g_q2 = e_step = 1.0          # (q is the error estimate's factor, above)
+    if fast:
+        g_q = math.exp(-0.5 * hs * hs / var)
+        g_q2 = g_q * g_q
+        e_step = math.exp(hs)
+    w_drop = math.exp(-DROP)
     lo = 0
     hi = 0
     for side in (1, -1):
-        prev = 0.0
+        prev = 1.0
+        gauss, grow, eu = 1.0, 1.0, 1.0
+        eu_step = e_step if side == 1 else 1.0 / e_step
+        if fast:
+            grow = math.exp(-side * off * hs / var) * g_q
         j = 1
         while True:
             if j > MAX_NODES:
                 return fail
             u = side * j * hs
-            dc = off + u
-            v = alpha * lik_f(kind, y, extra, x + u, params) - 0.5 * dc * dc / var - top
-            if v != v or v > prev + 1e-9:
+            w = -1.0
+            if fast:
+                gauss *= grow
+                grow *= g_q2
+                eu *= eu_step
+                w = LIK_RATIO(kind, y, extra, params, alpha, c_prep, u, eu) * gauss  # noqa: F821
+            if not (0.0 <= w <= 1.0 + 1e-9):
+                dc = off + u
+                v = alpha * lik_f(kind, y, extra, x + u, params) - 0.5 * dc * dc / var - top
+                if v != v:
+                    return fail
+                w = math.exp(v)
+            if w > prev * (1.0 + 1e-9):
                 return fail
-            w = math.exp(v)
             gk = dlog_lik(kind, y, extra, x + u, params, k) if k >= 0 else 0.0
             a0 += w
             a1 += w * u
@@ -163,9 +195,9 @@ def _trapezoid_source(kind, y, extra, mu, var, alpha, params, k):
                 e1 += w * u
                 e2 += w * u * u
                 eg += w * gk
-            if v < -DROP:
+            if w < w_drop:
                 break
-            prev = v
+            prev = w
             j += 1
         if side == 1:
             hi = j
@@ -229,11 +261,24 @@ def _trapezoid_source(kind, y, extra, mu, var, alpha, params, k):
             alpha * ag / a0)
 
 
-def compile_trapezoid(lik_f, lik_d2, lik_const, dlog_lik, lik_peak, lik_strip, **options):
-    """Compile :func:`_trapezoid_source` with its globals bound to these functions."""
+@numba.njit
+def _no_ratio_prep(kind, y, extra, params, alpha, x):
+    return math.nan
+
+
+@numba.njit
+def _no_ratio(kind, y, extra, params, alpha, c, u, eu):
+    return math.nan
+
+
+def compile_trapezoid(lik_f, lik_d2, lik_const, dlog_lik, lik_peak, lik_strip,
+                      ratio_prep=_no_ratio_prep, lik_ratio=_no_ratio, **options):
+    """Compile :func:`_trapezoid_source` with its globals bound to these functions
+    (``ratio_prep`` and ``lik_ratio``: the likelihood's closed-form ratio of the weights,
+    as :func:`fastep.likelihoods._scalar.builtin_lik_ratio`; by default none)."""
     glb = dict(_trapezoid_source.__globals__, LIK_F=lik_f, LIK_D2=lik_d2,
                LIK_CONST=lik_const, DLOG_LIK=dlog_lik, LIK_PEAK=lik_peak,
-               LIK_STRIP=lik_strip)
+               LIK_STRIP=lik_strip, RATIO_PREP=ratio_prep, LIK_RATIO=lik_ratio)
     fn = types_module.FunctionType(_trapezoid_source.__code__, glb, "trapezoid_moments")
     fn.__qualname__ = "trapezoid_moments"
     return numba.njit(error_model="numpy", **options)(fn)

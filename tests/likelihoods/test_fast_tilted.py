@@ -133,3 +133,36 @@ def test_the_estimate_catches_a_step_too_coarse_for_the_likelihood():
     ref[1] *= 40.0
     ref[2] *= 1600.0
     assert np.allclose(got, ref, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["logistic", "poisson", "negative_binomial", "binomial"])
+def test_closed_form_weight_ratio_equals_the_log_likelihood(name):
+    """The trapezoid rule's weights for these families come from a closed-form ratio
+    p(y | x + u)^alpha / p(y | x)^alpha (fewer transcendentals); it equals
+    exp(alpha (log p(y | x + u) - log p(y | x))) from the log-likelihood itself, and the
+    families' sites do take it (not the fallback from log p)."""
+    kind, target, extra_of, params = FAMILIES[name]
+    rng = np.random.default_rng(3)
+    params = np.array(params, float)
+    taken = 0
+    for _ in range(400):
+        y, extra = float(target(rng)), np.array(extra_of(rng), float)
+        x, u = rng.normal(scale=3.0), rng.normal(scale=1.0)
+        alpha = 1.0 if kind == S.LOGISTIC else rng.choice([1.0, 0.5])
+        c = S.builtin_ratio_prep(kind, y, extra, params, alpha, x)
+        assert c == c, (name, y, x)                        # the ratio is on offer
+        got = S.builtin_lik_ratio(kind, y, extra, params, alpha, c, u, math.exp(u))
+        log_ref = alpha * (S.builtin_lik_f(kind, y, extra, x + u, params)
+                           - S.builtin_lik_f(kind, y, extra, x, params))
+        if log_ref > 700.0:           # beyond float64: the rule takes that node from log p
+            assert got == math.inf or got > 1e300, (name, y, x, u)
+        elif log_ref < -700.0:
+            assert got < 1e-300, (name, y, x, u)
+        else:
+            assert math.log(got) == pytest.approx(log_ref, rel=1e-10, abs=1e-10), \
+                (name, y, x, u)
+        taken += 1
+    assert taken == 400
+    # the logistic at another power, and families without a ratio, fall back to log p
+    assert math.isnan(S.builtin_ratio_prep(S.LOGISTIC, 1.0, np.zeros(0), params, 0.5, 0.0))
+    assert math.isnan(S.builtin_ratio_prep(S.STUDENT_T, 1.0, np.zeros(0), params, 1.0, 0.0))
