@@ -531,12 +531,18 @@ def builtin_lik_ratio(kind, y, extra, params, alpha, c, u, eu):
         neg. binomial       exp(alpha (y u - (r + y) log1p(c (e^u - 1) / (r + c))))
         binomial            exp(alpha (y u - N log1p(c (e^u - 1) / (1 + c)))), c = e^x
     """
-    if kind == LOGISTIC:
-        return (1.0 + c) / (1.0 + (c / eu if y > 0.0 else c * eu))
+    if kind == LOGISTIC:                 # (e^u underflowing to 0: the ratio is 0)
+        return (1.0 + c) / (1.0 + (c * eu if y < 0.0 else c / eu if eu > 0.0 else math.inf))
     d = c * (eu - 1.0)
     if kind == POISSON:
-        return math.exp(alpha * (y * u - d))
-    if kind == NEG_BINOMIAL:
-        r = params[0]
-        return math.exp(alpha * (y * u - (r + y) * math.log1p(d / (r + c))))
-    return math.exp(alpha * (y * u - extra[0] * math.log1p(d / (1.0 + c))))
+        a = alpha * (y * u - d)
+    else:
+        # log1p's argument > -1 in exact arithmetic; where rounding (e^u underflowing, a
+        # c far above r or 1) takes it to -1 the node is left to log p (NaN)
+        z = d / (params[0] + c) if kind == NEG_BINOMIAL else d / (1.0 + c)
+        if not z > -1.0:
+            return math.nan
+        a = alpha * (y * u - (params[0] + y if kind == NEG_BINOMIAL else extra[0])
+                     * math.log1p(z))
+    # beyond float64 the node is left to log p (inf), without an overflow exception
+    return math.exp(a) if a < 700.0 else math.inf
