@@ -118,6 +118,8 @@ warnings.filterwarnings("ignore", message="Matplotlib is currently using agg")
 
 # --- HTML
 html_theme = "pydata_sphinx_theme"
+html_static_path = ["_static"]
+html_css_files = ["fastep.css"]
 html_title = f"fastep {release}"
 html_theme_options = {
     "navbar_align": "left",
