@@ -53,16 +53,21 @@ def test_has_a_docstring_with_examples(name):
     assert "Examples\n" in doc and ">>>" in doc, f"{name} has no Examples section"
 
 
-@pytest.mark.parametrize("name", sorted(PUBLIC))
-def test_examples_run(name):
-    obj = PUBLIC[name]
-    finder = doctest.DocTestFinder(recurse=False)
-    module = inspect.getmodule(obj)
-    tests = finder.find(obj, name, module=module, globs=dict(vars(module)) if module else {})
+def run_examples(obj, name, module):
+    """Run the examples of ``obj``'s own docstring (not its members') as doctests in
+    ``module``'s namespace; doctest's summary ``(failed, attempted)``."""
+    tests = doctest.DocTestFinder(recurse=False).find(
+        obj, name, module=module, globs=dict(vars(module)) if module else {})
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for test in tests:
             runner.run(test)
-    result = runner.summarize(verbose=False)
+    return runner.summarize(verbose=False)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_examples_run(name):
+    obj = PUBLIC[name]
+    result = run_examples(obj, name, inspect.getmodule(obj))
     assert result.failed == 0, f"{name}: {result.failed} example(s) failed"

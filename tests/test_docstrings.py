@@ -5,16 +5,15 @@ documented default equal to the signature's, each plain type (``bool``, ``int``,
 example in a public method's docstring runs (the classes' and functions' own run in
 ``test_docs.py``)."""
 import ast
-import doctest
 import importlib
 import inspect
 import re
 import sys
-import warnings
 
 import pytest
 from numpydoc.docscrape import NumpyDocString
 
+from test_docs import run_examples
 from test_site import DOCS, PUBLIC, _public_callables
 
 
@@ -187,15 +186,7 @@ METHODS = sorted(q for q, fn in CALLABLES.items()
 @pytest.mark.parametrize("qualname", METHODS)
 def test_method_examples_run(qualname):
     fn = CALLABLES[qualname]
-    module = sys.modules[fn.__module__]
-    tests = doctest.DocTestFinder(recurse=False).find(fn, qualname, module=module,
-                                                      globs=dict(vars(module)))
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for test in tests:
-            runner.run(test)
-    result = runner.summarize(verbose=False)
+    result = run_examples(fn, qualname, sys.modules[fn.__module__])
     assert result.attempted > 0 and result.failed == 0, \
         f"{qualname}: {result.failed} of {result.attempted} example(s) failed"
 

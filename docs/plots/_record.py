@@ -14,3 +14,9 @@ def load(name):
     caption = (f"scripts/{record['script']}, {env['date']}, {env['cores']} cores, "
                f"fastep {env['fastep']}, numpy {env['numpy']}, numba {env['numba']}")
     return record["rows"], caption
+
+
+def finish(fig, caption, bottom=0.03):
+    """The figure's footer (the record's ``caption``) and its layout above it."""
+    fig.text(0.01, bottom / 3, caption, fontsize=6, color="0.4")
+    fig.tight_layout(rect=(0, bottom, 1, 1))

@@ -1,7 +1,7 @@
 """Dense EP against its floor: one parallel sweep, a whole fixed-kernel fit and
 scikit-learn's Laplace fit, against the LAPACK work a sweep cannot avoid."""
 import matplotlib.pyplot as plt
-from _record import load
+from _record import finish, load
 
 rows, caption = load("ep_floor")
 n = [r["n"] for r in rows]
@@ -19,5 +19,4 @@ ax.set_xlabel("n (training points)")
 ax.set_ylabel("seconds")
 ax.set_title("Dense EP (probit, RBF kernel)", fontsize=11)
 ax.legend(fontsize=8, loc="upper left")
-fig.text(0.01, 0.01, caption, fontsize=6, color="0.4")
-fig.tight_layout(rect=(0, 0.03, 1, 1))
+finish(fig, caption)

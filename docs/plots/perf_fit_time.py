@@ -1,7 +1,7 @@
 """The whole fit (ML-II included) on real tables against what a user would fit instead,
 with each fit's held-out metric."""
 import matplotlib.pyplot as plt
-from _record import load
+from _record import finish, load
 
 rows, caption = load("fit_time")
 tables = list(dict.fromkeys(r["table"] for r in rows))
@@ -22,5 +22,4 @@ for ax, table in zip(axes, tables):
     ax.set_title(table, fontsize=9, loc="left")
     ax.set_xlim(right=ax.get_xlim()[1] * 12)
 axes[-1].set_xlabel("seconds (log scale)")
-fig.text(0.01, 0.005, caption, fontsize=6, color="0.4")
-fig.tight_layout(rect=(0, 0.02, 1, 1))
+finish(fig, caption, bottom=0.02)

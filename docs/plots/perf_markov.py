@@ -1,7 +1,7 @@
 """State-space EP: the time of one EP iteration per point against n (flat: O(n)), and
 the filter-smoother pass plus the tilted moments alone (the floor)."""
 import matplotlib.pyplot as plt
-from _record import load
+from _record import finish, load
 
 rows, caption = load("markov_scaling")
 n = [r["n"] for r in rows]
@@ -15,5 +15,4 @@ ax.set_xlabel("n (time points of one series)")
 ax.set_ylabel("microseconds per point")
 ax.set_title("State-space EP (Poisson, Matern-3/2): constant cost per point", fontsize=11)
 ax.legend(fontsize=8, loc="lower left")
-fig.text(0.01, 0.01, caption, fontsize=6, color="0.4")
-fig.tight_layout(rect=(0, 0.03, 1, 1))
+finish(fig, caption)

@@ -1,7 +1,7 @@
 """Sparse EP: one parallel sweep against n, with the BLAS work it cannot avoid (its
 ``dsyrk`` over the same chunks and threads) and a line of slope one."""
 import matplotlib.pyplot as plt
-from _record import load
+from _record import finish, load
 
 rows, caption = load("sparse_scaling")
 n = [r["n"] for r in rows]
@@ -17,5 +17,4 @@ ax.set_xlabel("n (training points)")
 ax.set_ylabel("seconds per sweep")
 ax.set_title("Sparse EP (probit, d = 3): linear in n", fontsize=11)
 ax.legend(fontsize=8, loc="upper left")
-fig.text(0.01, 0.01, caption, fontsize=6, color="0.4")
-fig.tight_layout(rect=(0, 0.03, 1, 1))
+finish(fig, caption)
