@@ -46,6 +46,8 @@ H = 0.63
 H_UNKNOWN = 0.5
 #: The nodes go out until the log integrand is this far below its peak (e^-32 ~ 1e-14).
 DROP = 32.0
+#: ... as a weight relative to the peak's.
+W_DROP = math.exp(-DROP)
 #: At most this many nodes a side (the tail must drop by DROP within MAX_NODES steps).
 MAX_NODES = 96
 #: The step is chosen for an error of about exp(-BUDGET) of the peak's share (e^-36 ~
@@ -156,7 +158,6 @@ def _trapezoid_source(kind, y, extra, mu, var, alpha, params, k):
         g_q = math.exp(-0.5 * hs * hs / var)
         g_q2 = g_q * g_q
         e_step = math.exp(hs)
-    w_drop = math.exp(-DROP)
     lo = 0
     hi = 0
     for side in (1, -1):
@@ -195,7 +196,7 @@ def _trapezoid_source(kind, y, extra, mu, var, alpha, params, k):
                 e1 += w * u
                 e2 += w * u * u
                 eg += w * gk
-            if w < w_drop:
+            if w < W_DROP:
                 break
             prev = w
             j += 1

@@ -379,6 +379,11 @@ class Tobit(Likelihood):
         return (out * self.noise_variance).reshape(-1, 1)[:, : self.n_dims]
 
 
+def _no_limit_is_infinite(lower, upper):
+    """Censoring limits with None (no limit) as -inf / inf."""
+    return (-np.inf if lower is None else lower), (np.inf if upper is None else upper)
+
+
 def censored_predictive(mean: ArrayLike, var: ArrayLike, noise_variance: float,
                         lower: Optional[ArrayLike] = -np.inf,
                         upper: Optional[ArrayLike] = np.inf) -> Dict[str, np.ndarray]:
@@ -417,8 +422,7 @@ def censored_predictive(mean: ArrayLike, var: ArrayLike, noise_variance: float,
     m = np.asarray(mean, dtype=float)
     s2 = np.asarray(var, dtype=float) + noise_variance
     s = np.sqrt(s2)
-    lower = -np.inf if lower is None else lower
-    upper = np.inf if upper is None else upper
+    lower, upper = _no_limit_is_infinite(lower, upper)
     lo = np.broadcast_to(np.asarray(lower, dtype=float), m.shape)
     up = np.broadcast_to(np.asarray(upper, dtype=float), m.shape)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -478,6 +482,5 @@ def censored_quantile(q: ArrayLike, mean: ArrayLike, var: ArrayLike, noise_varia
         raise ValueError(f"q must be a probability level strictly between 0 and 1 (the "
                          f"0.1-quantile is q=0.1); got {q.ravel()[:4].tolist()}.")
     s = np.sqrt(np.asarray(var, dtype=float) + noise_variance)
-    lower = -np.inf if lower is None else lower
-    upper = np.inf if upper is None else upper
+    lower, upper = _no_limit_is_infinite(lower, upper)
     return np.clip(np.asarray(mean, dtype=float) + s * ndtri(q), lower, upper)

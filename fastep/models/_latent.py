@@ -25,6 +25,7 @@ from ..kernels.distances import reuse_distances
 from ..inference.laplace import laplace
 from ..inference.sparse_ep import run_sparse_ep, sparse_ep_gradient
 from ..inference.markov_ep import markov_ep, markov_ep_gradient, markov_predict
+from ._problem import NamedTheta
 
 
 #: Bytes of one block of the cross-covariance in :meth:`LatentGP.latent`.
@@ -74,7 +75,7 @@ def inducing_bounds(X, m):
 
 
 @dataclass(frozen=True)
-class LatentGP:
+class LatentGP(NamedTheta):
     """``f ~ GP(0, kernel)`` at inputs X, targets y (the likelihood's encoding), dense EP
     (``Z is None``) or sparse Power EP with inducing inputs Z.
 
@@ -118,11 +119,6 @@ class LatentGP:
         """How ML-II's messages name, show and bound the kernel and likelihood entries of
         ``theta`` (the kernel's and the likelihood's own ``theta_entries()``)."""
         return self.kernel.theta_entries() + self.likelihood.theta_entries()
-
-    @property
-    def theta_names(self):
-        """Names of the kernel and likelihood entries of ``theta``."""
-        return [entry.name for entry in self.theta_entries]
 
     @property
     def n_hyper(self):

@@ -94,3 +94,13 @@ class StagedProblem(EvidenceProblem, Protocol):
 
     def reuse(self) -> AbstractContextManager[Any]:
         """A block in which ML-II's evaluations share what does not change with theta."""
+
+
+class NamedTheta:
+    """``theta_names`` of a problem derived from its ``theta_entries`` (one place for
+    it: the problems inherit it)."""
+
+    @property
+    def theta_names(self) -> list[str]:
+        """The names of ``theta_entries`` (what a hyperprior's keys match)."""
+        return [entry.name for entry in self.theta_entries]  # type: ignore[attr-defined]

@@ -26,6 +26,7 @@ from ..priors import hyperprior_terms
 from ._base import EvidenceMixin, FastepEstimator, as_generator, fit_entry, \
     latent_output, shared
 from ._mlii import fit_theta
+from ._problem import NamedTheta
 from ._validation import class_labels, validate_X, validate_X_y
 
 #: n x n float64 matrices alive at the peak of a nested-EP posterior refresh, per class
@@ -47,7 +48,7 @@ _PREDICT_BLOCK = 512
 
 
 @dataclass(frozen=True)
-class NestedGP:
+class NestedGP(NamedTheta):
     """C latent GPs with one kernel and the multinomial probit likelihood at inputs X and
     labels y (0..C-1): the problem :func:`~fastep.models._mlii.maximize_evidence` works on
     (``theta`` is the kernel's log parameters)."""
@@ -78,10 +79,6 @@ class NestedGP:
     def theta_entries(self):
         """ML-II's names of theta's entries: the kernel's own (the classes share it)."""
         return self.kernel.theta_entries()
-
-    @property
-    def theta_names(self):
-        return [entry.name for entry in self.theta_entries]
 
     @property
     def likelihood(self):

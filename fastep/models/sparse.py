@@ -21,13 +21,14 @@ from ._base import (EvidenceMixin, FastepEstimator, as_generator, fit_entry, lat
                     shared)
 from ._latent import inducing_bounds
 from ._mlii import maximize_evidence
+from ._problem import NamedTheta
 from ._validation import validate_X, validate_X_y
 
 NOISE_BOUNDS = (1e-6, 1e6)
 
 
 @dataclass(frozen=True)
-class CollapsedSparseGP:
+class CollapsedSparseGP(NamedTheta):
     """The collapsed Power-EP objective as an ML-II problem: ``theta`` = [log kernel
     parameters, log noise variance, inducing inputs (when they move)]."""
 
@@ -52,10 +53,6 @@ class CollapsedSparseGP:
                            "rescale y; its bounds are fixed", "a fixed noise variance: "
                            "optimizer=None with noise_variance=...")
         return self.kernel.theta_entries() + [noise]
-
-    @property
-    def theta_names(self):
-        return [entry.name for entry in self.theta_entries]
 
     @property
     def bounds(self):
