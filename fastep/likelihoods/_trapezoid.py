@@ -18,7 +18,7 @@ mode found by Newton's method, a log integrand that is not decreasing away from 
 mode on the nodes, a tail that has not dropped by :data:`DROP` within
 :data:`MAX_NODES` nodes, a second mode at the likelihood's own peak (``LIK_PEAK``) that
 the nodes do not resolve, a cavity too narrow for the mode arithmetic, or two rules
-that still disagree after the refinement.  About 25-40 evaluations of the
+that still disagree after the refinement.  About 35-60 evaluations of the
 log-likelihood instead of the panels' several hundred; where the likelihood has a
 closed-form ratio ``p(y | x + u)^alpha / p(y | x)^alpha`` (``RATIO_PREP``,
 ``LIK_RATIO``: the logistic, Poisson, negative binomial and binomial,
@@ -39,9 +39,13 @@ import types as types_module
 
 import numba
 
-#: Largest node spacing, in units of the mode's scale s (the Gaussian factor alone then
-#: leaves an error below exp(-2 pi^2 / 0.63^2) ~ 3e-22).
-H = 0.63
+#: Largest node spacing, in units of the mode's scale s.  The Gaussian factor alone leaves
+#: the step-h rule an error of about exp(-2 pi^2 / h^2) (3e-35 here) and the step-2h rule
+#: of the check exp(-pi^2 / (2 h^2)) (3e-9); at 0.63 (3e-22 and 4e-6) the check's
+#: difference, times the likelihood's q, failed TOL on 72% of negative-binomial sites
+#: and 36% of Poisson ones, which then ran the midpoints too: 0.63 -> 0.5 costs 20% more
+#: nodes and removes nearly all of those (``scripts/tilted_cost.py``, 2026-12-07).
+H = 0.5
 #: Node spacing where the likelihood's strip of analyticity is unknown (checked strictly).
 H_UNKNOWN = 0.5
 #: The nodes go out until the log integrand is this far below its peak (e^-32 ~ 1e-14).
@@ -49,11 +53,13 @@ DROP = 32.0
 #: ... as a weight relative to the peak's.
 W_DROP = math.exp(-DROP)
 #: At most this many nodes a side (the tail must drop by DROP within MAX_NODES steps).
-MAX_NODES = 96
-#: The step is chosen for an error of about exp(-BUDGET) of the peak's share (e^-36 ~
-#: 2e-16: a margin over TOL for the constant of the estimate, so that the refinement is
-#: rarely needed).
-BUDGET = 36.0
+MAX_NODES = 120
+#: The step is chosen for an error of about exp(-BUDGET) of the peak's share (e^-40 ~
+#: 4e-18: a margin over TOL for the constant of the estimate, so that the refinement is
+#: rarely needed; at e^-36 the check asked for the midpoints on 97% of Student-t sites,
+#: 49% of log-logistic and 19-21% of Poisson and Weibull ones, each costing as much again
+#: as the rule).
+BUDGET = 40.0
 #: Largest accepted error estimate, relative (to Z, s, s^2, E|d log p / d param|).
 TOL = 1e-13
 
