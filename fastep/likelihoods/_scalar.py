@@ -518,6 +518,23 @@ def builtin_ratio_prep(kind, y, extra, params, alpha, x):
     return math.exp(a) if -690.0 < a < 690.0 else math.nan
 
 
+#: The binomial's ratio by products (:func:`int_power`) up to this many trials.
+POWER_MAX_TRIALS = 64.0
+
+
+@jit("f8(f8, i8)")
+def int_power(x, k):
+    """``x ** k`` for an integer ``k >= 0`` by repeated squaring (at most 2 log2 k
+    products, each rounding once: a relative error below ``2 k`` ulps)."""
+    out = 1.0
+    while k > 0:
+        if k & 1:
+            out *= x
+        x *= x
+        k >>= 1
+    return out
+
+
 @jit("f8(i8, f8, f8[::1], f8[::1], f8, f8, f8, f8)")
 def builtin_lik_ratio(kind, y, extra, params, alpha, c, u, eu):
     """``p(y | x + u)^alpha / p(y | x)^alpha`` from the per-site constant ``c`` of
@@ -530,7 +547,16 @@ def builtin_lik_ratio(kind, y, extra, params, alpha, c, u, eu):
         Poisson             exp(alpha (y u - c (e^u - 1))),        c = e^(x + log E)
         neg. binomial       exp(alpha (y u - (r + y) log1p(c (e^u - 1) / (r + c))))
         binomial            exp(alpha (y u - N log1p(c (e^u - 1) / (1 + c)))), c = e^x
+
+    The binomial at power 1 with whole y and N <= :data:`POWER_MAX_TRIALS` (the usual
+    case): ``e^(y u) ((1 + c) / (1 + c e^u))^N`` by products (:func:`int_power`), without
+    a transcendental (binomial site 0.64 -> 0.4 us, ``scripts/tilted_cost.py``).
     """
+    if kind == BINOMIAL and alpha == 1.0 and extra[0] <= POWER_MAX_TRIALS \
+            and y == math.floor(y) and extra[0] == math.floor(extra[0]) and y >= 0.0:
+        # (an overflow of e^(y u) against an underflow of the other factor gives NaN or
+        # inf, which the rule takes as "leave this node to log p")
+        return int_power(eu, int(y)) * int_power((1.0 + c) / (1.0 + c * eu), int(extra[0]))
     if kind == LOGISTIC:                 # (e^u underflowing to 0: the ratio is 0)
         return (1.0 + c) / (1.0 + (c * eu if y < 0.0 else c / eu if eu > 0.0 else math.inf))
     d = c * (eu - 1.0)

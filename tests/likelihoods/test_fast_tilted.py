@@ -166,3 +166,25 @@ def test_closed_form_weight_ratio_equals_the_log_likelihood(name):
     # the logistic at another power, and families without a ratio, fall back to log p
     assert math.isnan(S.builtin_ratio_prep(S.LOGISTIC, 1.0, np.zeros(0), params, 0.5, 0.0))
     assert math.isnan(S.builtin_ratio_prep(S.STUDENT_T, 1.0, np.zeros(0), params, 1.0, 0.0))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.floats(0.03, 30.0), st.integers(0, 200))
+def test_int_power_is_the_power(x, k):
+    """The binomial ratio's products (S.int_power) against the correctly rounded power
+    (math.pow), within the 2 k ulps the docstring promises."""
+    assert math.isclose(S.int_power(x, k), math.pow(x, k), rel_tol=max(2 * k, 1) * 2.3e-16)
+
+
+@pytest.mark.parametrize("trials", [1.0, 7.0, 64.0, 65.0, 300.0, 12.5])
+def test_binomial_ratio_by_products_and_by_logs_equal_the_panels(trials):
+    """Whole N up to POWER_MAX_TRIALS at power 1 take the weights by products, the rest
+    (65 and 300 trials, 12.5 "trials", power 0.5) by log1p and exp: both equal the panels."""
+    rng = np.random.default_rng(int(trials * 10))
+    bad = []
+    for _ in range(40):
+        y = float(rng.integers(0, int(trials) + 1))
+        for alpha in (1.0, 0.5):
+            bad += _compare(S.BINOMIAL, y, np.array([trials]), rng.normal(scale=2.0),
+                            rng.uniform(0.05, 5.0), alpha, np.zeros(0))
+    assert not bad, bad[:3]
