@@ -33,13 +33,25 @@ parallel sweep/floor > 1.3, sequential sweep/floor > 4.5 or fit/floor > 8 (a rep
 humans, not a test).
 
     python scripts/ep_floor.py [--sizes 1000 2000 4000] [--repeats 5] [--check] [--likelihoods]
+
+Subcommands, each the method of a section below (``python scripts/ep_floor.py COMMAND
+--help`` prints it and the options):
+
+    python scripts/ep_floor.py large-n --n 16000 --sweeps 3   # dense EP past threaded dpotrf
+    python scripts/ep_floor.py damping          # sweeps to tol: this damping rule vs 0.1's
+    python scripts/ep_floor.py history --commits 10   # asv's dense EP benchmarks, last commits
 """
 import argparse
+import math
 import os
+import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import scipy.linalg
@@ -47,8 +59,10 @@ import scipy.linalg.lapack
 
 import fastep
 from fastep._linalg import cholesky_inverse_inplace
+from fastep.datasets import simulate_annotators
+from fastep.inference import _sweep
 from fastep.kernels import RBF
-from fastep.likelihoods import Probit
+from fastep.likelihoods import Logistic, MultiAnnotator, Poisson, Probit, StudentT
 
 LIMITS = {"par/floor": 1.3, "seq/floor": 4.5, "fit/floor": 8.0}
 
@@ -172,8 +186,10 @@ def machine_info():
     return lines
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def floor_main(argv=None):
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 4000])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--likelihoods", action="store_true",
@@ -235,6 +251,249 @@ def main(argv=None):
         print(f"check at n={n}: " + ("; ".join(bad) if bad else "ok"))
         return 1 if bad else 0
     return 0
+
+
+# =========================================================================================
+# large-n (formerly scripts/large_n.py)
+# =========================================================================================
+LARGE_N_DOC = """\
+Dense EP at large n: runs to completion where the bundled OpenBLAS's threaded
+``dpotrf`` would crash (n around 16,000 on the 2-core CI machine type).
+
+    python scripts/ep_floor.py large-n --n 16000 --sweeps 3
+
+Prints the time of the Gram matrix, of each EP sweep and the peak memory, and checks
+that the result is finite.  fastep factorises matrices above n = 8192 with a blocked
+right-looking Cholesky made of LAPACK/BLAS calls on blocks (fastep/_linalg.py).
+"""
+
+
+def large_n_main(argv=None):
+    ap = command_parser("large-n", LARGE_N_DOC)
+    ap.add_argument("--n", type=int, default=16000)
+    ap.add_argument("--sweeps", type=int, default=3)
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(args.n, 3))
+    y = np.where(X[:, 0] + 0.3 * rng.normal(size=args.n) > 0, 1.0, -1.0)
+    t = time.perf_counter()
+    K = RBF(lengthscale=1.0)(X)
+    print(f"n = {args.n}: Gram matrix {time.perf_counter() - t:.1f} s", flush=True)
+    last = [time.perf_counter()]
+
+    def progress(sweep, log_z):
+        now = time.perf_counter()
+        print(f"  sweep {sweep}: {now - last[0]:.1f} s, log Z_EP = {log_z:.3f}", flush=True)
+        last[0] = now
+
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+        res = fastep.ep(K, y, Probit(), max_iter=args.sweeps, check_psd=False,
+                        callback=progress)
+    total = time.perf_counter() - t
+    finite = all(np.all(np.isfinite(a)) for a in (res.mean, res.var, res.site_tau, res.site_nu))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"EP: {res.n_iter} sweeps in {total:.1f} s, log Z_EP = {res.log_marginal_likelihood:.3f}, "
+          f"finite = {finite and np.isfinite(res.log_marginal_likelihood)}, peak RSS {peak:.1f} GiB")
+
+
+# =========================================================================================
+# damping (formerly scripts/damping_sweeps.py)
+# =========================================================================================
+DAMPING_DOC = """\
+Sweeps of adaptive parallel EP: fastep's damping rule against that of fastep 0.1.
+
+fastep 0.1 shrank EP's step by 0.7 whenever the undamped site change grew and never let
+it grow back.  The rule now (:class:`fastep.inference._sweep.SweepControl`) also shrinks
+a step that swings back slowly, does not shrink one that grows along a steady direction,
+and lets a shrunk step grow back after three calm sweeps.  This script counts the sweeps
+to tol of dense parallel EP on seeded problems with both rules in the same run (the 0.1
+rule re-implemented below, :class:`RuleOf01`) and prints how far apart the two log Z
+are.  Sweep counts are deterministic; a sweep costs the same either way.
+
+    python scripts/ep_floor.py damping
+"""
+
+
+ep_module = sys.modules["fastep.inference.ep"]      # fastep.inference.ep is also a function
+
+
+def problems():
+    """(name, K, y, likelihood, tol) of every case."""
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        x = rng.uniform(-3, 3, 200)
+        f = 0.5 * np.sin(2.7 * x) + 0.4 * x
+        y = f + 0.1 * rng.standard_normal(200)
+        gross = rng.random(200) < 0.15                      # 15% gross outliers
+        y[gross] += rng.standard_normal(gross.sum())
+        K = RBF(1.5, 1.0)(x[:, None]) + 1e-8 * np.eye(200)
+        yield f"Student-t outliers, seed {seed}", K, y, StudentT(1.2, 0.07), 1e-6
+    X, y = make_data(1000)
+    for variance in (1.0, 10.0, 100.0):
+        K = RBF(variance, 1.0)(X) + 1e-8 * np.eye(1000)
+        yield f"probit, variance {variance:g}", K, y, Probit(), 1e-4
+        yield f"logistic, variance {variance:g}", K, y, Logistic(), 1e-6
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, (400, 2))
+    counts = rng.poisson(np.exp(np.sin(2 * X[:, 0]) + X[:, 1])).astype(float)
+    yield "Poisson", RBF(1.0, 1.0)(X) + 1e-8 * np.eye(400), counts, Poisson(), 1e-6
+    sens, spec = [0.9, 0.85, 0.8, 0.75, 0.5, 0.5, 0.3, 0.2], [0.85, 0.9, 0.75, 0.8, 0.5, 0.4,
+                                                              0.3, 0.25]
+    for seed, n in ((0, 600), (1, 300)):            # a crowd with spammers, RBF(60, 1.2)
+        rng = np.random.default_rng(seed)
+        X = rng.normal(size=(n, 3))
+        z = (np.sin(2 * X[:, 0]) + X[:, 1] > 0).astype(int)
+        lik = MultiAnnotator(simulate_annotators(z, sens, spec, random_state=seed), sens, spec)
+        yield (f"annotators, seed {seed}, n = {n}", RBF(60.0, 1.2)(X) + 1e-6 * np.eye(n),
+               np.ones(n), lik, 1e-6)
+
+
+class RuleOf01(_sweep.SweepControl):
+    """fastep 0.1's adaptive damping: x0.7 (to at least 0.1) when the undamped change
+    grows; robust EP's backtracking cuts it too; it never grows back."""
+
+    def advance(self, change, damped=True, turn=None):
+        if damped:
+            raw = change / self.damping
+            if self.adaptive and raw > self.last_raw:
+                self.damping = max(min(0.1, self.damping), 0.7 * self.damping)
+            self.last_raw = raw
+            change = raw
+        self.change = change
+        self.changes.append((change, math.nan, self.settled))
+        self.sweeps += 1
+        self.prev = self.log_ev
+
+
+def sweeps(K, y, likelihood, tol, control):
+    ep_module.SweepControl = control
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", fastep.ConvergenceWarning)
+            return fastep.ep(K, y, likelihood, method="parallel", tol=tol, max_iter=2000)
+    finally:
+        ep_module.SweepControl = _sweep.SweepControl
+
+
+def damping_main(argv=None):
+    command_parser("damping", DAMPING_DOC).parse_args(argv)
+    print("dense parallel EP, adaptive damping: sweeps to tol")
+    print(f"{'problem':32s} {'now':>5s} {'0.1':>5s} {'|d log Z|':>10s}")
+    totals = [0, 0]
+    for name, K, y, lik, tol in problems():
+        new = sweeps(K, y, lik, tol, _sweep.SweepControl)
+        old = sweeps(K, y, lik, tol, RuleOf01)
+        totals[0] += new.n_iter
+        totals[1] += old.n_iter
+        flag = "" if new.converged and old.converged else "  (not converged)"
+        gap = abs(new.log_marginal_likelihood - old.log_marginal_likelihood)
+        print(f"{name:32s} {new.n_iter:5d} {old.n_iter:5d} {gap:10.1e}{flag}", flush=True)
+    print(f"{'total':32s} {totals[0]:5d} {totals[1]:5d}   ratio {totals[0] / totals[1]:.2f}")
+
+
+# =========================================================================================
+# history (formerly scripts/asv_history.py)
+# =========================================================================================
+HISTORY_DOC = """\
+Performance over the history of the repository, as asv users track it: the asv
+benchmarks run on each of the last N commits of a branch (each commit built and installed
+into asv's own virtualenv), then published as asv's HTML dashboard.
+
+    pip install ".[bench]"
+    python scripts/ep_floor.py history --commits 10     # then: cd asv_benchmarks && asv preview
+    python scripts/ep_floor.py history --commits 10 --bench "bench_ep.EPFit"
+
+Results go to ``asv_benchmarks/.asv/results`` (a commit already measured on this machine is
+skipped: asv's ``--skip-existing-commits``), the dashboard to ``asv_benchmarks/.asv/html``.
+By default it runs a short selection (``--bench``, a regular expression on benchmark names)
+in asv's quick mode (one sample each), about a minute and a half per commit on two cores
+including the build and the first compilation; ``--bench .`` runs them all.  Time nothing else meanwhile:
+the numbers are wall-clock times on this machine.
+
+A regression between two commits is what ``asv continuous`` reports (see the user guide's
+performance page)::
+
+    cd asv_benchmarks && asv continuous --factor 1.2 --bench bench_ep.EPFit main HEAD
+"""
+
+
+ROOT = Path(__file__).resolve().parents[1]
+ASV_DIR = ROOT / "asv_benchmarks"
+
+#: The default selection: converged dense EP fits (parallel and sequential, n = 500 to
+#: 4,000) and the Gram matrices and their gradient contractions.
+DEFAULT_BENCH = r"bench_ep\.(EPFit|Kernels)\."
+
+
+def commits(branch, count):
+    """The last ``count`` commits of ``branch`` (first parents), oldest first."""
+    out = subprocess.run(["git", "rev-list", "--first-parent", f"--max-count={count}", branch],
+                         cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
+    return out[::-1]
+
+
+def asv(*args):
+    cmd = [sys.executable, "-m", "asv", *args]
+    print("+ " + " ".join(cmd), flush=True)
+    subprocess.run(cmd, cwd=ASV_DIR, check=True)
+
+
+def history_main(argv=None):
+    parser = command_parser("history", HISTORY_DOC)
+    parser.add_argument("--commits", type=int, default=10, help="how many commits (default 10)")
+    parser.add_argument("--branch", default="HEAD", help="branch or commit to walk back from")
+    parser.add_argument("--bench", default=DEFAULT_BENCH,
+                        help="benchmarks to run (regular expression; '.' for all)")
+    parser.add_argument("--full", action="store_true",
+                        help="asv's full sampling instead of --quick (much longer)")
+    args = parser.parse_args(argv)
+    if args.commits < 1:
+        parser.error(f"--commits must be at least 1; got {args.commits}")
+    hashes = commits(args.branch, args.commits)
+    if not (Path.home() / ".asv-machine.json").exists():
+        asv("machine", "--yes")
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
+        fh.write("\n".join(hashes) + "\n")
+    try:
+        asv("run", "--show-stderr", "--skip-existing-commits", "--bench", args.bench,
+            *([] if args.full else ["--quick"]), f"HASHFILE:{fh.name}")
+    finally:
+        os.unlink(fh.name)
+    asv("publish")
+    print(f"\n{len(hashes)} commits ({hashes[0][:8]}..{hashes[-1][:8]}); dashboard in "
+          f"{ASV_DIR / '.asv' / 'html'} (view it with: cd asv_benchmarks && asv preview)")
+    return 0
+
+
+# =========================================================================================
+# the command line
+# =========================================================================================
+#: subcommand -> (its entry point, taking the arguments after the subcommand; its method)
+COMMANDS = {
+    "large-n": (large_n_main, LARGE_N_DOC),
+    "damping": (damping_main, DAMPING_DOC),
+    "history": (history_main, HISTORY_DOC),
+}
+EPILOG = """subcommands (python scripts/ep_floor.py COMMAND --help for the method and options):
+  large-n   dense EP at large n, past OpenBLAS's threaded dpotrf (was large_n.py)
+  damping   sweeps to tol of adaptive parallel EP: this damping rule against fastep 0.1's
+            (was damping_sweeps.py)
+  history   the asv benchmarks of dense EP over the last commits (was asv_history.py)"""
+
+
+def command_parser(command, doc):
+    """The argument parser of one subcommand: its method as the description."""
+    return argparse.ArgumentParser(prog=f"ep_floor.py {command}", description=doc,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in COMMANDS:
+        return COMMANDS[argv[0]][0](argv[1:])
+    return floor_main(argv)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Prints the seconds of ``import fastep`` and of the first
 each measured in a new interpreter, median of 5; then, for each estimator, its first fit
 after ``fastep.precompile()`` against its second, in a fresh process each.
 """
+import argparse
 import statistics
 import subprocess
 import sys
@@ -75,7 +76,8 @@ def after_precompile():
     print(f"largest ratio {worst:.1f} (target <= 2)")
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     runs = [tuple(map(float, subprocess.run([sys.executable, "-c", CODE], capture_output=True,
                                             text=True, check=True).stdout.split()))
             for _ in range(5)]

@@ -41,7 +41,7 @@ The data are issue 30's large-n problem (``rff_probit_data`` of
 and kept fixed, test NLPD on 20,000 rows of seed 1), made once in this process and handed
 to both children in a temporary ``.npz``; both start from the ARD kernel RBF(1, [1, 1, 1, 1]).
 fastep: the default ``EPGaussianProcessClassifier(kernel, inducing_points=Z).fit`` (ML-II,
-subsample stages), timed as ``scripts/staged_mlii.py`` does: the test NLPD of every
+subsample stages), timed as ``scripts/fit_time.py staged`` does: the test NLPD of every
 full-data evidence evaluation's posterior with the clock stopped, the target being its
 final NLPD (the full data's ML-II optimum) plus 0.001.  GPflow: ``SVGP(whiten=True)``,
 q(u) by ``NaturalGradient(gamma)`` and the kernel's variance and lengthscales by Adam(lr)
@@ -204,8 +204,9 @@ def run_gpflow(n, m, grid, epochs):
 
 
 def run_fastep_learnt(path):
-    """The default classifier's fit on the saved problem, timed by ``staged_mlii.fit``."""
-    from staged_mlii import fit
+    """The default classifier's fit on the saved problem, timed by
+    ``fit_time.staged_fit``."""
+    from fit_time import staged_fit
 
     import fastep
     from fastep.kernels import RBF
@@ -218,7 +219,7 @@ def run_fastep_learnt(path):
     fastep.EPGaussianProcessClassifier(RBF(1.0, [1.0] * 4), inducing_points=Z[:64]).fit(
         X[:2000], y[:2000])                                      # compile / load the cache
     one_pass = pass_seconds(X, y.astype(float) * 2.0 - 1.0, Z)
-    clf, trace, steps, nlpd = fit(X, y, Z, Xt, yt, staged=True)
+    clf, trace, steps, nlpd = staged_fit(X, y, Z, Xt, yt, staged=True)
     reached = trace.reached(nlpd)
     return dict(method="fastep", n=X.shape[0], nlpd=float(nlpd), seconds=reached,
                 passes=reached / one_pass, fit_seconds=trace.seconds, one_pass=one_pass,

@@ -1,5 +1,5 @@
 """asv benchmarks for sparse EP on Dask (issue 14): a local cluster of two single-threaded
-worker processes, as in ``scripts/dask_scaling.py``; skipped when dask is not installed.
+worker processes, as in ``scripts/sparse_scaling.py dask``; skipped when dask is not installed.
 
 ``time_three_sweeps``: three parallel sweeps (persisting the data on the workers included);
 ``track_bytes_per_sweep``: the bytes the workers sent per sweep (Dask's

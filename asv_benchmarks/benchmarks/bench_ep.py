@@ -119,7 +119,7 @@ class EPConvergence:
 class AdaptiveDampingSweeps:
     """Sweeps of adaptive parallel EP where its step must shrink and grow back (fastep
     0.1's rule, which never let it grow back, took 1.5-4x the sweeps on such problems:
-    ``scripts/damping_sweeps.py``): Student-t with 15% gross outliers (n = 200) and
+    ``scripts/ep_floor.py damping``): Student-t with 15% gross outliers (n = 200) and
     logistic at kernel variance 100."""
 
     params = (["student-t", "logistic-variance-100"],)

@@ -267,7 +267,7 @@ class LargeNFitCounts(_Counts):
         return counts[2]
 
 
-# --- one sparse ML-II evaluation, part by part (scripts/sparse_evaluation.py) ---------------
+# --- one sparse ML-II evaluation, part by part (scripts/sparse_scaling.py evaluation) -------
 _run = importlib.import_module("fastep.inference.sparse_ep._run")
 _local = importlib.import_module("fastep.inference.sparse_ep._local")
 
@@ -300,7 +300,7 @@ def pass_seconds(X, y, Z, device="cpu"):
 def evaluation_parts(X, y, Z, start, parts=False):
     """Seconds of one sparse ML-II evaluation's parts at ``KERNEL_B`` warm-started from
     ``start`` (a converged result at ``KERNEL_A``), and of one parallel pass at the same n
-    (``scripts/sparse_evaluation.py`` prints them; ``parts``: also time the warm pass)."""
+    (``scripts/sparse_scaling.py evaluation`` prints them; ``parts``: also time the warm pass)."""
     be, lik = resolve("cpu"), Probit()
 
     def run(kernel, sweeps, tol=1e-12, **kw):

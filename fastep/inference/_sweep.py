@@ -170,7 +170,7 @@ class SweepControl:
       that converges and one that does not spends ever fewer sweeps at the latter).
 
     fastep 0.1 never let a shrunk step grow back, so one oscillating sweep slowed every
-    later one (``scripts/damping_sweeps.py`` compares the two rules).  Without ``turn``
+    later one (``scripts/ep_floor.py damping`` compares the two rules).  Without ``turn``
     (chunk-sequential sparse EP, a Dask cluster) a shrunk step stays shrunk.
 
     Use::

@@ -254,7 +254,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         the default takes slightly damped steps from the start (robust EP shortens any
         step that would make the posterior improper); None is adaptive damping
         (:func:`fastep.ep`), which takes about as many sweeps on the crowds of
-        ``scripts/annotators_cost.py``.
+        ``scripts/experiments.py annotators-cost``.
     tol : float, default=1e-6
         EP convergence tolerance (change of log Z_EP and of the sites, see
         :func:`fastep.ep`).

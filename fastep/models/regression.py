@@ -73,7 +73,7 @@ class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
         (statsmodels' engel, food expenditure of mean 607 and sd 275 from income: test
         RMSE 718.7 without, 200.6 with, a linear model 187.2; on scikit-learn's diabetes,
         where ML-II's start at the median distance already finds the offset, 55.6 without
-        and 56.1 with; ``python scripts/normalize_y.py``).  ``kernel_``, ``likelihood_`` and the evidence are those of the standardised
+        and 56.1 with; ``python scripts/fit_time.py normalize-y``).  ``kernel_``, ``likelihood_`` and the evidence are those of the standardised
         y.  ``"auto"``: on for the likelihoods named ``"student_t"`` and ``"gaussian"``
         (location-scale families, for which the rescaling is exact), off otherwise.
         Counts and censoring limits live in y's own units: ``True`` with a count or Tobit
