@@ -416,3 +416,15 @@ def test_every_problem_follows_the_protocol():
     wrapped = problems["scikit-learn kernel"].theta_names     # (0.3 named them after the
     assert wrapped == ["kernel theta[0]"]                      # likelihood's parameters)
     assert problems["student_t"].theta_entries[-2].at_upper is not None   # the df
+
+
+def test_scripts_are_few_and_each_backs_a_claim():
+    """scripts/ holds at most 12 files (issue 62), each script listed in its README with
+    the claim it backs: a one-off measurement goes into the script of its page as a
+    subcommand, not beside it."""
+    folder = pathlib.Path(__file__).resolve().parents[1] / "scripts"
+    files = sorted(p.name for p in folder.iterdir() if p.is_file())
+    assert len(files) <= 12, f"scripts/ has {len(files)} files: {files}"
+    readme = (folder / "README.md").read_text()
+    missing = [f for f in files if f.endswith(".py") and f"`{f}" not in readme]
+    assert not missing, f"scripts/README.md does not list {missing}"
