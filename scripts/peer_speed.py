@@ -54,6 +54,27 @@ one with the lowest NLPD).  Printed: both NLPDs and times, fastep's in passes (o
 parallel sparse EP sweep at this n, timed in its process), and GPflow / fastep.
 
     python scripts/peer_speed.py --learn-kernel --sizes 100000 1000000
+
+``--tables``: the documentation's comparison page.  Binary classification on three real
+tables (70/30 split stratified with ``random_state=0``, X standardised on the training
+rows): scikit-learn's breast cancer (569 rows, 30 features), statsmodels' ``anes96``
+(944 voters, Clinton or Dole, 9 features) and statsmodels' ``fair`` (6,366 women, any
+affair, 8 features).  Each method fits the whole model, hyperparameters included, from
+RBF(variance 1, lengthscale = the median distance between training rows), in a fresh
+process (compilation, tracing and imports before the clock): fastep's default
+``EPGaussianProcessClassifier`` (probit EP, MAP-II; sparse EP with 256 inducing points
+above 3,000 rows); scikit-learn's ``GaussianProcessClassifier`` (Laplace, logistic);
+GPflow's ``VGP`` (tables up to 2,000 training rows) and ``SVGP`` (256 inducing inputs
+from k-means, fixed), both Bernoulli (probit) and trained by ``gpflow.optimizers.Scipy``
+(L-BFGS-B) to its default convergence; GPy's EP (``GPy.core.GP`` with the Bernoulli
+likelihood and ``EP()``, up to 2,000 training rows; above, ``SparseGP`` with ``EPDTC``
+on the same inducing inputs), ``optimize()`` to its default convergence.  Printed: fit
+seconds, held-out log loss and accuracy, and each fit's seconds over fastep's.
+``--save docs/data/comparison.json`` records the rows with the date, the machine and every
+package's version, and the table as ``docs/data/comparison.csv`` (the comparison page
+reads both).
+
+    python scripts/peer_speed.py --tables [breast_cancer anes96 fair] [--save JSON]
 """
 import argparse
 import json
@@ -77,7 +98,8 @@ def parse_grid(text):
     """``"B:G[:LR],..."`` -> ``[(int B, float G[, float LR]), ...]``."""
     return [tuple(int(v) if i == 0 else float(v) for i, v in enumerate(p.split(":")))
             for p in text.split(",")]
-PEERS = ["tensorflow-cpu>=2.15", "gpflow>=2.9", "tf-keras"]
+PEERS = ["numpy<2", "scipy", "tensorflow-cpu>=2.15,<2.18", "tensorflow-probability<0.25",
+         "gpflow>=2.9", "tf-keras<2.18", "GPy", "matplotlib"]
 
 
 def problem(n, m):
@@ -347,6 +369,195 @@ def learnt(a):
                              else "target not reached")), flush=True)
 
 
+# --- the comparison page (--tables) ------------------------------------------------------
+TABLES = ("breast_cancer", "anes96", "fair")
+#: GPflow's VGP and GPy's dense EP run on tables up to this many training rows.
+DENSE_PEER_ROWS = 2000
+TABLE_INDUCING = 256
+
+
+def table_data(name):
+    """``(X_train, X_test, y_train, y_test)`` of a real binary table: 70/30, stratified,
+    ``random_state=0``, X standardised on the training rows, y in {0, 1}."""
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+    if name == "breast_cancer":
+        from sklearn.datasets import load_breast_cancer
+        X, y = load_breast_cancer(return_X_y=True)
+    else:
+        import statsmodels.api as sm
+        if name == "anes96":
+            d = sm.datasets.anes96.load_pandas().data
+            y, X = d["vote"].to_numpy(), d.drop(columns=["vote", "popul"]).to_numpy()
+        elif name == "fair":
+            d = sm.datasets.fair.load_pandas().data
+            y, X = (d["affairs"] > 0).to_numpy(), d.drop(columns=["affairs"]).to_numpy()
+        else:
+            raise ValueError(f"unknown table {name!r}; choose from {TABLES}")
+    X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=int)
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
+    sc = StandardScaler().fit(Xtr)
+    return sc.transform(Xtr), sc.transform(Xte), ytr, yte
+
+
+def _scores(p, y, seconds, method, **extra):
+    p = np.clip(np.asarray(p, dtype=float).ravel(), 1e-12, 1 - 1e-12)
+    return dict(method=method, seconds=seconds,
+                log_loss=float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p))),
+                accuracy=float(np.mean((p > 0.5) == (y == 1))), **extra)
+
+
+def tables_here(path):
+    """fastep and scikit-learn on one table (a child process of this environment)."""
+    import warnings
+
+    import fastep
+    from sklearn.gaussian_process import GaussianProcessClassifier
+    from sklearn.gaussian_process.kernels import RBF as SkRBF
+    from sklearn.gaussian_process.kernels import ConstantKernel
+
+    d = np.load(path)
+    Xtr, Xte, ytr, yte, ell = d["Xtr"], d["Xte"], d["ytr"], d["yte"], float(d["ell"])
+    fastep.precompile()
+    fastep.EPGaussianProcessClassifier().fit(Xtr[:200], ytr[:200])      # warm the caches
+    rows = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        est = fastep.EPGaussianProcessClassifier(random_state=0).fit(Xtr, ytr)
+        sec = time.perf_counter() - t0
+        rows.append(_scores(est.predict_proba(Xte)[:, 1], yte, sec, "fastep EP",
+                            detail=f"{'sparse, m = 256' if getattr(est, 'inducing_points_', None) is not None else 'dense'}; {est.kernel_}"))
+        t0 = time.perf_counter()
+        gpc = GaussianProcessClassifier(ConstantKernel(1.0) * SkRBF(ell),
+                                        random_state=0).fit(Xtr, ytr)
+        sec = time.perf_counter() - t0
+        rows.append(_scores(gpc.predict_proba(Xte)[:, 1], yte, sec,
+                            "scikit-learn GPC (Laplace)", detail=str(gpc.kernel_)))
+    return dict(rows=rows)
+
+
+def tables_peers(path):
+    """GPflow (VGP, SVGP) and GPy's EP on one table (a child process of the peers'
+    environment)."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    import GPy
+    import gpflow
+    import tensorflow as tf
+
+    d = np.load(path)
+    Xtr, Xte, ytr, yte, Z, ell = (d["Xtr"], d["Xte"], d["ytr"], d["yte"], d["Z"],
+                                  float(d["ell"]))
+    Y = ytr[:, None].astype(float)
+    rows = []
+
+    def gpflow_fit(make, name):
+        make(Xtr[:50], Y[:50])                                   # trace the graphs first
+        t0 = time.perf_counter()
+        model = make(Xtr, Y)
+        sec = time.perf_counter() - t0
+        p = model.predict_y(Xte)[0].numpy()
+        k = model.kernel
+        rows.append(_scores(p, yte, sec, name, detail=(
+            f"RBF(variance={float(k.variance.numpy()):.4g}, "
+            f"lengthscale={float(k.lengthscales.numpy()):.4g})")))
+
+    def vgp(X, Yb):
+        m = gpflow.models.VGP((X, Yb), kernel=gpflow.kernels.SquaredExponential(1.0, ell),
+                              likelihood=gpflow.likelihoods.Bernoulli())
+        gpflow.optimizers.Scipy().minimize(m.training_loss, m.trainable_variables,
+                                           options=dict(maxiter=1000))
+        return m
+
+    def svgp(X, Yb):
+        m = gpflow.models.SVGP(gpflow.kernels.SquaredExponential(1.0, ell),
+                               gpflow.likelihoods.Bernoulli(), Z.copy(), whiten=True)
+        gpflow.set_trainable(m.inducing_variable, False)
+        gpflow.optimizers.Scipy().minimize(m.training_loss_closure((X, Yb)),
+                                           m.trainable_variables,
+                                           options=dict(maxiter=1000))
+        return m
+
+    tf.random.set_seed(0)
+    if Xtr.shape[0] <= DENSE_PEER_ROWS:
+        gpflow_fit(vgp, "GPflow VGP")
+    gpflow_fit(svgp, f"GPflow SVGP (m = {Z.shape[0]})")
+
+    def gpy(X, Yb):
+        kern = GPy.kern.RBF(X.shape[1], variance=1.0, lengthscale=ell)
+        lik = GPy.likelihoods.Bernoulli()
+        if X.shape[0] <= DENSE_PEER_ROWS:
+            m = GPy.core.GP(X, Yb, kernel=kern, likelihood=lik,
+                            inference_method=GPy.inference.latent_function_inference.EP())
+        else:
+            m = GPy.core.SparseGP(X, Yb, Z.copy(), kernel=kern, likelihood=lik,
+                                  inference_method=GPy.inference.latent_function_inference.EPDTC())
+            m.Z.fix()
+        m.optimize()
+        return m
+
+    gpy(Xtr[:50], Y[:50])
+    t0 = time.perf_counter()
+    m = gpy(Xtr, Y)
+    sec = time.perf_counter() - t0
+    rows.append(_scores(m.predict(Xte)[0], yte, sec,
+                        "GPy EP" if Xtr.shape[0] <= DENSE_PEER_ROWS
+                        else f"GPy EP (EPDTC, m = {Z.shape[0]})",
+                        detail=f"RBF(variance={float(m.kern.variance):.4g}, "
+                               f"lengthscale={float(m.kern.lengthscale):.4g})"))
+    return dict(rows=rows, versions={"GPy": GPy.__version__, "gpflow": gpflow.__version__,
+                                     "tensorflow": tf.__version__})
+
+
+def tables(a):
+    """The comparison page's measurements (``--tables``)."""
+    import tempfile
+
+    from sklearn.cluster import KMeans
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from fastep._version import save_record
+    from fastep.models._base import median_heuristic
+
+    rows, versions = [], {}
+    for name in a.tables:
+        Xtr, Xte, ytr, yte = table_data(name)
+        ell = median_heuristic(Xtr, np.random.default_rng(0))
+        Z = KMeans(min(TABLE_INDUCING, Xtr.shape[0] // 2), n_init=1,
+                   random_state=0).fit(Xtr).cluster_centers_
+        print(f"{name}: {Xtr.shape[0]} train / {Xte.shape[0]} test rows, "
+              f"{Xtr.shape[1]} features; RBF(1, {ell:.3g}) to start", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "table.npz")
+            np.savez(path, Xtr=Xtr, Xte=Xte, ytr=ytr, yte=yte, Z=Z, ell=ell)
+            found = child(sys.executable, ["--child", "tables-here", path])["rows"]
+            peers = child(a.peers_python, ["--child", "tables-peers", path])
+            versions = peers["versions"]
+            found += peers["rows"]
+        base = found[0]["seconds"]
+        for r in found:
+            r.update(table=name, n_train=int(Xtr.shape[0]), ratio=r["seconds"] / base)
+            print(f"  {r['method']:28s} {r['seconds']:8.2f} s  {r['ratio']:7.1f}x fastep   "
+                  f"log loss {r['log_loss']:.4f}   accuracy {r['accuracy']:.4f}   "
+                  f"{r['detail']}", flush=True)
+        rows += found
+    print("peers: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    if a.save:
+        save_record(a.save, "peer_speed.py --tables", rows, peers=versions)
+        # and the table the comparison page shows (its csv-table directive reads it)
+        import csv
+        with open(os.path.splitext(a.save)[0] + ".csv", "w", newline="") as fh:
+            out = csv.writer(fh)
+            out.writerow(["table (training rows)", "method", "fit seconds", "x fastep",
+                          "held-out log loss", "accuracy"])
+            for r in rows:
+                out.writerow([f"{r['table']} ({r['n_train']:,})", r["method"],
+                              f"{r['seconds']:.2f}", f"{r['ratio']:.1f}",
+                              f"{r['log_loss']:.4f}", f"{r['accuracy']:.4f}"])
+
+
 def child(python, args):
     out = subprocess.run([python, os.path.abspath(__file__)] + args, capture_output=True,
                          text=True)
@@ -379,6 +590,10 @@ def main():
     ap.add_argument("--learn-kernel", action="store_true",
                     help="issue 30's problem with the kernel learnt by both (--grid is then "
                          "BATCH:GAMMA:LR triples, --epochs defaults to 20)")
+    ap.add_argument("--tables", nargs="*", choices=TABLES, default=None,
+                    help="the comparison page's real tables (none named: all three)")
+    ap.add_argument("--save", metavar="JSON", help="with --tables: also write the rows as "
+                    "JSON with the environment (docs/data/comparison.json)")
     ap.add_argument("--child", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.learn_kernel:
@@ -393,6 +608,10 @@ def main():
         method, arg = a.child
         if method == "fastep-learnt":
             out = run_fastep_learnt(arg)
+        elif method == "tables-here":
+            out = tables_here(arg)
+        elif method == "tables-peers":
+            out = tables_peers(arg)
         elif method == "gpflow-learnt":
             out = run_gpflow_learnt(arg, parse_grid(a.grid), a.epochs)
         else:
@@ -404,6 +623,9 @@ def main():
     if not os.path.exists(a.peers_python):
         sys.exit(f"--peers-python {a.peers_python} does not exist; build it with "
                  f"python scripts/peer_speed.py --build-env .peers")
+    if a.tables is not None:
+        a.tables = a.tables or list(TABLES)
+        return tables(a)
     if a.learn_kernel:
         return learnt(a)
     print(f"sparse probit GP, d = 3, m = {a.m}, fixed kernel and inducing inputs; seconds to "

@@ -6,10 +6,13 @@ import pathlib
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
 
 
-def load(name):
+def load(name, extra=None):
     """``(rows, caption)`` of ``docs/data/<name>.json``: its rows and a line naming the
-    script, the date, the machine and the versions."""
+    script, the date, the machine and the versions (``extra``: that entry of the record
+    instead, e.g. the peers' versions)."""
     record = json.loads((DATA / f"{name}.json").read_text())
+    if extra is not None:
+        return record[extra]
     env = record["environment"]
     caption = (f"scripts/{record['script']}, {env['date']}, {env['cores']} cores, "
                f"fastep {env['fastep']}, numpy {env['numpy']}, numba {env['numba']}")
