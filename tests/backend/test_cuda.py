@@ -543,8 +543,8 @@ def test_sequential_on_cuda_names_the_knob(gpu):
 
 
 def test_error_names_driver_and_cupy_without_gpu():
-    from fastep.backend.cuda._available import _cupy_reason
     import fastep.cuda as fc
+    from fastep.cuda import _cupy_reason
     from fastep.likelihoods import Probit
     if _gpu_usable_here():
         pytest.skip("a CUDA GPU is usable on this machine")

@@ -77,16 +77,12 @@ def test_collapsed_gradients_match_finite_differences(data, alpha, kernel):
     assert st.grad.noise_variance == pytest.approx(fd_s2, rel=1e-5)
 
 
-def test_old_module_name_still_imports_with_a_warning():
-    """``fastep.inference.sparse`` (0.2) is an alias of ``fastep.inference.collapsed`` and
-    ``fastep.inference.inducing`` that says so."""
+def test_old_module_name_is_gone():
+    """``fastep.inference.sparse`` (0.2's name of ``fastep.inference.collapsed`` and
+    ``fastep.inference.inducing``) was removed in 0.3 (CHANGELOG)."""
     import importlib
     import sys
 
-    import fastep.inference.collapsed as collapsed
-    import fastep.inference.inducing as inducing
     sys.modules.pop("fastep.inference.sparse", None)
-    with pytest.warns(FutureWarning, match="fastep.inference.collapsed"):
-        old = importlib.import_module("fastep.inference.sparse")
-    assert old.collapsed_objective is collapsed.collapsed_objective
-    assert old.check_inducing is inducing.check_inducing
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("fastep.inference.sparse")

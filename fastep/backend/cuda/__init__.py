@@ -12,8 +12,7 @@ for every target) with:
   Power-EP updates, Gram matrices and their gradient contractions, the per-site marginals
   of sparse EP and the robust-max Gauss-Hermite products of multiclass GWI;
 * dense factorisations through CuPy (cuSOLVER / cuBLAS), :mod:`fastep.backend.cuda.linalg`;
-* :func:`require` and :func:`is_available` (``_available``), which users reach as
-  :mod:`fastep.cuda`.
+* the check that a GPU is usable, :func:`fastep.cuda.require`, before anything starts.
 
 Every algorithm runs here unchanged; what differs from the CPU is only the operations
 below.  Data, sites and factors stay on the device across sweeps; per sweep only
@@ -31,28 +30,26 @@ from __future__ import annotations
 import numpy as np
 
 from ..._sites import SiteData
-from ...exceptions import CUDAUnavailableError, NotPositiveDefiniteError
+from ...cuda import cupy_usable, require, simulator_enabled
+from ...exceptions import NotPositiveDefiniteError
 from .._base import Backend
-from ._available import is_available, require, simulator_enabled
 
-__all__ = ["CUDABackend", "cuda_backend", "is_available", "require", "simulator_enabled",
-           "CUDAUnavailableError"]
+__all__ = ["CUDABackend", "cuda_backend"]
 
 _INSTANCES: dict = {}
 
 
 def cuda_backend(dense_algebra=True):
-    """The CUDA backend (one per process), after :func:`require` has checked
+    """The CUDA backend (one per process), after :func:`fastep.cuda.require` has checked
     the driver, numba's CUDA target and, when ``dense_algebra``, CuPy.  Without
     ``dense_algebra`` (robust-max products only) CuPy is optional: the few array
     operations then run on the host."""
     from . import linalg
-    from ._available import _cupy_reason
     require(need_cupy=dense_algebra)
     simulated = simulator_enabled()
     key = (dense_algebra, simulated)
     if key not in _INSTANCES:
-        if simulated or (not dense_algebra and _cupy_reason() is not None):
+        if simulated or (not dense_algebra and not cupy_usable()):
             algebra = linalg.host_algebra()
         else:
             algebra = linalg.cupy_algebra()
