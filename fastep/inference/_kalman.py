@@ -237,26 +237,41 @@ def _solve(M, B, X, W):
 
 
 @jit
+def _slot(dt, dts, used, As, Qs, kind, order, rate, fstart, sstart, Pinf, W1, W2, W3):
+    """The slot (0 or 1) of ``As``, ``Qs`` holding A(dt), Q(dt): one already holding
+    them (``dts``: their steps), else the one not ``used`` last, recomputed."""
+    if dts[0] == dt:
+        return 0
+    if dts[1] == dt:
+        return 1
+    k = 1 - used
+    _transition(dt, kind, order, rate, fstart, sstart, Pinf, As[k], Qs[k], W1, W2, W3)
+    dts[k] = dt
+    return k
+
+
+@jit
 def _series(t, tau, nu, kind, order, rate, fstart, sstart, Pinf, h, mf, Pf, mean, var,
             smooth):
     """Filter and (``smooth``) smooth one series (sorted times t); returns the log
     normaliser log int p(f) prod_i site_i(f_i) df and writes the marginals into mean,
-    var.  The transition is recomputed only where the step dt changes (a regular grid
-    computes it once)."""
+    var.  The transitions of the last two distinct steps dt are kept (:func:`_slot`), so
+    a regular grid computes one, and a grid with every k-th point held out (steps 1 and
+    2 in turn) two, not one per point."""
     n = t.shape[0]
     D = mf.shape[1]
-    A, Q = np.zeros((D, D)), np.zeros((D, D))
+    As, Qs = np.zeros((2, D, D)), np.zeros((2, D, D))
+    dts = np.full(2, math.nan)
+    used = 1
     W1, W2, L, P = np.zeros((D, D)), np.zeros((D, D)), np.zeros((D, D)), Pinf.copy()
     W3 = np.zeros((D, D))
     m, mp, g = np.zeros(D), np.zeros(D), np.zeros(D)
-    last = math.nan
     log_norm = 0.0
     for i in range(n):
         if i > 0:
-            dt = t[i] - t[i - 1]
-            if dt != last:
-                _transition(dt, kind, order, rate, fstart, sstart, Pinf, A, Q, W1, W2, W3)
-                last = dt
+            used = _slot(t[i] - t[i - 1], dts, used, As, Qs, kind, order, rate, fstart,
+                         sstart, Pinf, W1, W2, W3)
+            A, Q = As[used], Qs[used]
             for r in range(D):
                 acc = 0.0
                 for x in range(D):
@@ -295,14 +310,12 @@ def _series(t, tau, nu, kind, order, rate, fstart, sstart, Pinf, h, mf, Pf, mean
     ms, Ps = mf[n - 1].copy(), Pf[n - 1].copy()
     mean[n - 1] = _h_vec(ms, h)
     var[n - 1] = _h_mat(Ps, h)
-    last = math.nan
     B, Gt, Pp, Dm = np.zeros((D, D)), np.zeros((D, D)), np.zeros((D, D)), np.zeros((D, D))
     G = np.zeros((D, D))
     for i in range(n - 2, -1, -1):
-        dt = t[i + 1] - t[i]
-        if dt != last:
-            _transition(dt, kind, order, rate, fstart, sstart, Pinf, A, Q, W1, W2, W3)
-            last = dt
+        used = _slot(t[i + 1] - t[i], dts, used, As, Qs, kind, order, rate, fstart, sstart,
+                     Pinf, W1, W2, W3)
+        A, Q = As[used], Qs[used]
         Pfi = Pf[i]
         # mp = A mf_i; B = A Pf_i and Pp = B A^T + Q (the sandwich's W is B)
         for r in range(D):
@@ -365,6 +378,26 @@ def filter_smooth(t, tau, nu, starts, kind, order, rate, fstart, sstart, Pinf, h
         log_norm[j] = _series(t[a:b], tau[a:b], nu[a:b], kind, order, rate, fstart, sstart,
                               Pinf, h, mf[a:b], Pf[a:b], mean[a:b], var[a:b], smooth)
 
+
+@pjit
+def log_norms(t, tau, nu, starts, kind, order, rates, fstart, sstart, Pinfs, hs, mf, Pf,
+              mean, var, log_norm):
+    """The filter's log normaliser of every series at K parameter settings (``rates``,
+    ``Pinfs``, ``hs`` stacked along a first axis of K; the factor layout shared), one
+    prange iteration per (setting, series) pair: ``log_norm[k, j]``.  The buffers
+    ``mf``, ``Pf``, ``mean``, ``var`` have a first axis of K; each iteration writes only
+    its own rows of its own setting's.  The central differences of the evidence gradient
+    run their 2p filters in parallel this way, where one long series alone runs on one
+    core."""
+    S = starts.shape[0] - 1
+    for job in prange(rates.shape[0] * S):
+        k = job // S
+        j = job - k * S
+        a = starts[j]
+        b = starts[j + 1]
+        log_norm[k, j] = _series(t[a:b], tau[a:b], nu[a:b], kind, order, rates[k], fstart,
+                                 sstart, Pinfs[k], hs[k], mf[k, a:b], Pf[k, a:b],
+                                 mean[k, a:b], var[k, a:b], False)
 
 @pjit
 def cavities(mean, var, tau, nu, ok, mc, vc):

@@ -31,7 +31,7 @@ import numpy as np
 from .._checks import float_array
 from ..exceptions import ConvergenceWarning, EPNumericalWarning
 from ..kernels.statespace import PERIODIC_ORDER, state_space
-from ._kalman import cavities, filter_smooth, update_sites
+from ._kalman import cavities, filter_smooth, log_norms, update_sites
 from ._sweep import fill_cavities
 
 
@@ -106,13 +106,52 @@ def _arrange(t, series):
 
 def _log_norm(ts, tau, nu, starts, kernel, periodic_order, smooth=False):
     """The filter's log int p(f) prod_i t_i(f_i) df (and the marginals, ``smooth``)."""
-    ss = state_space(kernel, periodic_order)
+    return _log_norm_of(ts, tau, nu, starts, state_space(kernel, periodic_order), smooth)
+
+
+def _log_norm_of(ts, tau, nu, starts, ss, smooth=False):
+    """:func:`_log_norm` of the state-space form ``ss``."""
     n, D = ts.shape[0], ss.n_states
     mf, Pf = np.empty((n, D)), np.empty((n, D, D))
     mean, var = np.empty(n), np.empty(n)
     log_norm = np.empty(starts.shape[0] - 1)
     filter_smooth(ts, tau, nu, starts, *ss.arrays, mf, Pf, mean, var, log_norm, smooth)
     return float(np.sum(log_norm)), mean, var
+
+
+#: The evidence gradient's filters run in parallel (:func:`_central_differences`) while
+#: their buffers (2 p settings of n (D + D^2 + 2) numbers) take at most this many bytes.
+PARALLEL_GRADIENT_BYTES = 2 ** 28
+
+
+def _central_differences(ts, tau, nu, starts, kernel, theta, step, order):
+    """``d log N / d theta`` of the filter's log normaliser at fixed sites by central
+    differences of ``step`` in each entry of theta: the 2p filters at once
+    (:func:`fastep.inference._kalman.log_norms`, a prange over settings and series) where
+    their buffers fit :data:`PARALLEL_GRADIENT_BYTES`, else one after another."""
+    p, n = theta.shape[0], ts.shape[0]
+    settings = []
+    for j in range(p):
+        for sign in (1.0, -1.0):
+            moved = theta.copy()
+            moved[j] += sign * step
+            settings.append(state_space(kernel.clone_with_theta(moved), order))
+    D, K = settings[0].n_states, len(settings)
+    kind, order_, _, fstart, sstart, _, _ = settings[0].arrays
+    shared = all(np.array_equal(a, b) for ss in settings[1:] for a, b in
+                 zip(ss.arrays[:2] + ss.arrays[3:5], (kind, order_, fstart, sstart)))
+    if not shared or K * n * (D + D * D + 2) * 8 > PARALLEL_GRADIENT_BYTES:
+        values = np.array([_log_norm_of(ts, tau, nu, starts, ss)[0] for ss in settings])
+    else:
+        rates = np.ascontiguousarray([s.arrays[2] for s in settings])
+        pinfs = np.ascontiguousarray([s.arrays[5] for s in settings])
+        hs = np.ascontiguousarray([s.arrays[6] for s in settings])
+        out = np.empty((K, starts.shape[0] - 1))
+        log_norms(ts, tau, nu, starts, kind, order_, rates, fstart, sstart, pinfs, hs,
+                  np.empty((K, n, D)), np.empty((K, n, D, D)), np.empty((K, n)),
+                  np.empty((K, n)), out)
+        values = out.sum(axis=1)
+    return (values[0::2] - values[1::2]) / (2.0 * step)
 
 
 def _site_normaliser(mu, s, tau, nu):
@@ -343,15 +382,8 @@ def markov_ep_gradient(result: MarkovEPResult, t: Any, y: Any, kernel: Any, like
     tau = np.ascontiguousarray(result.site_tau[order])
     nu = np.ascontiguousarray(result.site_nu[order])
     theta = np.asarray(kernel.theta, dtype=float)
-    J = result.periodic_order
-    d_theta = np.empty(theta.shape[0])
-    for j in range(theta.shape[0]):
-        up, down = theta.copy(), theta.copy()
-        up[j] += step
-        down[j] -= step
-        d_theta[j] = (_log_norm(ts, tau, nu, starts, kernel.clone_with_theta(up), J)[0]
-                      - _log_norm(ts, tau, nu, starts, kernel.clone_with_theta(down), J)[0]) \
-            / (2.0 * step)
+    d_theta = _central_differences(ts, tau, nu, starts, kernel, theta, step,
+                                   result.periodic_order)
     if not likelihood.n_dims:
         return d_theta, np.zeros(0)
     y = likelihood.encode_targets(y)

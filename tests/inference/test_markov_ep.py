@@ -313,3 +313,23 @@ def test_series_ids_that_do_not_sort_or_are_nan_are_clear_errors():
         markov_ep(t, y, Matern32(), Gaussian(0.1), series=[None, 1, None, 1, 1])
     with pytest.raises(ValueError, match="NaN or infinite ids"):
         markov_ep(t, y, Matern32(), Gaussian(0.1), series=[0.0, np.nan, 1.0, 1.0, 0.0])
+
+
+@pytest.mark.parametrize("series", [None, np.repeat([0, 1, 2], 200)])
+def test_gradient_filters_in_parallel_equal_one_after_another(series, monkeypatch):
+    """The evidence gradient's 2p filters run at once (a prange over settings and series)
+    or, past the memory limit, one after another: the same numbers to the bit, one series
+    or several."""
+    import sys
+
+    from fastep.inference.markov_ep import markov_ep_gradient
+    module = sys.modules["fastep.inference.markov_ep"]
+    rng = np.random.default_rng(3)
+    t = np.sort(rng.uniform(0.0, 100.0, 600))
+    y = rng.poisson(np.exp(np.sin(t / 8.0))).astype(float)
+    kernel = Matern32(1.0, 5.0) + Matern12(0.3, 2.0)
+    res = markov_ep(t, y, kernel, Poisson(), series=series)
+    parallel = markov_ep_gradient(res, t, y, kernel, Poisson(), series=series)[0]
+    monkeypatch.setattr(module, "PARALLEL_GRADIENT_BYTES", 0)
+    serial = markov_ep_gradient(res, t, y, kernel, Poisson(), series=series)[0]
+    np.testing.assert_array_equal(parallel, serial)
