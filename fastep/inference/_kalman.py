@@ -254,8 +254,9 @@ def _slot(dt, dts, used, As, Qs, kind, order, rate, fstart, sstart, Pinf, W1, W2
 def _series(t, tau, nu, kind, order, rate, fstart, sstart, Pinf, h, mf, Pf, mean, var,
             smooth):
     """Filter and (``smooth``) smooth one series (sorted times t); returns the log
-    normaliser log int p(f) prod_i site_i(f_i) df and writes the marginals into mean,
-    var.  The transitions of the last two distinct steps dt are kept (:func:`_slot`), so
+    normaliser log int p(f) prod_i site_i(f_i) df and (``smooth``) writes the filtered
+    moments into mf, Pf and the marginals into mean, var (the filter alone reads only
+    mf's width D: one row will do).  The transitions of the last two distinct steps dt are kept (:func:`_slot`), so
     a regular grid computes one, and a grid with every k-th point held out (steps 1 and
     2 in turn) two, not one per point."""
     n = t.shape[0]
@@ -297,13 +298,14 @@ def _series(t, tau, nu, kind, order, rate, fstart, sstart, Pinf, h, mf, Pf, mean
         shrink = tau[i] / d
         for r in range(D):
             m[r] += g[r] * step
-            mf[i, r] = m[r]
         for r in range(D):
             for q in range(r + 1):
                 v = P[r, q] - g[r] * g[q] * shrink
                 P[r, q] = v
                 P[q, r] = v
-        Pf[i] = P
+        if smooth:                 # (the filter alone keeps nothing per point)
+            mf[i] = m
+            Pf[i] = P
     if not smooth:
         return log_norm
     # RTS smoother, backwards: G = Pf A^T Pp^-1 from Pp G^T = A Pf (Cholesky of Pp)
@@ -384,11 +386,10 @@ def log_norms(t, tau, nu, starts, kind, order, rates, fstart, sstart, Pinfs, hs,
               mean, var, log_norm):
     """The filter's log normaliser of every series at K parameter settings (``rates``,
     ``Pinfs``, ``hs`` stacked along a first axis of K; the factor layout shared), one
-    prange iteration per (setting, series) pair: ``log_norm[k, j]``.  The buffers
-    ``mf``, ``Pf``, ``mean``, ``var`` have a first axis of K; each iteration writes only
-    its own rows of its own setting's.  The central differences of the evidence gradient
-    run their 2p filters in parallel this way, where one long series alone runs on one
-    core."""
+    prange iteration per (setting, series) pair: ``log_norm[k, j]``, no smoothing (the
+    width-only buffers ``mf``, ``Pf``, ``mean``, ``var`` are one row each).  The central
+    differences of the evidence gradient run their 2p filters in parallel this way, where
+    one long series alone runs on one core."""
     S = starts.shape[0] - 1
     for job in prange(rates.shape[0] * S):
         k = job // S
@@ -396,8 +397,7 @@ def log_norms(t, tau, nu, starts, kind, order, rates, fstart, sstart, Pinfs, hs,
         a = starts[j]
         b = starts[j + 1]
         log_norm[k, j] = _series(t[a:b], tau[a:b], nu[a:b], kind, order, rates[k], fstart,
-                                 sstart, Pinfs[k], hs[k], mf[k, a:b], Pf[k, a:b],
-                                 mean[k, a:b], var[k, a:b], False)
+                                 sstart, Pinfs[k], hs[k], mf, Pf, mean, var, False)
 
 @pjit
 def cavities(mean, var, tau, nu, ok, mc, vc):

@@ -119,17 +119,12 @@ def _log_norm_of(ts, tau, nu, starts, ss, smooth=False):
     return float(np.sum(log_norm)), mean, var
 
 
-#: The evidence gradient's filters run in parallel (:func:`_central_differences`) while
-#: their buffers (2 p settings of n (D + D^2 + 2) numbers) take at most this many bytes.
-PARALLEL_GRADIENT_BYTES = 2 ** 28
-
-
 def _central_differences(ts, tau, nu, starts, kernel, theta, step, order):
     """``d log N / d theta`` of the filter's log normaliser at fixed sites by central
     differences of ``step`` in each entry of theta: the 2p filters at once
-    (:func:`fastep.inference._kalman.log_norms`, a prange over settings and series) where
-    their buffers fit :data:`PARALLEL_GRADIENT_BYTES`, else one after another."""
-    p, n = theta.shape[0], ts.shape[0]
+    (:func:`fastep.inference._kalman.log_norms`, a prange over settings and series; one
+    after another should the settings' factor layouts differ)."""
+    p = theta.shape[0]
     settings = []
     for j in range(p):
         for sign in (1.0, -1.0):
@@ -140,7 +135,7 @@ def _central_differences(ts, tau, nu, starts, kernel, theta, step, order):
     kind, order_, _, fstart, sstart, _, _ = settings[0].arrays
     shared = all(np.array_equal(a, b) for ss in settings[1:] for a, b in
                  zip(ss.arrays[:2] + ss.arrays[3:5], (kind, order_, fstart, sstart)))
-    if not shared or K * n * (D + D * D + 2) * 8 > PARALLEL_GRADIENT_BYTES:
+    if not shared:
         values = np.array([_log_norm_of(ts, tau, nu, starts, ss)[0] for ss in settings])
     else:
         rates = np.ascontiguousarray([s.arrays[2] for s in settings])
@@ -148,8 +143,7 @@ def _central_differences(ts, tau, nu, starts, kernel, theta, step, order):
         hs = np.ascontiguousarray([s.arrays[6] for s in settings])
         out = np.empty((K, starts.shape[0] - 1))
         log_norms(ts, tau, nu, starts, kind, order_, rates, fstart, sstart, pinfs, hs,
-                  np.empty((K, n, D)), np.empty((K, n, D, D)), np.empty((K, n)),
-                  np.empty((K, n)), out)
+                  np.empty((1, D)), np.empty((1, D, D)), np.empty(1), np.empty(1), out)
         values = out.sum(axis=1)
     return (values[0::2] - values[1::2]) / (2.0 * step)
 
