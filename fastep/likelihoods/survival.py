@@ -23,7 +23,6 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import gamma as gamma_fn
 from scipy.special import log_ndtr
-from scipy.stats import norm
 
 from .._checks import float_array
 from .._numerics import LOG_SQRT_2PI, log_phi, mills, mills_shift
@@ -386,7 +385,7 @@ class LogNormal(_Survival):
         if alpha == 1.0:
             cens = ~event
             z = -d[cens] / np.sqrt(c2[cens])
-            lam = np.exp(norm.logpdf(z) - log_ndtr(z))
+            lam = np.exp(-0.5 * z * z - LOG_SQRT_2PI - log_ndtr(z))      # phi / Phi
             out[cens, 0] = -lam * z * s2 / c2[cens]
         return out
 
