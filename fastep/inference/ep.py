@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Tuple
 
@@ -111,6 +112,43 @@ class EPResult(EPResultBase):
             raise ValueError("this EPResult carries no posterior factorisation (it was copied "
                              "without one); predict with the estimator that fitted it.")
         return self._posterior
+
+    @property
+    def factored(self) -> bool:
+        """Whether the result holds the posterior's factorisation (what its predictions
+        read), or travels without it (:meth:`without_factors`)."""
+        return self._posterior is not None
+
+    def without_factors(self) -> "EPResult":
+        """This result without the posterior's n x n factors: what a worker process sends
+        back (the factors are rebuilt from the sites where the result is used,
+        :meth:`with_factors_of`).
+
+        Examples
+        --------
+        >>> import numpy as np, fastep
+        >>> from fastep.kernels import RBF
+        >>> X = np.linspace(-1, 1, 8)[:, None]
+        >>> res = fastep.ep(RBF()(X), np.sign(X[:, 0] + 0.01), fastep.likelihoods.Probit())
+        >>> res.factored, res.without_factors().factored
+        (True, False)
+        """
+        return dataclasses.replace(self, _posterior=None)
+
+    def with_factors_of(self, other: "EPResult") -> "EPResult":
+        """This result with the posterior factors of ``other``, a result at the same sites
+        (e.g. :func:`posterior_from_sites` of them).
+
+        Parameters
+        ----------
+        other : EPResult
+            A result at this one's sites that holds its factors.
+
+        Returns
+        -------
+        EPResult
+        """
+        return dataclasses.replace(self, _posterior=other._posterior)
 
     @property
     def b(self):

@@ -23,7 +23,7 @@ import copy
 import math
 import numbers
 import warnings
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Union
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -199,6 +199,29 @@ class Likelihood:
 
     def _free(self):
         return [n for n in self.param_names if not (isinstance(self._bounds[n], str))]
+
+    def parameter_bounds(self, name: str) -> Union[str, Tuple[float, float]]:
+        """The bounds of parameter ``name`` as given to the constructor (``<name>_bounds``):
+        ``"fixed"`` or ``(low, high)``.
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`param_names`.
+
+        Returns
+        -------
+        str or tuple of float
+
+        Examples
+        --------
+        >>> from fastep.likelihoods import Gaussian
+        >>> Gaussian(0.5, noise_variance_bounds=(1e-3, 10.0)).parameter_bounds("noise_variance")
+        (0.001, 10.0)
+        """
+        if name not in self._bounds:
+            raise ValueError(f"name must be one of {list(self.param_names)}; got {name!r}.")
+        return self._bounds[name]
 
     def theta_entries(self) -> list[ThetaEntry]:
         """How ML-II's messages name, show and bound each entry of :attr:`theta`: as

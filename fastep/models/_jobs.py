@@ -9,7 +9,6 @@ the ``fastep`` logger are given again in the calling process once the jobs are d
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import warnings
 
@@ -92,7 +91,7 @@ def _fit_one(estimator, latent, seed, strip):
     sent between processes)."""
     latent, result = estimator._fit_latent(latent, np.random.default_rng(seed))
     if strip and isinstance(result, EPResult):
-        result = dataclasses.replace(result, _posterior=None)
+        result = result.without_factors()
     return latent, result
 
 
@@ -100,10 +99,10 @@ def _with_posterior(latent, result):
     """``result`` with its dense posterior factors rebuilt from its sites, as
     :func:`fastep.load_model` rebuilds them (no-op when it has them), on the backend the
     problem runs on (its predictions read the factors there)."""
-    if not isinstance(result, EPResult) or result._posterior is not None:
+    if not isinstance(result, EPResult) or result.factored:
         return result
     be = latent.config.backend
     rebuilt = posterior_from_sites(latent.kernel(latent.X, backend=be), latent.y,
                                    latent.likelihood, result.site_tau, result.site_nu,
                                    device=be)
-    return dataclasses.replace(result, _posterior=rebuilt._posterior)
+    return result.with_factors_of(rebuilt)

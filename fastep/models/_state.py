@@ -87,8 +87,7 @@ def latent_state(prefix, latent, result, arrays):
     arrays[f"{prefix}nu"] = np.asarray(result.site_nu, dtype=float)
     if latent.sparse:
         arrays[f"{prefix}Z"] = latent.Z
-        arrays[f"{prefix}L_P"] = result._q.L_P
-        arrays[f"{prefix}b"] = result._q.b
+        arrays[f"{prefix}L_P"], arrays[f"{prefix}b"] = result.q_factors
     meta = {"kernel": latent.kernel.to_dict(), "likelihood": latent.likelihood.to_dict(),
             "sparse": latent.sparse, "n_iter": int(result.n_iter),
             "converged": bool(result.converged)}

@@ -280,7 +280,7 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         if not isinstance(saved, Tobit):
             raise ValueError(f"the likelihood must be Tobit; got {type(saved).__name__}")
         likelihood = Tobit(saved.noise_variance, lower=lo, upper=up,
-                           noise_variance_bounds=saved._bounds["noise_variance"])
+                           noise_variance_bounds=saved.parameter_bounds("noise_variance"))
         config = self._ep_config(resolve("cpu"))
         if self.inference == "laplace":
             kernel = kernel_from_dict(reader.value("kernel", dict))

@@ -78,6 +78,16 @@ class SparseEPResult(EPResultBase):
     #: the closing pass of a chunk-sequential run with ``keep_gram`` (None otherwise)
     _first_pass: Optional[tuple] = field(default=None, repr=False)
 
+    @property
+    def q_factors(self) -> Tuple[np.ndarray, np.ndarray]:
+        """``(L_P, b)``: the lower Cholesky factor of q(u)'s precision and its shift, in
+        the whitened coordinates of ``L_uu`` (what a saved model stores; ``q(u)`` follows
+        from them and the kernel at the inducing points)."""
+        if self._q is None:
+            raise ValueError("this SparseEPResult carries no q(u) (it was built without "
+                             "one); take the result of sparse_ep or of a fitted estimator.")
+        return self._q.L_P, self._q.b
+
     def predict_latent(self, kernel: Kernel, X: ArrayLike) -> Tuple[Array, Array]:
         """Latent predictive mean and variance at X (kernel: the one used in the fit); lazy
         dask arrays, computed chunk by chunk on the workers, when X is a dask array.
