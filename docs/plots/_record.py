@@ -6,17 +6,19 @@ import pathlib
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
 
 
-def load(name, extra=None):
+def record(name):
+    """The whole record ``docs/data/<name>.json`` (its rows, environment and extras)."""
+    return json.loads((DATA / f"{name}.json").read_text())
+
+
+def load(name):
     """``(rows, caption)`` of ``docs/data/<name>.json``: its rows and a line naming the
-    script, the date, the machine and the versions (``extra``: that entry of the record
-    instead, e.g. the peers' versions)."""
-    record = json.loads((DATA / f"{name}.json").read_text())
-    if extra is not None:
-        return record[extra]
-    env = record["environment"]
-    caption = (f"scripts/{record['script']}, {env['date']}, {env['cores']} cores, "
+    script, the date, the machine and the versions."""
+    rec = record(name)
+    env = rec["environment"]
+    caption = (f"scripts/{rec['script']}, {env['date']}, {env['cores']} cores, "
                f"fastep {env['fastep']}, numpy {env['numpy']}, numba {env['numba']}")
-    return record["rows"], caption
+    return rec["rows"], caption
 
 
 def finish(fig, caption, bottom=0.03):

@@ -1,6 +1,6 @@
 """Whole fits of binary GP classifiers on real tables: fastep against scikit-learn,
 GPflow and GPy, seconds with each fit's held-out log loss."""
-from _record import bar_panels, finish, load
+from _record import bar_panels, finish, load, record
 
 rows, caption = load("comparison")
 fig = bar_panels(rows, "table", lambda r: r["method"],
@@ -8,6 +8,5 @@ fig = bar_panels(rows, "table", lambda r: r["method"],
                            f"{r['log_loss']:.3f}",
                  lambda r: f"{r['table']} ({r['n_train']:,} training rows)",
                  "seconds for the whole fit, hyperparameters included (log scale)", room=30)
-finish(fig, caption + "; " + ", ".join(f"{k} {v}" for k, v in
-                                      load("comparison", extra="peers").items()),
-       bottom=0.02)
+peers = record("comparison")["peers"]
+finish(fig, caption + "; " + ", ".join(f"{k} {v}" for k, v in peers.items()), bottom=0.02)

@@ -127,9 +127,7 @@ class EPResult(EPResultBase):
         Examples
         --------
         >>> import numpy as np, fastep
-        >>> from fastep.kernels import RBF
-        >>> X = np.linspace(-1, 1, 8)[:, None]
-        >>> res = fastep.ep(RBF()(X), np.sign(X[:, 0] + 0.01), fastep.likelihoods.Probit())
+        >>> res = fastep.ep(np.eye(3), np.array([1.0, -1.0, 1.0]), fastep.likelihoods.Probit())
         >>> res.factored, res.without_factors().factored
         (True, False)
         """

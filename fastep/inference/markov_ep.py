@@ -106,11 +106,7 @@ def _arrange(t, series):
 
 def _log_norm(ts, tau, nu, starts, kernel, periodic_order, smooth=False):
     """The filter's log int p(f) prod_i t_i(f_i) df (and the marginals, ``smooth``)."""
-    return _log_norm_of(ts, tau, nu, starts, state_space(kernel, periodic_order), smooth)
-
-
-def _log_norm_of(ts, tau, nu, starts, ss, smooth=False):
-    """:func:`_log_norm` of the state-space form ``ss``."""
+    ss = state_space(kernel, periodic_order)
     n, D = ts.shape[0], ss.n_states
     mf, Pf = np.empty((n, D)), np.empty((n, D, D))
     mean, var = np.empty(n), np.empty(n)
@@ -122,29 +118,19 @@ def _log_norm_of(ts, tau, nu, starts, ss, smooth=False):
 def _central_differences(ts, tau, nu, starts, kernel, theta, step, order):
     """``d log N / d theta`` of the filter's log normaliser at fixed sites by central
     differences of ``step`` in each entry of theta: the 2p filters at once
-    (:func:`fastep.inference._kalman.log_norms`, a prange over settings and series; one
-    after another should the settings' factor layouts differ)."""
-    p = theta.shape[0]
-    settings = []
-    for j in range(p):
-        for sign in (1.0, -1.0):
-            moved = theta.copy()
-            moved[j] += sign * step
-            settings.append(state_space(kernel.clone_with_theta(moved), order))
-    D, K = settings[0].n_states, len(settings)
+    (:func:`fastep.inference._kalman.log_norms`, a prange over settings and series).  The
+    settings differ in their numbers only (rates, P_inf, H): the factor layout follows
+    from the kernel's structure, which theta does not change."""
+    settings = [state_space(kernel.clone_with_theta(theta + sign * step * unit), order)
+                for unit in np.eye(theta.shape[0]) for sign in (1.0, -1.0)]
     kind, order_, _, fstart, sstart, _, _ = settings[0].arrays
-    shared = all(np.array_equal(a, b) for ss in settings[1:] for a, b in
-                 zip(ss.arrays[:2] + ss.arrays[3:5], (kind, order_, fstart, sstart)))
-    if not shared:
-        values = np.array([_log_norm_of(ts, tau, nu, starts, ss)[0] for ss in settings])
-    else:
-        rates = np.ascontiguousarray([s.arrays[2] for s in settings])
-        pinfs = np.ascontiguousarray([s.arrays[5] for s in settings])
-        hs = np.ascontiguousarray([s.arrays[6] for s in settings])
-        out = np.empty((K, starts.shape[0] - 1))
-        log_norms(ts, tau, nu, starts, kind, order_, rates, fstart, sstart, pinfs, hs,
-                  np.empty((1, D)), np.empty((1, D, D)), np.empty(1), np.empty(1), out)
-        values = out.sum(axis=1)
+    D = settings[0].n_states
+    rates, pinfs, hs = (np.ascontiguousarray([ss.arrays[i] for ss in settings])
+                        for i in (2, 5, 6))
+    out = np.empty((len(settings), starts.shape[0] - 1))
+    log_norms(ts, tau, nu, starts, kind, order_, rates, fstart, sstart, pinfs, hs,
+              np.empty((1, D)), np.empty((1, D, D)), np.empty(1), np.empty(1), out)
+    values = out.sum(axis=1)
     return (values[0::2] - values[1::2]) / (2.0 * step)
 
 

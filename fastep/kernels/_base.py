@@ -523,9 +523,31 @@ class Product(_Composite):
                 + self.k2._input_contract(be, X, Y, G * self.k1._gram(be, X, Y)))
 
 
+#: The entries of a Parameters section every variance-and-lengthscale kernel shares: a
+#: subclass's docstring names them ``{variance}``, ``{lengthscale}`` and ``{bounds}``
+#: (:meth:`_VarianceLengthscale.__init_subclass__` writes them in, once, at class creation).
+SHARED_PARAMETER_DOCS = {
+    "{variance}": """variance : float, default 1.0
+        The prior variance ``k(x, x)``, > 0.""",
+    "{lengthscale}": """lengthscale : float or array-like of shape (n_features,), default 1.0
+        l > 0, in the units of X: one for every feature, or one per feature (ARD).""",
+    "{bounds}": """variance_bounds, lengthscale_bounds : (float, float) or "fixed", default (1e-5, 1e5)
+        ML-II bounds: ``(low, high)`` in the parameter's own units (one pair for every
+        ARD lengthscale), or ``"fixed"`` (not optimised).""",
+}
+
+
 class _VarianceLengthscale(Kernel):
     """A kernel whose first two parameters are a scalar ``variance`` and one lengthscale or
     one per input feature (ARD)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        doc = cls.__dict__.get("__doc__")
+        if doc:
+            for key, text in SHARED_PARAMETER_DOCS.items():
+                doc = doc.replace(key, text)
+            cls.__doc__ = doc
 
     @property
     def variance(self):

@@ -79,15 +79,11 @@ class RationalQuadratic(_Separable):
 
     Parameters
     ----------
-    variance : float, default 1.0
-        The prior variance ``k(x, x)``, > 0.
-    lengthscale : float or array-like of shape (n_features,), default 1.0
-        l > 0, in the units of X: one for every feature, or one per feature (ARD).
+    {variance}
+    {lengthscale}
     alpha : float, default 1.0
         The shape, > 0 (small: many scales at once).
-    variance_bounds, lengthscale_bounds : (low, high) or "fixed", default (1e-5, 1e5)
-        ML-II bounds: ``(low, high)`` in the parameter's own units (one pair for every
-        ARD lengthscale), or ``"fixed"`` (not optimised).
+    {bounds}
     alpha_bounds : (low, high) or "fixed", default (1e-3, 1e4)
         ML-II bounds of ``alpha``, likewise.
 
@@ -171,16 +167,13 @@ class Periodic(_Separable):
 
     Parameters
     ----------
-    variance : float, default 1.0
-        The prior variance ``k(x, x)``, > 0.
+    {variance}
     lengthscale : float or array-like of shape (n_features,), default 1.0
         l > 0, relative to the sine (no units: it divides ``sin(pi (x_d - y_d) / p)``):
         one for every feature, or one per feature (ARD).
     period : float, default 1.0
         p > 0, in the units of X (the same along every feature).
-    variance_bounds, lengthscale_bounds : (low, high) or "fixed", default (1e-5, 1e5)
-        ML-II bounds: ``(low, high)`` in the parameter's own units (one pair for every
-        ARD lengthscale), or ``"fixed"`` (not optimised).
+    {bounds}
     period_bounds : (low, high) or "fixed", default (1e-5, 1e5)
         ML-II bounds of ``period``, likewise.
 

@@ -90,13 +90,9 @@ class RBF(_Stationary):
 
     Parameters
     ----------
-    variance : float, default 1.0
-        The prior variance ``k(x, x)``, > 0.
-    lengthscale : float or array-like of shape (n_features,), default 1.0
-        l > 0, in the units of X: one for every feature, or one per feature (ARD).
-    variance_bounds, lengthscale_bounds : (float, float) or "fixed", default (1e-5, 1e5)
-        ML-II bounds: ``(low, high)`` in the parameter's own units (one pair for every
-        ARD lengthscale), or ``"fixed"`` (not optimised).
+    {variance}
+    {lengthscale}
+    {bounds}
 
     Examples
     --------
@@ -113,13 +109,9 @@ class Matern12(_Stationary):
 
     Parameters
     ----------
-    variance : float, default 1.0
-        The prior variance ``k(x, x)``, > 0.
-    lengthscale : float or array-like of shape (n_features,), default 1.0
-        l > 0, in the units of X: one for every feature, or one per feature (ARD).
-    variance_bounds, lengthscale_bounds : (float, float) or "fixed", default (1e-5, 1e5)
-        ML-II bounds: ``(low, high)`` in the parameter's own units (one pair for every
-        ARD lengthscale), or ``"fixed"`` (not optimised).
+    {variance}
+    {lengthscale}
+    {bounds}
 
     Examples
     --------
@@ -135,13 +127,9 @@ class Matern32(_Stationary):
 
     Parameters
     ----------
-    variance : float, default 1.0
-        The prior variance ``k(x, x)``, > 0.
-    lengthscale : float or array-like of shape (n_features,), default 1.0
-        l > 0, in the units of X: one for every feature, or one per feature (ARD).
-    variance_bounds, lengthscale_bounds : (float, float) or "fixed", default (1e-5, 1e5)
-        ML-II bounds: ``(low, high)`` in the parameter's own units (one pair for every
-        ARD lengthscale), or ``"fixed"`` (not optimised).
+    {variance}
+    {lengthscale}
+    {bounds}
 
     Examples
     --------
@@ -157,13 +145,9 @@ class Matern52(_Stationary):
 
     Parameters
     ----------
-    variance : float, default 1.0
-        The prior variance ``k(x, x)``, > 0.
-    lengthscale : float or array-like of shape (n_features,), default 1.0
-        l > 0, in the units of X: one for every feature, or one per feature (ARD).
-    variance_bounds, lengthscale_bounds : (float, float) or "fixed", default (1e-5, 1e5)
-        ML-II bounds: ``(low, high)`` in the parameter's own units (one pair for every
-        ARD lengthscale), or ``"fixed"`` (not optimised).
+    {variance}
+    {lengthscale}
+    {bounds}
 
     Examples
     --------
