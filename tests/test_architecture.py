@@ -486,3 +486,31 @@ def test_no_layer_reads_another_layers_private_state():
     bad = [r for r in _private_attribute_reads() if (r[2], r[3]) not in PRIVATE_READS_ALLOWED]
     assert not bad, "\n".join(f"{f}:{n} ({here}) reads {name}, private to {owners}"
                               for f, n, here, name, owners in bad)
+
+
+def test_every_estimator_fits_by_the_one_recipe():
+    """Every public estimator derives from ``FastepEstimator``, whose ``_fit`` is the one
+    fit recipe (inputs checked, device resolved, generator made, model fitted); no
+    estimator defines ``_fit`` again, and each ``fit`` only documents its arguments and
+    hands them to it (``return self._fit(...)``), decorated by ``fit_entry``."""
+    import inspect
+    import textwrap
+
+    import fastep
+    from fastep.models._base import FastepEstimator
+    for name in fastep.ESTIMATORS:
+        cls = getattr(fastep, name)
+        assert issubclass(cls, FastepEstimator), name
+        owners = [c.__name__ for c in cls.__mro__ if "_fit" in vars(c)]
+        assert owners == ["FastepEstimator"], (name, owners)
+        fit = inspect.unwrap(cls.fit)
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fit)))
+        func = tree.body[0]
+        body = [s for s in func.body if not (isinstance(s, ast.Expr)
+                                             and isinstance(s.value, ast.Constant))]
+        assert len(body) == 1 and isinstance(body[0], ast.Return), (name, ast.dump(func))
+        call = body[0].value
+        assert (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "_fit"), name
+        assert any(isinstance(d, ast.Name) and d.id == "fit_entry"
+                   for d in func.decorator_list), name

@@ -12,14 +12,22 @@
   ``power`` and ``optimize_inducing`` sparse Power EP; ``device`` where it all runs.
 * **All or nothing.**  Every ``fit`` is wrapped by :func:`fit_entry`: an exception
   (bad input, numerical trouble, Ctrl-C) leaves the estimator exactly as it was.
-* :class:`EPEstimator`: ``fit`` resolves ``device`` once, builds an immutable
-  :class:`~fastep.models._latent.EPConfig`, fits each latent problem with the one ML-II
-  loop (:func:`~fastep.models._mlii.fit_theta`) and keeps the problems and their
-  EP results for prediction and for :func:`fastep.save_model`.
+* **One fit recipe** (:meth:`FastepEstimator._fit`, which every estimator's ``fit``
+  calls): the data checked and read (:meth:`~FastepEstimator._fit_data`), ``device``
+  resolved once, the random generator made, then the model fitted
+  (:meth:`~FastepEstimator._fit_model`).  :class:`EPEstimator`'s ``_fit_model`` is the
+  EP recipe: an immutable :class:`~fastep.models._latent.EPConfig`, the kernel and
+  inducing inputs (:meth:`~EPEstimator._problem`), the latent problems the estimator
+  makes from them (:meth:`~EPEstimator._problems`), each fitted with the one ML-II loop
+  (:func:`~fastep.models._mlii.fit_theta`), and the fitted attributes set from the
+  fitted problems (:meth:`~EPEstimator._set_fits`).  An estimator supplies only those
+  hooks; the EP estimators keep their problems and EP results for prediction and for
+  :func:`fastep.save_model`.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
+import dataclasses
 import copy
 import functools
 import logging
@@ -37,6 +45,7 @@ from .._dask import is_dask_array
 from .._caller import user_stacklevel
 from .._progress import FitProgress
 from ..kernels import RBF, Kernel, Matern32, as_kernel
+from ..backend import resolve
 from ..inference.inducing import AUTO_DENSE_ROWS, check_inducing, inducing_count
 from ..likelihoods import check_power
 from ..priors import hyperprior_terms
@@ -151,10 +160,50 @@ def latent_output(mean: Array, var: Array, return_std: bool) -> ArrayOrStd:
     return (mean, np.sqrt(var)) if return_std else mean
 
 
+@dataclasses.dataclass
+class FitData:
+    """What :meth:`FastepEstimator._fit_data` read from a fit's inputs.
+
+    ``X``, ``y``: the checked training data (a dask X stays lazy); ``likelihood``: the
+    likelihood the EP configuration checks (power, schedule), None where it does not
+    check one; ``rows``: the row count ``n_inducing="auto"`` reads (None: X's,
+    :func:`fit_rows`); ``found``: what else the estimator read from the data and sets as
+    fitted attributes (classes, limits, annotator labels)."""
+
+    X: Any
+    y: Any
+    likelihood: Any = None
+    rows: Optional[float] = None
+    found: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
 class FastepEstimator(BaseEstimator):
     """The base of all eight estimators: scikit-learn's conventions (parameters in
-    ``__init__``, checked once by :func:`fit_entry`) and the fitted attributes they all
-    have, set in one place (:meth:`_set_model`), in ``fit`` and when a model is loaded."""
+    ``__init__``, checked once by :func:`fit_entry`), the one fit recipe (:meth:`_fit`)
+    and the fitted attributes they all have, set in one place (:meth:`_set_model`), in
+    ``fit`` and when a model is loaded."""
+
+    #: ``resolve``'s ``dense_algebra``: whether the device must run dense factorisations
+    _dense_algebra = True
+
+    def _fit(self, X, y, **data):
+        """The fit every estimator's ``fit`` runs: the inputs checked and read
+        (:meth:`_fit_data`), ``device`` resolved once (before any work, so that a missing
+        GPU is reported before the fit starts), a NumPy Generator from ``random_state``,
+        then :meth:`_fit_model`.  Returns self."""
+        fit_data = self._fit_data(X, y, **data)
+        backend = (resolve(self.device, type(self).__name__, dense_algebra=self._dense_algebra)
+                   if "device" in self.get_params(deep=False) else None)
+        self._fit_model(fit_data, backend, as_generator(self.random_state))
+        return self
+
+    def _fit_data(self, X, y, **data) -> FitData:
+        """Check a fit's inputs and read from them what the fit needs (a hook)."""
+        raise NotImplementedError
+
+    def _fit_model(self, data: FitData, backend, rng) -> None:
+        """Fit the model to checked data and set the fitted attributes (a hook)."""
+        raise NotImplementedError
 
     def _fresh_kernel(self, X):
         """:func:`fresh_kernel` of the ``kernel`` parameter for a fit on X: the default
@@ -251,7 +300,7 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
         if getattr(self, "inference", "ep") != "markov":
             Z = self._inducing_inputs(X, rng)
             if Z is not None and X.shape[1] == 1 and self.n_inducing == "auto" \
-                    and self.inducing_points is None:
+                    and self.inducing_points is None and hasattr(self, "inference"):
                 warnings.warn(f"{type(self).__name__}: X is one column of {X.shape[0]} "
                               f"rows, so the default fit is sparse EP with {Z.shape[0]} "
                               f"inducing points; inference='markov' (state-space EP, with "
@@ -387,6 +436,42 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
     def _loo(self):
         """(LOO log predictive densities, LOO predictions) of the training points."""
         raise NotImplementedError
+
+    def _fit_model(self, data, backend, rng):
+        """The EP recipe (see the module docstring): the configuration, the kernel and
+        inducing inputs, the estimator's latent problems, each fitted
+        (:meth:`_fit_problems`), then the fitted attributes (:meth:`_set_fits`)."""
+        config = self._ep_config(backend, data.likelihood,
+                                 n=fit_rows(data.X) if data.rows is None else data.rows)
+        X = data.X if is_dask_array(data.X) else np.ascontiguousarray(data.X)
+        problem, kernel, Z = self._problem(X, rng)
+
+        def make(y, likelihood, own_kernel=False):
+            """One latent problem of this fit: its targets and likelihood (``own_kernel``:
+            on a copy of the starting kernel, not the one the fit's problems share)."""
+            return problem(X, y, copy.deepcopy(kernel) if own_kernel else kernel,
+                           likelihood, config, Z)
+
+        self._set_fits(data, self._fit_problems(make, data, rng))
+
+    def _fit_problems(self, make, data, rng):
+        """Make this fit's latent problems and fit them (ML-II and the final EP run):
+        ``[(latent, result), ...]`` from :meth:`_problems`, by :meth:`_fit_latents`.  An
+        estimator whose fit is more than that (several starts; EM) overrides this."""
+        return self._fit_latents(self._problems(make, data), rng)
+
+    def _problems(self, make, data) -> List[Any]:
+        """The latent problems of a fit, each ``make(y, likelihood)`` (a hook)."""
+        raise NotImplementedError
+
+    def _set_fits(self, data, fits) -> None:
+        """The fitted attributes from the fitted problems (a hook)."""
+        raise NotImplementedError
+
+    def _loaded_config(self, likelihood=None):
+        """The EP configuration of a model being loaded (on the CPU, the device it was
+        fitted on aside: a saved model predicts on any machine)."""
+        return self._ep_config(resolve("cpu"), likelihood)
 
     def _fit_latent(self, latent, rng, sites=None):
         """ML-II (MAP-II with ``hyperprior``; when ``optimizer`` is set) and the final EP

@@ -15,11 +15,9 @@ from sklearn.utils.validation import check_is_fitted
 from ..typing import Array, ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, RandomStateLike
 from .._caller import user_stacklevel
 from .._dask import is_dask_array
-from ..backend import resolve
 from ..exceptions import ConvergenceWarning
 from ..likelihoods.annotators import MultiAnnotator, log_ab
-from ._base import EPEstimator, as_generator, fit_entry, fit_rows, latent_output, shared
-from ._latent import LatentGP
+from ._base import EPEstimator, FitData, fit_entry, latent_output, shared
 from ._mlii import maximize_evidence
 from ._state import latent_from_state, latent_state
 from ._validation import class_labels, validate_X
@@ -410,6 +408,9 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         -------
         self
         """
+        return self._fit(X, Y)
+
+    def _fit_data(self, X, Y):
         if Y is None:
             raise ValueError("MultiAnnotatorGPClassifier requires y to be passed, but the "
                              "target y is None.")
@@ -431,14 +432,15 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         else:
             sens = np.array(self.sensitivity, dtype=float).reshape(-1)
             spec = np.array(self.specificity, dtype=float).reshape(-1)
-        backend = resolve(self.device, type(self).__name__)
-        config = self._ep_config(backend, n=fit_rows(X))
-        rng = as_generator(self.random_state)
-        X = X if is_dask_array(X) else np.ascontiguousarray(X)
-        latent = LatentGP(X, np.ones(n), self._fresh_kernel(X),
-                          MultiAnnotator(Y01, sens, spec), config,
-                          self._inducing_inputs(X, rng))
-        sites = self._warm_sites(X) if self.warm_start else None
+        return FitData(X, Y01, found={"classes": classes, "reliabilities": (sens, spec)})
+
+    def _fit_problems(self, make, data, rng):
+        """EP and EM of the reliabilities, alternating with ML-II of the kernel (three
+        rounds at most; until the kernel stops moving):
+        ``(latent, result, sweeps, converged)``."""
+        Y01 = data.y
+        latent = make(np.ones(Y01.shape[0]), MultiAnnotator(Y01, *data.found["reliabilities"]))
+        sites = self._warm_sites(latent.X) if self.warm_start else None
         sweeps = 0
         for _ in range(3 if self.optimizer is not None else 1):
             latent, res, em_converged, used = self._em(latent, Y01, sites)
@@ -457,14 +459,16 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         if res is None or latent.sparse:   # sparse EM ran EP to em_tol only
             res = self._run(latent, sites)
             sweeps += res.n_iter
-        self.classes_ = classes
-        self._Y01 = Y01
-        self._set_fitted(latent, res, sweeps, bool(res.converged and em_converged))
+        return latent, res, sweeps, bool(res.converged and em_converged)
+
+    def _set_fits(self, data, fits):
+        self.classes_ = data.found["classes"]
+        self._Y01 = data.y
+        self._set_fitted(*fits)
         if not self.converged_:
             warnings.warn("MultiAnnotatorGPClassifier: EM/EP did not converge; increase "
                           "max_em_iter or max_iter, or lower damping.", ConvergenceWarning,
                           stacklevel=user_stacklevel())
-        return self
 
     def _set_fitted(self, latent, result, n_iter, converged):
         self._latent = latent
@@ -495,7 +499,7 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
         R = Y01.shape[1]
         likelihood = MultiAnnotator(Y01, reader.array("sensitivity", (R,)),
                                     reader.array("specificity", (R,)))
-        config = self._ep_config(resolve("cpu"))
+        config = self._loaded_config()
         latent, result = latent_from_state(reader, reader.meta, "f_", X, np.ones(n), likelihood,
                                            config)
         self.classes_, self._Y01 = classes, Y01

@@ -10,10 +10,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..typing import Array, ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, RandomStateLike
 from .._dask import is_dask_array, scalar_data
-from ..backend import resolve
 from ..likelihoods.tobit import (Tobit, censored_predictive, censored_quantile,
                                  check_censored_data, check_limits)
-from ._base import SingleLatentEstimator, as_generator, fit_entry, fit_rows, shared
+from ._base import FitData, SingleLatentEstimator, fit_entry, shared
 from ._dask import da_map_rows
 from ..kernels import kernel_from_dict
 from ._latent import LaplaceGP
@@ -211,6 +210,9 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
         -------
         self
         """
+        return self._fit(X, y, lower=lower, upper=upper)
+
+    def _fit_data(self, X, y, lower=None, upper=None):
         if y is None:
             raise ValueError("CensoredGPRegressor requires y to be passed, but the target y "
                              "is None.")
@@ -232,19 +234,23 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
             raise ValueError("inference='laplace' runs dense on the CPU: inducing points "
                              "(n_inducing / inducing_points) and device='cuda' need "
                              f"inference='ep'; got inference={self.inference!r}.")
-        backend = resolve(self.device, type(self).__name__)
-        config = self._ep_config(backend, n=0 if laplace else fit_rows(X))   # Laplace: dense
-        rng = as_generator(self.random_state)
-        X = X if is_dask_array(X) else np.ascontiguousarray(X)
-        likelihood = Tobit(self.noise_variance, lower=lo_arr, upper=up_arr)
-        if laplace:
-            problem, kernel, Z = LaplaceGP, self._fresh_kernel(X), None
-        else:
-            problem, kernel, Z = self._problem(X, rng)
-        latent = problem(X, y, kernel, likelihood, config, Z)
-        latent, result = self._fit_latent(latent, rng)
-        self._set_fitted(latent, result, _limit(lo), _limit(up))
-        return self
+        # the EP configuration checks no likelihood here (as before issue 62); Laplace: dense
+        return FitData(X, y, rows=0 if laplace else None,
+                       found={"limits": (lo_arr, up_arr), "lower": _limit(lo),
+                              "upper": _limit(up)})
+
+    def _problem(self, X, rng):
+        if self.inference == "laplace":
+            return LaplaceGP, self._fresh_kernel(X), None
+        return super()._problem(X, rng)
+
+    def _problems(self, make, data):
+        """One latent problem under the Tobit likelihood of the fit's limits."""
+        lo, up = data.found["limits"]
+        return [make(data.y, Tobit(self.noise_variance, lower=lo, upper=up))]
+
+    def _set_fits(self, data, fits):
+        self._set_fitted(*fits[0], data.found["lower"], data.found["upper"])
 
     def _set_fitted(self, latent, result, lower, upper):
         self._set_latent(latent, result)
@@ -281,7 +287,7 @@ class CensoredGPRegressor(RegressorMixin, SingleLatentEstimator):
             raise ValueError(f"the likelihood must be Tobit; got {type(saved).__name__}")
         likelihood = Tobit(saved.noise_variance, lower=lo, upper=up,
                            noise_variance_bounds=saved.parameter_bounds("noise_variance"))
-        config = self._ep_config(resolve("cpu"))
+        config = self._loaded_config()
         if self.inference == "laplace":
             kernel = kernel_from_dict(reader.value("kernel", dict))
             latent = LaplaceGP(X, y, kernel, likelihood, config)

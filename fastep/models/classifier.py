@@ -13,9 +13,8 @@ from ..typing import (Array, ArrayLike, ArrayOrStd, HyperpriorLike, KernelLike,
                        OptimizerLike, RandomStateLike)
 from .._checks import label_text
 from .._dask import is_dask_array
-from ..backend import resolve
 from ..likelihoods import Likelihood, Logistic, Probit
-from ._base import EPEstimator, as_generator, fit_entry, fit_rows, latent_output, shared
+from ._base import EPEstimator, FitData, fit_entry, latent_output, shared
 from ._state import latent_from_state, latent_state, likelihood_of
 from ._validation import class_labels, validate_X_y
 
@@ -232,8 +231,10 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
         -------
         self
         """
-        dask_input = is_dask_array(X)
-        if dask_input:                   # sparse EP on the active Dask client's workers
+        return self._fit(X, y)
+
+    def _fit_data(self, X, y):
+        if is_dask_array(X):             # sparse EP on the active Dask client's workers
             X, y = self._dask_fit_data(X, y)
             classes = self._dask_classes(y)
         else:
@@ -243,17 +244,17 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
             raise ValueError(f"EPGaussianProcessClassifier requires at least 2 classes in y; "
                              f"got only one class, {label_text(classes[0])}. Fit on data "
                              f"with examples of every class.")
-        backend = resolve(self.device, type(self).__name__)
-        config = self._ep_config(backend, n=fit_rows(X))
-        rng = as_generator(self.random_state)
-        X = X if dask_input else np.ascontiguousarray(X)
-        problem, kernel, Z = self._problem(X, rng)
+        return FitData(X, y, found={"classes": classes})
+
+    def _problems(self, make, data):
+        """One binary problem per class (one-vs-rest; one problem for two classes)."""
+        classes = data.found["classes"]
         likelihood = self._make_likelihood()
         targets = [classes[1]] if classes.size == 2 else list(classes)
-        fits = self._fit_latents([problem(X, np.where(y == c, 1.0, -1.0), kernel, likelihood,
-                                          config, Z) for c in targets], rng)
-        self._set_fitted(classes, [f[0] for f in fits], [f[1] for f in fits])
-        return self
+        return [make(np.where(data.y == c, 1.0, -1.0), likelihood) for c in targets]
+
+    def _set_fits(self, data, fits):
+        self._set_fitted(data.found["classes"], [f[0] for f in fits], [f[1] for f in fits])
 
     def _set_fitted(self, classes, latents, results):
         """Fitted attributes from the binary problems and their EP results (also used by
@@ -283,7 +284,7 @@ class EPGaussianProcessClassifier(ClassifierMixin, EPEstimator):
             raise ValueError(f"{classes.size} classes need "
                              f"{1 if classes.size == 2 else classes.size} binary problems; the "
                              f"header has {len(problems)}")
-        config = self._ep_config(resolve("cpu"))
+        config = self._loaded_config()
         fits = []
         for i, meta in enumerate(problems):
             likelihood = likelihood_of(reader, meta)

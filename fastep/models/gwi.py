@@ -21,7 +21,7 @@ from ..inference import gwi
 from ..kernels import RBF
 from ..likelihoods.robustmax import RobustMax
 from ..kernels import kernel_from_dict
-from ._base import (FastepEstimator, as_generator, fit_entry, fresh_kernel, latent_output,
+from ._base import (FastepEstimator, FitData, fit_entry, fresh_kernel, latent_output,
                     median_heuristic, shared)
 from ._state import likelihood_of
 from ._validation import class_labels, validate_X, validate_X_y
@@ -219,15 +219,26 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
         -------
         self
         """
+        return self._fit(X, y)
+
+    #: the robust-max products need numba's CUDA target only, not CuPy's dense algebra
+    _dense_algebra = False
+
+    def _fit_data(self, X, y):
         X, y = validate_X_y(self, X, y, dtype=np.float64, ensure_min_samples=1)
-        self.classes_, y_idx = class_labels(y, return_inverse=True)
-        J = self.classes_.size
-        if J < 2:
+        classes, y_idx = class_labels(y, return_inverse=True)
+        if classes.size < 2:
             raise ValueError(f"GWIClassifier requires at least 2 classes in y; got only one "
-                             f"class: {self.classes_[0]!r}.")
-        self.likelihood_ = RobustMax(J, self.epsilon, self.n_nodes)
-        self._backend = resolve(self.device, type(self).__name__, dense_algebra=False)
-        rng = as_generator(self.random_state)
+                             f"class: {classes[0]!r}.")
+        return FitData(X, y_idx, found={"classes": classes})
+
+    def _fit_model(self, data, backend, rng):
+        """The measures on the training split, then the temperature on the validation
+        split (``validation_fraction``)."""
+        X, y_idx = data.X, data.y
+        self.classes_ = data.found["classes"]
+        self.likelihood_ = RobustMax(self.classes_.size, self.epsilon, self.n_nodes)
+        self._backend = backend
         n = X.shape[0]
         n_val = int(self.validation_fraction * n)
         perm = rng.permutation(n) if n_val else np.arange(n)
@@ -268,7 +279,6 @@ class GWIClassifier(ClassifierMixin, FastepEstimator):
                 _LOG.info("GWI tempering on %d validation points: T = %.4g, log loss %.4f -> "
                           "%.4f per point", n_val, T, before / n_val, after / n_val)
         self._set_public_params()
-        return self
 
     def _fit_measures(self, kernel, Z, Xt, yt, rng):
         J = self.classes_.size

@@ -23,7 +23,7 @@ from ..kernels import kernel_from_dict
 from ..kernels.distances import reuse_distances
 from ..likelihoods import MultinomialProbit, multinomial_probit as mp
 from ..priors import hyperprior_terms
-from ._base import EvidenceMixin, FastepEstimator, as_generator, fit_entry, \
+from ._base import EvidenceMixin, FastepEstimator, FitData, fit_entry, \
     latent_output, shared
 from ._mlii import fit_theta
 from ._problem import NamedTheta
@@ -350,9 +350,11 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
                              f"device='cpu', or drop n_inducing and inducing_points for "
                              f"dense nested EP on the GPU.")
 
-    def _problem(self, X, y, kernel, n_classes, Z=None):
+    def _problem(self, X, y, kernel, n_classes, Z=None, backend=None):
+        """The nested EP problem (``backend``: the fit's; None: this estimator's device,
+        when a model is loaded)."""
         self._check_device(Z is not None)
-        backend = resolve(self.device)
+        backend = resolve(self.device) if backend is None else backend
         return NestedGP(np.ascontiguousarray(X), np.asarray(y, dtype=np.int64), kernel,
                         int(n_classes), self.damping, float(self.tol), int(self.max_iter), Z,
                         backend)
@@ -371,18 +373,25 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
         -------
         self
         """
+        return self._fit(X, y)
+
+    def _fit_data(self, X, y):
         X, y = validate_X_y(self, X, y, dtype=np.float64, ensure_min_samples=1)
         classes, labels = class_labels(y, return_inverse=True)
         if classes.size < 2:
             raise ValueError(f"NestedEPClassifier requires at least 2 classes in y; got only "
                              f"one class: {classes[0]!r}.")
-        rng = as_generator(self.random_state)
-        Z = None
         m = inducing_count(self.n_inducing, X.shape[0])
         self._check_device(m is not None or self.inducing_points is not None)
+        return FitData(X, labels, found={"classes": classes, "n_inducing": m})
+
+    def _fit_model(self, data, backend, rng):
+        """MAP-II (ML-II) of the kernel, then nested EP at the fitted kernel."""
+        X, labels, classes = data.X, data.y, data.found["classes"]
+        m, Z = data.found["n_inducing"], None
         if m is not None or self.inducing_points is not None:
             Z = check_inducing(X, m, self.inducing_points, rng)
-        problem = self._problem(X, labels, self._fresh_kernel(X), classes.size, Z)
+        problem = self._problem(X, labels, self._fresh_kernel(X), classes.size, Z, backend)
         problem.check_memory()
         owner = type(self).__name__
         prior = hyperprior_terms(self.hyperprior, problem.theta_names, problem.theta.size,
@@ -396,7 +405,6 @@ class NestedEPClassifier(ClassifierMixin, EvidenceMixin, FastepEstimator):
                 self.max_iter_optimizer, self.tol_optimizer, prior)
         result = problem.final(sites)           # warns if it did not converge
         self._set_fitted(classes, problem, result)
-        return self
 
     def _set_fitted(self, classes, problem, result):
         self.classes_ = classes

@@ -11,9 +11,8 @@ from sklearn.utils.validation import check_is_fitted
 from ..typing import Array, ArrayLike, KernelLike, OptimizerLike, RandomStateLike
 from .._checks import label_text
 from .._dask import is_dask_array
-from ..backend import resolve
 from ..likelihoods import OrdinalProbit
-from ._base import SingleLatentEstimator, as_generator, fit_entry, fit_rows, shared
+from ._base import FitData, SingleLatentEstimator, fit_entry, shared
 from ._dask import da_map_rows, rows_like
 from ._state import latent_from_state, latent_state, likelihood_of
 from ._validation import class_labels, validate_X_y
@@ -203,8 +202,10 @@ class OrdinalGPClassifier(ClassifierMixin, SingleLatentEstimator):
         -------
         self
         """
-        dask_input = is_dask_array(X)
-        if dask_input:                   # sparse EP on the active Dask client's workers
+        return self._fit(X, y)
+
+    def _fit_data(self, X, y):
+        if is_dask_array(X):             # sparse EP on the active Dask client's workers
             import dask.array as da
             X, y = self._dask_fit_data(X, y)
             classes = self._dask_classes(y)
@@ -226,17 +227,15 @@ class OrdinalGPClassifier(ClassifierMixin, SingleLatentEstimator):
             if cuts.size != classes.size - 1:
                 raise ValueError(f"cut_points must hold K - 1 = {classes.size - 1} values for "
                                  f"the {classes.size} levels in y; got {cuts.size}.")
-        likelihood = OrdinalProbit(cuts)
-        backend = resolve(self.device, type(self).__name__)
-        config = self._ep_config(backend, likelihood, n=fit_rows(X))
-        rng = as_generator(self.random_state)
-        X = X if dask_input else np.ascontiguousarray(X)
-        problem, kernel, Z = self._problem(X, rng)
-        latent = problem(X, levels, kernel, likelihood, config, Z)
-        latent, result = self._fit_latent(latent, rng)
-        self.classes_ = classes
-        self._set_fitted(latent, result)
-        return self
+        return FitData(X, levels, OrdinalProbit(cuts), found={"classes": classes})
+
+    def _problems(self, make, data):
+        """One latent problem: the levels 0..K-1 under the ordinal probit."""
+        return [make(data.y, data.likelihood)]
+
+    def _set_fits(self, data, fits):
+        self.classes_ = data.found["classes"]
+        self._set_fitted(*fits[0])
 
     def _set_fitted(self, latent, result):
         self._set_latent(latent, result)
@@ -259,7 +258,7 @@ class OrdinalGPClassifier(ClassifierMixin, SingleLatentEstimator):
                              f"OrdinalProbit likelihood has {likelihood.n_levels - 1} cut "
                              f"points ({likelihood.n_levels} levels); the two must agree")
         y = likelihood.encode_targets(reader.array("y", (n,)))
-        config = self._ep_config(resolve("cpu"), likelihood)
+        config = self._loaded_config(likelihood)
         latent, result = latent_from_state(reader, reader.meta, "f_", X, y, likelihood, config)
         self.classes_ = classes
         self._set_fitted(latent, result)

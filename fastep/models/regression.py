@@ -14,12 +14,11 @@ from sklearn.utils.validation import check_is_fitted
 from ..typing import Array, ArrayLike, ArrayOrStd, KernelLike, OptimizerLike, RandomStateLike
 from .._caller import user_stacklevel
 from .._dask import is_dask_array, scalar_data
-from ..backend import resolve
 from ..likelihoods.counts import LOG_MAX
 from ..likelihoods import (Binomial, Gaussian, Likelihood, LogLogistic, LogNormal, NegativeBinomial,
                            OrdinalProbit, Poisson, StudentT, Tobit, Weibull,
                            ZeroInflatedNegativeBinomial, ZeroInflatedPoisson)
-from ._base import SingleLatentEstimator, as_generator, fit_entry, fit_rows, shared
+from ._base import FitData, SingleLatentEstimator, fit_entry, shared
 from ._dask import da_map_rows
 from ._state import latent_from_state, latent_state, likelihood_of
 from ._validation import same_rows, validate_X, validate_column
@@ -286,11 +285,13 @@ class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
         -------
         self
         """
+        return self._fit(X, y, **data)
+
+    def _fit_data(self, X, y, **data):
         if y is None:
             raise ValueError("EPGaussianProcessRegressor requires y to be passed, but the "
                              "target y is None.")
-        dask_input = is_dask_array(X)
-        if dask_input:           # sparse EP on the Dask client's workers, y checked there
+        if is_dask_array(X):     # sparse EP on the Dask client's workers, y checked there
             X, y = self._dask_fit_data(X, y)
             likelihood = self._data(self._make_likelihood(), 1, scalar_data(data))
             y = y.astype(np.float64)
@@ -300,7 +301,6 @@ class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
             same_rows(X, y)
             likelihood = self._data(self._make_likelihood(), X.shape[0], data)
             y = likelihood.encode_targets(y)
-            X = np.ascontiguousarray(X)
         self._y_shift, self._y_scale = 0.0, 1.0
         if self._normalizes(likelihood):
             if is_dask_array(y):
@@ -314,24 +314,26 @@ class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
                                  f"Remove the rows whose target is NaN or infinite.")
             self._y_shift, self._y_scale = shift, (scale if scale > 0.0 else 1.0)
             y = (y - self._y_shift) / self._y_scale
-        backend = resolve(self.device, type(self).__name__)
-        config = self._ep_config(backend, likelihood, n=fit_rows(X))
-        rng = as_generator(self.random_state)
-        problem, kernel, Z = self._problem(X, rng)
+        return FitData(X, y, likelihood)
+
+    def _fit_problems(self, make, data, rng):
+        """ML-II from each of :meth:`_likelihood_starts`, the fit of the highest evidence
+        kept, with its warnings (the others' dropped)."""
         best = None
-        for start in self._likelihood_starts(likelihood, y):
+        for start in self._likelihood_starts(data.likelihood, data.y):
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                latent = problem(X, y, copy.deepcopy(kernel), start, config, Z)
-                fit = self._fit_latent(latent, rng)
+                fit = self._fit_latent(make(data.y, start, own_kernel=True), rng)
             if best is None or (fit[1].log_marginal_likelihood
                                 > best[0][1].log_marginal_likelihood):
                 best = (fit, caught)
         assert best is not None                       # one start at least
         for w in best[1]:                             # the warnings of the fit kept
             warnings.warn(w.message, stacklevel=user_stacklevel())
-        self._set_latent(*best[0])
-        return self
+        return [best[0]]
+
+    def _set_fits(self, data, fits):
+        self._set_latent(*fits[0])
 
     def _likelihood_starts(self, likelihood, y):
         """The likelihoods ML-II starts from: the given one, and for the default
@@ -371,7 +373,7 @@ class EPGaussianProcessRegressor(RegressorMixin, SingleLatentEstimator):
                 for name in saved.data_names if f"data_{name}" in reader.arrays}
         likelihood = saved.with_data(n, **data)
         y = likelihood.encode_targets(reader.array("y", (n,), allow_nan=saved.nan_targets))
-        config = self._ep_config(resolve("cpu"), likelihood)
+        config = self._loaded_config(likelihood)
         latent, result = latent_from_state(reader, reader.meta, "f_", X, y, likelihood, config)
         # files of 0.2 have no normalisation (y in its own units)
         shift = reader.value("y_shift", float) if "y_shift" in reader.meta else 0.0

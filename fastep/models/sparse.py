@@ -17,7 +17,7 @@ from .._theta import ThetaEntry
 from ..inference import collapsed
 from ..inference.inducing import check_inducing
 from ..kernels import kernel_from_dict
-from ._base import (EvidenceMixin, FastepEstimator, as_generator, fit_entry, latent_output,
+from ._base import (EvidenceMixin, FastepEstimator, FitData, fit_entry, latent_output,
                     shared)
 from ._latent import inducing_bounds
 from ._mlii import maximize_evidence
@@ -213,12 +213,19 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
         -------
         self
         """
+        return self._fit(X, y)
+
+    def _fit_data(self, X, y):
         X, y = validate_X_y(self, X, y, dtype=np.float64, y_numeric=True)
-        X = np.ascontiguousarray(X)
-        rng = as_generator(self.random_state)
+        return FitData(np.ascontiguousarray(X), np.asarray(y, dtype=float))
+
+    def _fit_model(self, data, backend, rng):
+        """The collapsed bound's maximum over kernel, noise and inducing inputs (no
+        device: it runs on the CPU)."""
+        X, y = data.X, data.y
         m = min(100, X.shape[0]) if self.n_inducing is None else self.n_inducing
         Z = check_inducing(X, m, self.inducing_points, rng)
-        problem = CollapsedSparseGP(X, np.asarray(y, dtype=float), self._fresh_kernel(X),
+        problem = CollapsedSparseGP(X, y, self._fresh_kernel(X),
                                     float(self.noise_variance), Z, float(self.power),
                                     bool(self.optimize_inducing))
         # the work is m^2 n flops, that of a dense Cholesky of size (m^2 n)^(1/3)
@@ -230,7 +237,6 @@ class SparseGPRegressor(EvidenceMixin, RegressorMixin, FastepEstimator):
                                                max_iter=self.max_iter_optimizer,
                                                tol=self.tol_optimizer)
             self._set_fitted(problem, problem.state())
-        return self
 
     def _set_fitted(self, problem, state):
         if not np.isfinite(state.value):
