@@ -27,7 +27,7 @@ def precompile(verbose: bool = False) -> float:
     >>> import fastep
     >>> seconds = fastep.precompile()
     """
-    from .backend import cpu
+    from .backend import cpu_loops as cpu
     from .inference.ep import ep
     from .inference.sparse_ep import sparse_ep, sparse_ep_gradient
     from .kernels import RBF, Matern12, Matern32, Matern52

@@ -10,6 +10,9 @@ rebuilds the posterior on the CPU from what was stored, so predictions round-tri
 and predicts on the CPU, equal to its GPU predictions to rounding (1e-10 on an H100).
 Writing is atomic: a temporary file in the same folder, flushed and renamed over the
 target.
+
+Over 450 lines: one job, the model file: its format, the checks of an untrusted file and
+the layouts of every version read back.
 """
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ from fastep.kernels import RBF
 from fastep.likelihoods import (LogLogistic, LogNormal, Probit, Tobit, Weibull,
                                 ZeroInflatedNegativeBinomial, ZeroInflatedPoisson)
 from fastep.models._base import median_heuristic
-from fastep.models.annotators import concatenate_labels, majority_vote
+from fastep.models import concatenate_labels, majority_vote
 
 
 # =========================================================================================

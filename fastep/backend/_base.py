@@ -6,6 +6,9 @@ the Gram matrices of kernels, and the way a streamed pass shares its chunks of d
 among workers.  Two backends exist: :class:`fastep.backend.cpu.CPUBackend` (NumPy,
 LAPACK/BLAS and Numba loops) and :class:`fastep.backend.cuda.CUDABackend` (CuPy and
 ``numba.cuda`` kernels).  A new target implements this class and runs every algorithm.
+
+Over 450 lines: one job, the backend contract: each operation a CPU and a GPU do
+differently, documented once for both.
 """
 from __future__ import annotations
 
@@ -450,7 +453,7 @@ class Backend(abc.ABC):
     def parallel_sites(self, tilted: Any, data: SiteData, bufs: SiteBuffers, damping: float,
                        clip: bool) -> int:
         """Parallel EP proposals for every site from the same marginals, into ``bufs`` (see
-        :func:`fastep.backend.cpu.parallel_sites`); returns the number of skipped sites.
+        :func:`fastep.backend.cpu_loops.parallel_sites`); returns the number of skipped sites.
 
         Parameters
         ----------
@@ -471,7 +474,7 @@ class Backend(abc.ABC):
     def power_sites(self, tilted: Any, data: SiteData, bufs: SiteBuffers, resid: XArray,
                     alpha: float, damping: float, clip: bool, serial: bool = False) -> int:
         """Power-EP proposals on projections, into ``bufs`` (see
-        :func:`fastep.backend.cpu.power_sites`); returns the number of skipped sites.
+        :func:`fastep.backend.cpu_loops.power_sites`); returns the number of skipped sites.
 
         Parameters
         ----------

@@ -48,7 +48,7 @@ def demo_annotators(args):
     import fastep
     from fastep.datasets import load_breast_cancer, simulate_annotators, split_standardized
     from fastep.kernels import RBF
-    from fastep.models.annotators import majority_vote
+    from fastep.models import majority_vote
 
     X, y, _ = load_breast_cancer()
     Xtr, Xte, ytr, yte = split_standardized(X, y, random_state=args.seed)

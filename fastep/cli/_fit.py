@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from ..models.nested import dense_matrices
+from ..models.nested_problem import dense_matrices
 from ..models.regression import REGRESSION_LIKELIHOODS
 from ._progress import _FitProgress
 from ._tables import (ROW_DATA, _check_features, _check_output, _connect, _named,

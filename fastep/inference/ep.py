@@ -16,6 +16,9 @@ Its gradient for kernel parameters at the fixed point is
 The driver is written once over a backend (:mod:`fastep.backend`): on the CPU the
 factorisations run in place on reused buffers (LAPACK), on the GPU through CuPy, and
 the per-site loops are the backend's compiled loops.
+
+Over 450 lines: one job, the dense EP driver: the parallel and sequential schedules,
+robust EP's fallbacks and the result object's documented methods.
 """
 from __future__ import annotations
 

@@ -23,6 +23,9 @@ follow from the same factors (``H_c = D_c A_c^-1 D_c``, ``X_c = H_c - D_c P^-1 S
 
     R_cc' = T_cc' - [d_cc' H_c - H_c P^-1 D_c' - D_c P^-1 H_c' + D_c P^-1 S P^-1 D_c']
             - X_c M^-1 X_c'^T.
+
+Over 450 lines: one job, nested EP: its sweeps, posterior, evidence and gradient share
+the per-class factorisations and are read together.
 """
 from __future__ import annotations
 

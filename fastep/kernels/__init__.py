@@ -1,10 +1,13 @@
-"""Covariance functions (see :mod:`fastep.kernels._base` for the protocol)."""
+"""Covariance functions (see :mod:`fastep.kernels._base` for the protocol, and its
+docstring for where each kind of kernel lives)."""
 from __future__ import annotations
 
 from typing import Any
 
-from ._base import (ConstantKernel, Hyperparameter, Kernel, Linear, Product, SklearnKernel, Sum,
-                    WhiteKernel, as_kernel)
+from ._base import Hyperparameter, Kernel
+from .algebra import Product, Sum
+from .simple import ConstantKernel, Linear, WhiteKernel
+from .sklearn_adapter import SklearnKernel, as_kernel
 from .separable import Periodic, RationalQuadratic
 from .stationary import RBF, Matern12, Matern32, Matern52
 

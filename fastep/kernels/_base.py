@@ -1,4 +1,8 @@
-"""Covariance functions: log-space hyperparameters, composition, gradients, any backend.
+"""The kernel protocol: log-space hyperparameters, gradients, any backend.  The algebra of
+kernels (``+``, ``*``) is :mod:`fastep.kernels.algebra`; the constant, white-noise and
+linear kernels :mod:`fastep.kernels.simple`; the stationary ones
+:mod:`fastep.kernels.stationary` and :mod:`fastep.kernels.separable`; the scikit-learn
+adapter :mod:`fastep.kernels.sklearn_adapter`.
 
 Every kernel is callable like a scikit-learn kernel, ``k(X, Y=None)``, and exposes
 ``theta`` (log of the free hyperparameters), ``bounds`` (log space, shape
@@ -21,13 +25,15 @@ terms of those operations, and so runs on every backend::
 and, where ``_uses_gram``, ``_contract_gram(be, X, Y, G, K)``: ``_contract_all`` given
 ``K = K(X, Y)`` (the stationary kernels, whose derivatives are K times functions of the
 inputs: a caller that holds K spares the kernel values).
+
+Over 450 lines: one job, the kernel protocol: the hooks, the public methods over them
+(each with its docstring and backend argument) and the hyperparameter records.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import copy
-import numbers
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -35,6 +41,11 @@ from numpy.typing import ArrayLike
 from .._checks import float_array, parameter_bounds
 from .._theta import ThetaEntry, entries_of
 from .gram import HOST
+
+
+#: ``+`` and ``*`` of kernels: filled by :mod:`fastep.kernels.algebra` (which the package
+#: imports with this module), so that the protocol does not import the kernels built on it.
+_ALGEBRA: Dict[str, Callable[[Any, Any], Any]] = {}
 
 
 def _as_2d(X: ArrayLike, name: str = "X", backend: Any = None) -> np.ndarray:
@@ -339,12 +350,12 @@ class Kernel:
 
     # --- composition ---------------------------------------------------------------
     def __add__(self, other):
-        return Sum(self, _as_kernel_operand(other))
+        return _ALGEBRA["+"](self, other)
 
     __radd__ = __add__
 
     def __mul__(self, other):
-        return Product(self, _as_kernel_operand(other))
+        return _ALGEBRA["*"](self, other)
 
     __rmul__ = __mul__
 
@@ -409,120 +420,6 @@ def _fmt(v):
     return f"{v[0]:.4g}" if v.size == 1 else "[" + ", ".join(f"{x:.4g}" for x in v) + "]"
 
 
-def _as_kernel_operand(other):
-    if isinstance(other, Kernel):
-        return other
-    if isinstance(other, numbers.Real):
-        return ConstantKernel(float(other))
-    return as_kernel(other)
-
-
-class _Composite(Kernel):
-    def __init__(self, k1: Kernel, k2: Kernel) -> None:
-        self.k1, self.k2 = k1, k2
-        self._params = []
-
-    def _leaf_params(self):
-        return self.k1._leaf_params() + self.k2._leaf_params()
-
-    def __eq__(self, other):
-        return type(self) is type(other) and self.k1 == other.k1 and self.k2 == other.k2
-
-    __hash__ = object.__hash__
-
-    def __repr__(self):
-        # a sum inside a product keeps its parentheses: (a + b) * c is not a + b * c
-        def part(k):
-            return f"({k!r})" if self._op == "*" and isinstance(k, Sum) else repr(k)
-        return f"{part(self.k1)} {self._op} {part(self.k2)}"
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"type": type(self).__name__, "k1": self.k1.to_dict(), "k2": self.k2.to_dict()}
-
-    def is_stationary(self) -> bool:
-        return self.k1.is_stationary() and self.k2.is_stationary()
-
-
-class Sum(_Composite):
-    """k1 + k2.
-
-    Usually built with ``+`` (a number is a :class:`ConstantKernel`).
-
-    Parameters
-    ----------
-    k1, k2 : Kernel
-        The two kernels added; their free hyperparameters are k1's, then k2's (in
-        :attr:`theta`).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from fastep.kernels import RBF, WhiteKernel
-    >>> k = RBF() + WhiteKernel(0.1)
-    >>> float(k(np.zeros((1, 2)))[0, 0])
-    1.1
-    """
-    _op = "+"
-
-    def _gram(self, be, X, Y):
-        return self.k1._gram(be, X, Y) + self.k2._gram(be, X, Y)
-
-    def _diag(self, be, X):
-        return self.k1._diag(be, X) + self.k2._diag(be, X)
-
-    def _contract_all(self, be, X, Y, G):
-        return np.concatenate([self.k1._contract_all(be, X, Y, G),
-                               self.k2._contract_all(be, X, Y, G)])
-
-    def _diag_contract_all(self, be, X, g):
-        return np.concatenate([self.k1._diag_contract_all(be, X, g),
-                               self.k2._diag_contract_all(be, X, g)])
-
-    def _input_contract(self, be, X, Y, G):
-        return self.k1._input_contract(be, X, Y, G) + self.k2._input_contract(be, X, Y, G)
-
-
-class Product(_Composite):
-    """k1 * k2; d(K1 o K2) = dK1 o K2 + K1 o dK2, contracted as (G o K2) with k1.
-
-    Usually built with ``*`` (a number is a :class:`ConstantKernel`).
-
-    Parameters
-    ----------
-    k1, k2 : Kernel
-        The two kernels multiplied elementwise; their free hyperparameters are k1's,
-        then k2's (in :attr:`theta`).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from fastep.kernels import Linear, RBF
-    >>> k = RBF() * Linear(2.0)
-    >>> float(k(np.ones((1, 1)))[0, 0])
-    2.0
-    """
-    _op = "*"
-
-    def _gram(self, be, X, Y):
-        return self.k1._gram(be, X, Y) * self.k2._gram(be, X, Y)
-
-    def _diag(self, be, X):
-        return self.k1._diag(be, X) * self.k2._diag(be, X)
-
-    def _contract_all(self, be, X, Y, G):
-        return np.concatenate([self.k1._contract_all(be, X, Y, G * self.k2._gram(be, X, Y)),
-                               self.k2._contract_all(be, X, Y, G * self.k1._gram(be, X, Y))])
-
-    def _diag_contract_all(self, be, X, g):
-        return np.concatenate([self.k1._diag_contract_all(be, X, g * self.k2._diag(be, X)),
-                               self.k2._diag_contract_all(be, X, g * self.k1._diag(be, X))])
-
-    def _input_contract(self, be, X, Y, G):
-        # called with the cross form (Y given); the symmetric case arrives as (X, X, G + G^T)
-        return (self.k1._input_contract(be, X, Y, G * self.k2._gram(be, X, Y))
-                + self.k2._input_contract(be, X, Y, G * self.k1._gram(be, X, Y)))
-
-
 #: The entries of a Parameters section every variance-and-lengthscale kernel shares: a
 #: subclass's docstring names them ``{variance}``, ``{lengthscale}`` and ``{bounds}``
 #: (:meth:`_VarianceLengthscale.__init_subclass__` writes them in, once, at class creation).
@@ -582,295 +479,3 @@ class _OneParameter(Kernel):
 
     def _input_contract(self, be, X, Y, G):
         return np.zeros(X.shape)
-
-
-class ConstantKernel(_OneParameter):
-    """k(x, x') = constant.
-
-    Parameters
-    ----------
-    constant : float, default 1.0
-        The value of every entry, > 0.
-    constant_bounds : (float, float) or "fixed", default (1e-5, 1e5)
-        ML-II bounds of ``constant``: ``(low, high)`` in its own units, or ``"fixed"``
-        (not optimised).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> ConstantKernel(2.0)(np.zeros((2, 1))).tolist()
-    [[2.0, 2.0], [2.0, 2.0]]
-    """
-
-    def __init__(self, constant: float = 1.0,
-                 constant_bounds: Union[Tuple[float, float], str] = (1e-5, 1e5)) -> None:
-        self._params = [Hyperparameter("constant", constant, constant_bounds, scalar=True)]
-
-    def _gram(self, be, X, Y):
-        return be.xp.full((X.shape[0], X.shape[0] if Y is None else Y.shape[0]), self._value)
-
-    def _diag(self, be, X):
-        return be.xp.full(X.shape[0], self._value)
-
-    def _contract_all(self, be, X, Y, G):
-        return [self._value * float(be.xp.sum(G))]
-
-    def is_stationary(self) -> bool:
-        return True
-
-
-class WhiteKernel(_OneParameter):
-    """k(x, x') = noise_level if x and x' are the same training point (Y is None), else 0.
-
-    Parameters
-    ----------
-    noise_level : float, default 1.0
-        The variance of the independent noise, > 0.
-    noise_level_bounds : (float, float) or "fixed", default (1e-5, 1e5)
-        ML-II bounds of ``noise_level``: ``(low, high)`` in its own units, or ``"fixed"``
-        (not optimised).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> WhiteKernel(0.5)(np.zeros((2, 1))).tolist()
-    [[0.5, 0.0], [0.0, 0.5]]
-    """
-
-    def __init__(self, noise_level: float = 1.0,
-                 noise_level_bounds: Union[Tuple[float, float], str] = (1e-5, 1e5)) -> None:
-        self._params = [Hyperparameter("noise_level", noise_level, noise_level_bounds,
-                                       scalar=True)]
-
-    def _gram(self, be, X, Y):
-        if Y is None:
-            return be.xp.eye(X.shape[0]) * self._value
-        return be.xp.zeros((X.shape[0], Y.shape[0]))
-
-    def _diag(self, be, X):
-        return be.xp.full(X.shape[0], self._value)
-
-    def _contract_all(self, be, X, Y, G):
-        return [self._value * float(be.xp.trace(G)) if Y is None else 0.0]
-
-    def is_stationary(self) -> bool:
-        return True
-
-
-class Linear(_OneParameter):
-    """k(x, x') = variance * x . x' (Bayesian linear regression on the inputs).
-
-    Parameters
-    ----------
-    variance : float, default 1.0
-        The prior variance of the linear weights, > 0.
-    variance_bounds : (float, float) or "fixed", default (1e-5, 1e5)
-        ML-II bounds of ``variance``: ``(low, high)`` in its own units, or ``"fixed"``
-        (not optimised).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> Linear(2.0)(np.array([[1.0, 2.0]])).tolist()
-    [[10.0]]
-    """
-
-    def __init__(self, variance: float = 1.0,
-                 variance_bounds: Union[Tuple[float, float], str] = (1e-5, 1e5)) -> None:
-        self._params = [Hyperparameter("variance", variance, variance_bounds, scalar=True)]
-
-    def _gram(self, be, X, Y):
-        return be.xp.ascontiguousarray(self._value * (X @ (X if Y is None else Y).T))
-
-    def _diag(self, be, X):
-        return self._value * be.xp.sum(X * X, axis=1)
-
-    def _contract_all(self, be, X, Y, G):
-        return [float(be.xp.vdot(G, self._gram(be, X, Y)))]
-
-    def _diag_contract_all(self, be, X, g):
-        return [float(g @ self._diag(be, X))]
-
-    def _input_contract(self, be, X, Y, G):
-        return be.to_host(self._value * (G @ Y))
-
-
-class SklearnKernel(Kernel):
-    """Adapter for a scikit-learn kernel object (evaluated on the host).
-
-    Its gradient is contracted from scikit-learn's ``(n, n, p)`` tensor, so it
-    needs ``p`` times the memory of the Gram matrix; prefer fastep's own
-    kernels for large n.  Models with it cannot be saved (it is not described by
-    parameters alone).
-
-    Parameters
-    ----------
-    kernel : sklearn.gaussian_process.kernels.Kernel
-        The scikit-learn kernel (its ``theta``, ``bounds`` and ``clone_with_theta`` become
-        this kernel's).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn.gaussian_process.kernels import RBF as SkRBF
-    >>> k = SklearnKernel(SkRBF(1.0))
-    >>> float(k(np.zeros((1, 1)))[0, 0])
-    1.0
-    """
-
-    def __init__(self, kernel: Any) -> None:
-        shape, expected = np.shape(kernel.bounds), (kernel.n_dims, 2)
-        if shape != expected:
-            # scikit-learn itself fails later with "too many values to unpack"
-            raise ValueError(
-                f"kernel: the scikit-learn kernel {kernel!r} has hyperparameter bounds of "
-                f"shape {shape}; expected {expected}, one (low, high) pair per "
-                f"hyperparameter. A list of per-feature values passed as a *_bounds "
-                f"argument is the usual cause (scikit-learn's RBF(1.0, [1.0] * 4) sets "
-                f"length_scale_bounds): pass RBF(length_scale=[1.0] * 4), or use "
-                f"fastep.kernels.RBF(variance, lengthscale).")
-        self.kernel = kernel
-        self._params = []
-
-    def theta_entries(self) -> list[ThetaEntry]:
-        """ML-II's names of :attr:`theta`'s entries (``kernel theta[i]``): their bounds
-        are the scikit-learn kernel's own.
-
-        Examples
-        --------
-        >>> from sklearn.gaussian_process.kernels import RBF as SkRBF
-        >>> [e.name for e in SklearnKernel(SkRBF(1.0)).theta_entries()]
-        ['kernel theta[0]']
-        """
-        hint = "the scikit-learn kernel's own bounds"
-        return [ThetaEntry(f"kernel theta[{i}]", hint, hint) for i in range(self.n_dims)]
-
-    def __eq__(self, other):
-        return type(self) is type(other) and self.kernel == other.kernel
-
-    __hash__ = object.__hash__
-
-    @property
-    def n_dims(self):
-        return self.kernel.n_dims
-
-    @property
-    def theta(self):
-        return self.kernel.theta
-
-    @theta.setter
-    def theta(self, theta):
-        self.kernel = self.kernel.clone_with_theta(np.asarray(theta, dtype=float))
-
-    @property
-    def bounds(self):
-        return self.kernel.bounds
-
-    def _gram(self, be, X, Y):
-        K = self.kernel(be.to_host(X), None if Y is None else be.to_host(Y))
-        return be.xp.ascontiguousarray(be.asarray(K))
-
-    def _diag(self, be, X):
-        return be.asarray(self.kernel.diag(be.to_host(X)))
-
-    def gradient_contract(self, X: ArrayLike, G: ArrayLike, Y: Optional[ArrayLike] = None,
-                          backend: Any = None, gram: Optional[ArrayLike] = None) -> np.ndarray:
-        """``sum_jk G_jk dK_jk / dtheta_p`` for every log-hyperparameter, from
-        scikit-learn's ``(n, n, p)`` gradient tensor (only for ``K(X, X)``).
-
-        Parameters
-        ----------
-        X : array-like of shape (n, d)
-            The inputs of ``K = self(X)``.
-        G : array-like of shape (n, n)
-            The weights.
-        Y : array-like or None, default None
-            Must be None: a ``ValueError`` otherwise (scikit-learn gives gradients only
-            for ``K(X, X)``).
-        backend : Backend or None, default None
-            Whose arrays ``X`` and ``G`` are (the contraction runs on the host); None: the
-            host.
-        gram : array-like or None, default None
-            Ignored (scikit-learn evaluates ``K`` with its gradient).
-
-        Returns
-        -------
-        ndarray of shape (n_dims,)
-        """
-        if Y is not None:
-            raise ValueError(_SKLEARN_SPARSE)
-        be = HOST if backend is None else backend
-        _, dK = self.kernel(be.to_host(_as_2d(X, "X", be)), eval_gradient=True)
-        return np.einsum("ij,ijp->p", be.to_host(G), dK)
-
-    def diag_gradient_contract(self, X: ArrayLike, g: ArrayLike,
-                               backend: Any = None) -> np.ndarray:
-        """Not available: raises ``ValueError`` (the inducing-point models that call it
-        need a fastep kernel).
-
-        Parameters
-        ----------
-        X : array-like of shape (n, d)
-            The inputs.
-        g : array-like of shape (n,)
-            The weights, one per row of X.
-        backend : Backend or None, default None
-            Where the computation would run; None: the host.
-        """
-        raise ValueError(_SKLEARN_SPARSE)
-
-    def input_gradient_contract(self, X: ArrayLike, G: ArrayLike,
-                                Y: Optional[ArrayLike] = None,
-                                backend: Any = None) -> np.ndarray:
-        """Not available: raises ``ValueError`` (the inducing-point models that call it
-        need a fastep kernel).
-
-        Parameters
-        ----------
-        X : array-like of shape (n, d)
-            The inputs the derivative would be taken in.
-        G : array-like of shape (n, n2)
-            The weights, of the shape of ``K(X, Y)``.
-        Y : array-like of shape (n2, d) or None, default None
-            The second inputs; None: ``K(X, X)``.
-        backend : Backend or None, default None
-            Where the computation would run; None: the host.
-        """
-        raise ValueError(_SKLEARN_SPARSE)
-
-    def is_stationary(self) -> bool:
-        return self.kernel.is_stationary()
-
-    def __repr__(self):
-        return f"SklearnKernel({self.kernel!r})"
-
-    def to_dict(self) -> Dict[str, Any]:
-        raise ValueError("models with a scikit-learn kernel cannot be saved without pickle; "
-                         "use an equivalent fastep kernel (fastep.kernels) to save the model.")
-
-
-_SKLEARN_SPARSE = ("scikit-learn kernels give gradients only for K(X, X); inducing-point "
-                   "models need a fastep kernel (fastep.kernels: RBF, Matern32, ...).")
-
-
-def as_kernel(kernel: Any) -> Kernel:
-    """Return a fastep kernel for ``kernel`` (fastep or scikit-learn kernel object).
-
-    Parameters
-    ----------
-    kernel : Kernel or sklearn.gaussian_process.kernels.Kernel
-        A fastep kernel (returned as is) or a scikit-learn kernel (wrapped in a
-        :class:`SklearnKernel`); anything else raises ``ValueError``.
-
-    Examples
-    --------
-    >>> from fastep.kernels import RBF
-    >>> as_kernel(RBF()) == RBF()
-    True
-    """
-    if isinstance(kernel, Kernel):
-        return kernel
-    if all(hasattr(kernel, a) for a in ("theta", "bounds", "clone_with_theta", "diag")):
-        return SklearnKernel(kernel)
-    raise ValueError(f"kernel must be a fastep.kernels.Kernel or a scikit-learn kernel; "
-                     f"got {type(kernel).__name__}.")

@@ -40,7 +40,8 @@ from typing import Any, List, Tuple
 import numpy as np
 from scipy.special import ive
 
-from ._base import ConstantKernel, Product, Sum
+from .algebra import Product, Sum
+from .simple import ConstantKernel
 from .separable import Periodic
 from .stationary import Matern12, Matern32, Matern52
 

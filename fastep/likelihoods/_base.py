@@ -16,6 +16,9 @@ of devices or of inference.
 Likelihoods without a closed form are integrated by the quadrature of
 :mod:`fastep.likelihoods._quadrature` (a mode-centred trapezoid rule, adaptive panels where
 it declines).
+
+Over 450 lines: one job, the likelihood contract: the base class's documented interface
+and the host's batch loop of tilted moments it runs.
 """
 from __future__ import annotations
 

@@ -4,6 +4,10 @@
 fallback calls it statically, which keeps every compiled kernel cacheable
 (Numba cannot cache a kernel that receives a compiled function as a value).
 Add a new built-in by giving it a kind here.
+
+Over 450 lines: one job, the built-in scalar log-likelihoods in compiled code, selected
+by kind, which must sit in one module for Numba to cache the kernels that call them
+statically.
 """
 from __future__ import annotations
 

@@ -19,6 +19,9 @@ quadrature of :func:`fastep.likelihoods._quadrature.quad_tilted` (mode-centred t
 adaptive panels where it declines), which follows the likelihood's own scale (counts up to 1e4 and beyond), and the dispersion gradient from
 the same quadrature, by differentiation under the integral.  ``site_extra`` holds
 ``log exposure_i``.
+
+Over 450 lines: one job, the log-link count likelihoods: Poisson, negative binomial and
+their zero-inflated forms share data handling, starts and predictions.
 """
 from __future__ import annotations
 

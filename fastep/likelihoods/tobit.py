@@ -9,6 +9,9 @@ Observation model: ``y* = f + eps``, ``eps ~ N(0, sigma^2)``, recorded as
              = Phi((upper - f)/sigma) - Phi((lower - f)/sigma)   y = NaN (interval)
 
 Limits are per observation (``site_extra`` holds ``(lower_i, upper_i)``), +-inf allowed.
+
+Over 450 lines: one job, the Tobit likelihood: its closed-form tilted moments for each
+censoring case and the censored predictive (mean, quantiles) they share.
 """
 from __future__ import annotations
 

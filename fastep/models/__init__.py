@@ -1,5 +1,6 @@
 """scikit-learn compatible estimators."""
-from .annotators import MultiAnnotatorGPClassifier, concatenate_labels, majority_vote
+from ._annotator_em import concatenate_labels, majority_vote
+from .annotators import MultiAnnotatorGPClassifier
 from .censored import CensoredGPRegressor
 from .classifier import EPGaussianProcessClassifier
 from .columns import TableColumns

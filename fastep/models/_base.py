@@ -23,6 +23,9 @@
   fitted problems (:meth:`~EPEstimator._set_fits`).  An estimator supplies only those
   hooks; the EP estimators keep their problems and EP results for prediction and for
   :func:`fastep.save_model`.
+
+Over 450 lines: one job, what every estimator shares: the parameter table, the fit
+recipe and its hooks, the EP recipe, LOO and the evidence at another theta.
 """
 from __future__ import annotations
 

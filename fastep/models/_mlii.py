@@ -10,6 +10,9 @@ optimiser, :class:`~fastep.models._problem.StagedProblem` for the subsample stag
 knows no parameter by name: each entry of theta says how it is named, shown and bounded
 (:class:`fastep._theta.ThetaEntry`, from the kernel's and likelihood's
 ``theta_entries()``).
+
+Over 450 lines: one job, the ML-II loop: the optimiser, its restarts, the subsample
+stages, the stopping rule and the messages about bounds and gradients.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The protocol between ML-II (:mod:`fastep.models._mlii`) and the problems it fits.
 
 An estimator builds one or more problems in ``fit`` (:class:`~fastep.models._latent.LatentGP`
-and its Laplace and state-space variants, :class:`~fastep.models.nested.NestedGP`, the
+and its Laplace and state-space variants, :class:`~fastep.models.nested_problem.NestedGP`, the
 collapsed sparse regression problem of :class:`~fastep.SparseGPRegressor`); ML-II reads
 and moves them only through :class:`EvidenceProblem`.  A problem is immutable: moving
 ``theta`` makes a new one (:meth:`EvidenceProblem.with_theta`).  Its parameters say how

@@ -135,7 +135,7 @@ def test_rank_updates_and_products_equal_the_dense_formulas():
 def test_a_rank_update_with_weights_of_both_signs_equals_the_dense_formula(signs):
     """``accumulate`` with some weights negative (a chunk-sequential block's change of
     sites, the gradient's d psi / d v) splits G's columns by sign in place
-    (:func:`fastep.backend.cpu.split_by_sign`) for two dsyrk."""
+    (:func:`fastep.backend.cpu_loops.split_by_sign`) for two dsyrk."""
     rng = np.random.default_rng(3)
     m, c = 7, 53
     G = rng.normal(size=(m, c))
@@ -170,7 +170,7 @@ def test_serial_and_parallel_site_loops_write_every_site_alike(loop):
     from scipy.special import log_ndtr
 
     from fastep._sites import SiteBuffers
-    from fastep.backend.cpu import PARALLEL, PARALLEL_MIN_N, SERIAL
+    from fastep.backend.cpu_loops import PARALLEL, PARALLEL_MIN_N, SERIAL
     from fastep.likelihoods import Probit
     lik, rng, n = Probit(), np.random.default_rng(3), PARALLEL_MIN_N + 501
     y = np.sign(rng.normal(size=n))

@@ -153,14 +153,14 @@ def test_sparse_posterior_evidence_and_predictive_match_the_weight_space_model()
                                atol=1e-10)
 
 
-def _nested_problem(X, y, kernel, Z=None, tol=1e-12):
-    from fastep.models.nested import NestedGP
+def nested_problem(X, y, kernel, Z=None, tol=1e-12):
+    from fastep.models.nested_problem import NestedGP
     return NestedGP(X, y, kernel, 3, None, tol, 2000, Z)
 
 
 def test_sparse_evidence_gradient_matches_finite_differences():
     X, y, _, _ = _small(5, n=20)
-    problem = _nested_problem(X, y, RBF(variance=2.0, lengthscale=[0.8, 1.3]), X[:6] + 0.1)
+    problem = nested_problem(X, y, RBF(variance=2.0, lengthscale=[0.8, 1.3]), X[:6] + 0.1)
     log_z, grad, res = problem.evidence()
     assert res.converged
     assert_grad(grad, fd_grad(lambda t: problem.with_theta(t).evidence()[0], problem.theta,
@@ -174,7 +174,7 @@ def test_sparse_evidence_gradient_matches_finite_differences():
 def test_sparse_with_every_input_inducing_is_dense_nested_ep():
     X, y, _, _ = _small(6, n=16)
     k = RBF(variance=1.5, lengthscale=0.9)
-    dense, sparse = _nested_problem(X, y, k), _nested_problem(X, y, k, X.copy())
+    dense, sparse = nested_problem(X, y, k), nested_problem(X, y, k, X.copy())
     (lz_d, g_d, r_d), (lz_s, g_s, r_s) = dense.evidence(), sparse.evidence()
     # K_uu's jitter (1e-8 of its mean diagonal) is the only difference
     assert lz_s == pytest.approx(lz_d, rel=1e-7)

@@ -10,7 +10,7 @@ from fastep import EPGaussianProcessClassifier, MultiAnnotatorGPClassifier
 from fastep.datasets import simulate_annotators
 from fastep.kernels import RBF
 from fastep.likelihoods import MultiAnnotator
-from fastep.models.annotators import concatenate_labels, majority_vote
+from fastep.models import concatenate_labels, majority_vote
 
 
 SENS = [0.9, 0.9, 0.8, 0.4, 0.3, 0.4, 0.6, 0.5]
@@ -100,7 +100,7 @@ def test_em_inside_the_sweep_loop_reaches_the_em_fixed_point(simulated):
     reliabilities, and sparse GPC-MA with every input an inducing input (the same model,
     EM in rounds between EP runs) finds the same reliabilities."""
     from fastep import ep
-    from fastep.models.annotators import m_step, true_label_posterior
+    from fastep.models._annotator_em import m_step, true_label_posterior
     X, z, Y = simulated
     X, Y = X[:250], Y[:250]
     kernel = RBF(1.0, 0.7)

@@ -167,7 +167,7 @@ def tilted_batch(tilted, y, extra, mu, var, alpha, params, log_z, d1, d2):
 
 
 def parallel_sites(tilted, data, bufs, damping, clip, skipped):
-    """GPU twin of :func:`fastep.backend.cpu.parallel_sites` (``data``, ``bufs``: the
+    """GPU twin of :func:`fastep.backend.cpu_loops.parallel_sites` (``data``, ``bufs``: the
     records :class:`fastep._sites.SiteData` and :class:`~fastep._sites.SiteBuffers` of
     device arrays); the number of skipped sites is *added* to ``skipped[0]`` (a 1-element
     int64 device array)."""
@@ -176,7 +176,7 @@ def parallel_sites(tilted, data, bufs, damping, clip, skipped):
 
 
 def power_sites(tilted, data, bufs, resid, alpha, damping, clip, skipped):
-    """GPU twin of :func:`fastep.backend.cpu.power_sites` (the records and ``skipped`` as
+    """GPU twin of :func:`fastep.backend.cpu_loops.power_sites` (the records and ``skipped`` as
     in :func:`parallel_sites`)."""
     k = _per_likelihood(tilted)[2]
     k[_launch_1d(data.y.shape[0])](*data, *bufs, resid, float(alpha), float(damping),

@@ -38,6 +38,9 @@ A local cluster of two single-threaded worker processes::
     res = fastep.sparse_ep(RBF(), Z, X, y, Probit())  # runs on the client's cluster
 
 Connect to a scheduler elsewhere with ``Client("tcp://scheduler:8786")`` instead.
+
+Over 450 lines: one job, sparse EP's sites on Dask workers: the worker-side chunk state,
+its failure handling and the client side that drives it.
 """
 from __future__ import annotations
 
