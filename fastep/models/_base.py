@@ -437,8 +437,10 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
         return self._loo()[1]
 
     def _loo(self):
-        """(LOO log predictive densities, LOO predictions) of the training points."""
-        raise NotImplementedError
+        """(LOO log predictive densities, LOO predictions) of the training points (a hook
+        of each estimator that offers leave-one-out)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement leave-one-out "
+                                  f"predictions (its _loo hook).")
 
     def _fit_model(self, data, backend, rng):
         """The EP recipe (see the module docstring): the configuration, the kernel and
