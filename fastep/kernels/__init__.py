@@ -8,6 +8,13 @@ from ._base import Hyperparameter, Kernel
 from .algebra import Product, Sum
 from .simple import ConstantKernel, Linear, WhiteKernel
 from .sklearn_adapter import SklearnKernel, as_kernel
+from . import _base
+
+# Pickles made before the protocol was split from the kernels built on it (0.2 and 0.3
+# until issue 62) name these classes in fastep.kernels._base: they resolve there still.
+for _moved in (Sum, Product, ConstantKernel, WhiteKernel, Linear, SklearnKernel):
+    setattr(_base, _moved.__name__, _moved)
+del _moved
 from .separable import Periodic, RationalQuadratic
 from .stationary import RBF, Matern12, Matern32, Matern52
 

@@ -192,20 +192,30 @@ class FastepEstimator(BaseEstimator):
     def _fit(self, X, y, **data):
         """The fit every estimator's ``fit`` runs: the inputs checked and read
         (:meth:`_fit_data`), ``device`` resolved once (before any work, so that a missing
-        GPU is reported before the fit starts), a NumPy Generator from ``random_state``,
-        then :meth:`_fit_model`.  Returns self."""
+        GPU is reported before the fit starts), the configuration checked
+        (:meth:`_fit_config`), a NumPy Generator from ``random_state`` (after every check,
+        so that a fit refused leaves a user's RandomState untouched), then
+        :meth:`_fit_model`.  Returns self."""
         fit_data = self._fit_data(X, y, **data)
         backend = (resolve(self.device, type(self).__name__, dense_algebra=self._dense_algebra)
                    if "device" in self.get_params(deep=False) else None)
-        self._fit_model(fit_data, backend, as_generator(self.random_state))
+        config = self._fit_config(fit_data, backend)
+        self._fit_model(fit_data, config, as_generator(self.random_state))
         return self
 
     def _fit_data(self, X, y, **data) -> FitData:
         """Check a fit's inputs and read from them what the fit needs (a hook)."""
         raise NotImplementedError
 
-    def _fit_model(self, data: FitData, backend, rng) -> None:
-        """Fit the model to checked data and set the fitted attributes (a hook)."""
+    def _fit_config(self, data: FitData, backend):
+        """The configuration :meth:`_fit_model` runs with, checked: here the backend (None
+        for an estimator without ``device``); the EP estimators' immutable EP
+        configuration."""
+        return backend
+
+    def _fit_model(self, data: FitData, config, rng) -> None:
+        """Fit the model to checked data with the configuration of :meth:`_fit_config`
+        and set the fitted attributes (a hook)."""
         raise NotImplementedError
 
     def _fresh_kernel(self, X):
@@ -442,12 +452,16 @@ class EPEstimator(EvidenceMixin, DaskInputs, FastepEstimator):
         raise NotImplementedError(f"{type(self).__name__} does not implement leave-one-out "
                                   f"predictions (its _loo hook).")
 
-    def _fit_model(self, data, backend, rng):
-        """The EP recipe (see the module docstring): the configuration, the kernel and
-        inducing inputs, the estimator's latent problems, each fitted
-        (:meth:`_fit_problems`), then the fitted attributes (:meth:`_set_fits`)."""
-        config = self._ep_config(backend, data.likelihood,
-                                 n=fit_rows(data.X) if data.rows is None else data.rows)
+    def _fit_config(self, data, backend):
+        """The EP configuration of this fit (:meth:`_ep_config`), from the likelihood and
+        row count the data gave."""
+        return self._ep_config(backend, data.likelihood,
+                               n=fit_rows(data.X) if data.rows is None else data.rows)
+
+    def _fit_model(self, data, config, rng):
+        """The EP recipe (see the module docstring): the kernel and inducing inputs, the
+        estimator's latent problems, each fitted (:meth:`_fit_problems`), then the fitted
+        attributes (:meth:`_set_fits`)."""
         X = data.X if is_dask_array(data.X) else np.ascontiguousarray(data.X)
         problem, kernel, Z = self._problem(X, rng)
 

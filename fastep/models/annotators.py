@@ -273,12 +273,19 @@ class MultiAnnotatorGPClassifier(ClassifierMixin, EPEstimator):
             spec = np.array(self.specificity, dtype=float).reshape(-1)
         return FitData(X, Y01, found={"classes": classes, "reliabilities": (sens, spec)})
 
+    def _fit_config(self, data, backend):
+        """The EP configuration, then the likelihood of the labels (which checks the
+        reliabilities), both before any work."""
+        config = super()._fit_config(data, backend)
+        data.found["likelihood"] = MultiAnnotator(data.y, *data.found["reliabilities"])
+        return config
+
     def _fit_problems(self, make, data, rng):
         """EP and EM of the reliabilities, alternating with ML-II of the kernel (three
         rounds at most; until the kernel stops moving):
         ``(latent, result, sweeps, converged)``."""
         Y01 = data.y
-        latent = make(np.ones(Y01.shape[0]), MultiAnnotator(Y01, *data.found["reliabilities"]))
+        latent = make(np.ones(Y01.shape[0]), data.found["likelihood"])
         sites = self._warm_sites(latent.X) if self.warm_start else None
         sweeps = 0
         for _ in range(3 if self.optimizer is not None else 1):

@@ -740,3 +740,21 @@ def test_models_saved_by_earlier_versions_predict_as_they_did(path):
     rtol = 0.0 if path.parent.name != "0.2" else 1e-9
     for key in expected.files:
         np.testing.assert_allclose(got[key], expected[key], rtol=rtol, atol=0, err_msg=key)
+
+
+@pytest.mark.parametrize("version", ["0.2", "0.3-pre62"])
+def test_pickles_of_composite_kernels_made_before_the_kernel_split_load(version):
+    """An estimator pickled by 0.2 (v0.2.0) or by main before the kernel protocol was
+    split from its algebra (issue 62), with a product, a sum, the one-parameter kernels and
+    a scikit-learn kernel, unpickles and computes the same Gram matrix as the kernel
+    built today."""
+    from sklearn.gaussian_process.kernels import Matern
+
+    from fastep.kernels import ConstantKernel, Linear
+    with open(_SAVED / version / "kernels.pkl", "rb") as fh:
+        est = pickle.load(fh)
+    today = (ConstantKernel(2.0) * RBF(1.0, 0.5) + WhiteKernel(0.1) + Linear(0.3)
+             + Matern())
+    X = np.random.default_rng(0).normal(size=(6, 2))
+    assert repr(est.kernel) == repr(fastep.kernels.as_kernel(today))
+    np.testing.assert_array_equal(est.kernel(X), fastep.kernels.as_kernel(today)(X))
