@@ -43,6 +43,7 @@ Subcommands, each the method of a section below (``python scripts/ep_floor.py CO
 """
 import argparse
 import math
+import json
 import os
 import resource
 import statistics
@@ -448,10 +449,25 @@ def history_main(argv=None):
                         help="benchmarks to run (regular expression; '.' for all)")
     parser.add_argument("--full", action="store_true",
                         help="asv's full sampling instead of --quick (much longer)")
+    parser.add_argument("--at", nargs="+", metavar="[LABEL=]REV",
+                        help="these commits instead of the last N (e.g. 0.1=v0.1.0 "
+                             "0.2=v0.2.0 main=HEAD)")
+    parser.add_argument("--save", metavar="JSON",
+                        help="also write the measured times of these commits as JSON "
+                             "(docs/data/asv_history.json: the performance page's figure)")
     args = parser.parse_args(argv)
     if args.commits < 1:
         parser.error(f"--commits must be at least 1; got {args.commits}")
-    hashes = commits(args.branch, args.commits)
+    labels = {}
+    if args.at:
+        for entry in args.at:
+            label, _, rev = entry.rpartition("=")
+            full = subprocess.run(["git", "rev-parse", rev], cwd=ROOT, check=True,
+                                  capture_output=True, text=True).stdout.strip()
+            labels[full] = label or full[:8]
+        hashes = list(labels)
+    else:
+        hashes = commits(args.branch, args.commits)
     if not (Path.home() / ".asv-machine.json").exists():
         asv("machine", "--yes")
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
@@ -462,9 +478,41 @@ def history_main(argv=None):
     finally:
         os.unlink(fh.name)
     asv("publish")
+    if args.save:
+        save_history(args.save, hashes, labels)
     print(f"\n{len(hashes)} commits ({hashes[0][:8]}..{hashes[-1][:8]}); dashboard in "
           f"{ASV_DIR / '.asv' / 'html'} (view it with: cd asv_benchmarks && asv preview)")
     return 0
+
+
+def save_history(path, hashes, labels):
+    """The times asv recorded on this machine for ``hashes`` as a record: a row per
+    commit, benchmark and parameter combination (seconds; NaN where it failed)."""
+    import itertools
+    from fastep._version import save_record
+    rows = []
+    for result in sorted((ASV_DIR / ".asv" / "results").glob("*/*.json")):
+        data = json.loads(result.read_text())
+        commit = data.get("commit_hash")
+        if commit not in hashes:
+            continue
+        columns = data["result_columns"]
+        for bench, entry in data["results"].items():
+            got = dict(zip(columns, entry))
+            combos = list(itertools.product(*got["params"])) if got["params"] else [()]
+            for combo, value in zip(combos, got["result"] or []):
+                rows.append({"commit": commit[:8], "label": labels.get(commit, commit[:8]),
+                             "order": hashes.index(commit), "date": git_date(commit),
+                             "benchmark": bench, "params": [str(p) for p in combo],
+                             "seconds": float("nan") if value is None else float(value)})
+    rows.sort(key=lambda r: (r["order"], r["benchmark"], r["params"]))
+    save_record(path, "ep_floor.py history", rows)
+    print(f"{len(rows)} times of {len(hashes)} commits written to {path}")
+
+
+def git_date(commit):
+    return subprocess.run(["git", "log", "-1", "--format=%ad", "--date=short", commit],
+                          cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
 
 
 # =========================================================================================

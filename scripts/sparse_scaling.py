@@ -401,6 +401,8 @@ at n = 1e9 on 100 workers from the measured figures (assumptions printed with it
 
     python scripts/sparse_scaling.py dask                       # n = 1e6 and 1e7 (about 30 min)
     python scripts/sparse_scaling.py dask --n 1000000 --single-sweeps 2
+    python scripts/sparse_scaling.py dask --n 1e5 1e6 1e7 --max-iter 5 \\
+        --save docs/data/dask_scaling.json            # + out of core: the docs' figure
 """
 
 
@@ -433,14 +435,21 @@ def inducing(path):
     return np.ascontiguousarray(X[:M * 40:40])
 
 
-def single_process(path, sweeps):
-    """Median seconds per parallel sweep in this process (threads), X in memory."""
+def single_process(path, sweeps, memmap=False):
+    """Median seconds per parallel sweep in this process (threads), X in memory, or
+    (``memmap``) out of core: X a memory-mapped ``.npy`` file beside the store, read chunk
+    by chunk by each sweep."""
     import zarr
     from fastep import sparse_ep
     from fastep.kernels import RBF
     from fastep.likelihoods import Probit
     root = zarr.open_group(path, mode="r")
     X, y = np.ascontiguousarray(root["X"][:]), np.ascontiguousarray(root["y"][:])
+    if memmap:
+        npy = os.path.join(path, "X.npy")
+        if not os.path.exists(npy):
+            np.save(npy, X)
+        X = np.load(npy, mmap_mode="r")
     stamps = [time.perf_counter()]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -524,8 +533,12 @@ def dask_main(argv=None):
     ap.add_argument("--memory-limit", type=float, default=0.95,
                     help="each worker's memory_limit as a fraction of the bytes of the data "
                          "at the largest n (X and y)")
+    ap.add_argument("--save", metavar="JSON",
+                    help="also time the out-of-core sweep (X memory-mapped) and write the "
+                         "seconds per sweep of the three as JSON with the environment "
+                         "(docs/data/dask_scaling.json: the performance page's figure)")
     args = ap.parse_args(argv)
-    rows = []
+    rows, saved = [], []
     limit = int(args.memory_limit * max(args.n) * (D + 1) * 8)
     if args.memory_limit_mib is not None:
         limit = int(args.memory_limit_mib * 2 ** 20)
@@ -534,8 +547,15 @@ def dask_main(argv=None):
         make_store(path, n)
         data_bytes = n * (D + 1) * 8
         single = math.nan if args.dask_only else single_process(path, args.single_sweeps)
+        mapped = single_process(path, args.single_sweeps, memmap=True) if args.save else None
         dask_run = on_dask(path, limit, args.max_iter)
         rows.append((n, data_bytes, limit, single, dask_run))
+        if mapped is not None:
+            saved.append({"n": n, "in_memory": single, "memmap": mapped,
+                          "dask": dask_run["s_per_sweep"], "dask_sweeps": dask_run["sweeps"],
+                          "bytes_per_sweep": dask_run["bytes_per_sweep"]})
+            print(f"n = {n:.0e}: out of core (X memory-mapped) {mapped:.2f} s/sweep, "
+                  f"{mapped / single:.2f}x in memory", flush=True)
         print(f"n = {n:.0e}: data {data_bytes / 2**20:.0f} MiB, memory_limit {limit / 2**20:.0f}"
               f" MiB per worker | single process {single:.2f} s/sweep | Dask {dask_run['sweeps']}"
               f" sweeps (converged {dask_run['converged']}), {dask_run['s_per_sweep']:.2f} "
@@ -545,6 +565,9 @@ def dask_main(argv=None):
               f"started, {[round(p / 2**20) for p in dask_run['loaded_rss']]} MiB with "
               f"fastep's kernels loaded), ratio "
               f"Dask/single {dask_run['s_per_sweep'] / single:.2f}", flush=True)
+    if args.save:
+        from fastep._version import save_record
+        save_record(args.save, "sparse_scaling.py dask", saved, m=M, workers=2)
     if len(rows) >= 2:
         b0, b1 = rows[0][4]["bytes_per_sweep"], rows[-1][4]["bytes_per_sweep"]
         print(f"bytes per sweep at n = {rows[-1][0]:.0e} / at n = {rows[0][0]:.0e}: "
