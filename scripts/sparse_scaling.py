@@ -403,6 +403,7 @@ at n = 1e9 on 100 workers from the measured figures (assumptions printed with it
     python scripts/sparse_scaling.py dask --n 1000000 --single-sweeps 2
     python scripts/sparse_scaling.py dask --n 1e5 1e6 1e7 --max-iter 5 \\
         --save docs/data/dask_scaling.json            # + out of core: the docs' figure
+    python scripts/sparse_scaling.py dask --fit --n 1e6 # the whole fit, ML-II included
 """
 
 
@@ -520,6 +521,42 @@ def on_dask(path, memory_limit, max_iter):
         cluster.close()
 
 
+def whole_fit(path, memory_limit):
+    """The whole default fit (``EPGaussianProcessClassifier(n_inducing=M)``, ML-II and its
+    subsample stages included) in memory and on a local cluster of 2 single-threaded
+    worker processes: (seconds in memory, seconds on Dask, largest relative difference of
+    the fitted kernels' parameters)."""
+    import dask.array as da
+    import zarr
+    from distributed import Client, LocalCluster
+    from fastep import EPGaussianProcessClassifier
+    root = zarr.open_group(path, mode="r")
+    X, y = np.ascontiguousarray(root["X"][:]), np.ascontiguousarray(root["y"][:])
+    params = dict(n_inducing=M, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        EPGaussianProcessClassifier(**params).fit(X[:4096], y[:4096])     # compiled code loaded
+        t0 = time.perf_counter()
+        local = EPGaussianProcessClassifier(**params).fit(X, y)
+        t_local = time.perf_counter() - t0
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                           memory_limit=memory_limit, dashboard_address=None)
+    client = Client(cluster)
+    try:
+        Xd, yd = da.from_zarr(path, component="X"), da.from_zarr(path, component="y")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            EPGaussianProcessClassifier(**params).fit(Xd[:4096], yd[:4096])   # on the workers
+            t0 = time.perf_counter()
+            remote = EPGaussianProcessClassifier(**params).fit(Xd, yd)
+            t_dask = time.perf_counter() - t0
+    finally:
+        client.close()
+        cluster.close()
+    a, b = np.exp(local.kernel_.theta), np.exp(remote.kernel_.theta)
+    return t_local, t_dask, float(np.max(np.abs(a - b) / np.abs(a)))
+
+
 def dask_main(argv=None):
     ap = command_parser("dask", DASK_DOC)
     ap.add_argument("--n", type=float, nargs="+", default=[1e6, 1e7])
@@ -537,7 +574,21 @@ def dask_main(argv=None):
                     help="also time the out-of-core sweep (X memory-mapped) and write the "
                          "seconds per sweep of the three as JSON with the environment "
                          "(docs/data/dask_scaling.json: the performance page's figure)")
+    ap.add_argument("--fit", action="store_true",
+                    help="instead: the whole default classifier fit (ML-II included) in "
+                         "memory and on Dask at each n, its time ratio and the fitted "
+                         "kernels' largest relative difference")
     args = ap.parse_args(argv)
+    if args.fit:
+        for n in [int(v) for v in args.n]:
+            path = f"{args.store}_{n}.zarr"
+            make_store(path, n)
+            limit = 0 if args.memory_limit_mib is None else int(args.memory_limit_mib * 2 ** 20)
+            t_local, t_dask, gap = whole_fit(path, limit)
+            print(f"n = {n:.0e}: whole default fit (m = {M}) in memory {t_local:.1f} s, on "
+                  f"Dask {t_dask:.1f} s, ratio {t_dask / t_local:.2f}; fitted kernels differ "
+                  f"by {gap:.1e} relative", flush=True)
+        return
     rows, saved = [], []
     limit = int(args.memory_limit * max(args.n) * (D + 1) * 8)
     if args.memory_limit_mib is not None:

@@ -112,5 +112,30 @@ def make(outdir):
         print(name, sorted(pred))
 
 
+def refit(outdir):
+    """Fit every case again with the running fastep and print whether its predictions
+    equal, to the bit, those recorded in ``outdir`` (a behaviour-preserving change:
+    ``python tests/helpers/saved_models.py --refit tests/data/saved/0.3-pre62``)."""
+    outdir = Path(outdir)
+    differ = 0
+    for name, (factory, args, kwargs) in cases().items():
+        if not (outdir / f"{name}.expected.npz").exists():
+            continue
+        est = factory()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est.fit(*args, **kwargs)
+            got = predictions(est, test_inputs(name))
+        expected = np.load(outdir / f"{name}.expected.npz")
+        same = sorted(got) == sorted(expected.files) and all(
+            np.array_equal(got[k], expected[k]) for k in expected.files)
+        differ += not same
+        print(f"{name:22s} {'identical' if same else 'DIFFERENT'}")
+    print("every case identical" if not differ else f"{differ} cases differ")
+    return differ
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--refit":
+        sys.exit(1 if refit(sys.argv[2]) else 0)
     make(sys.argv[1])
