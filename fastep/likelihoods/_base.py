@@ -226,6 +226,28 @@ class Likelihood:
             raise ValueError(f"name must be one of {list(self.param_names)}; got {name!r}.")
         return self._bounds[name]
 
+    def memorising_hint(self, y: ArrayLike) -> str:
+        """A sentence for ML-II's warning that the fitted kernel makes every training row
+        independent of the others (the model memorises the targets), where these targets
+        suggest why under this likelihood; "" (the default) where they do not.
+
+        Parameters
+        ----------
+        y : array-like of shape (n_samples,)
+            The training targets, as the likelihood reads them.
+
+        Returns
+        -------
+        str
+
+        Examples
+        --------
+        >>> from fastep.likelihoods import Gaussian
+        >>> Gaussian().memorising_hint([0.0, 1.0])
+        ''
+        """
+        return ""
+
     def theta_entries(self) -> list[ThetaEntry]:
         """How ML-II's messages name, show and bound each entry of :attr:`theta`: as
         ``likelihood <name>``, shown as the parameter (theta holds its log), widened or

@@ -276,6 +276,40 @@ class Poisson(QuadratureParams, _CountLikelihood):
         """Var[y] = E[mu] + Var[mu] (mu log-normal)."""
         return [log_m1, 2.0 * log_m1 + log_rel]
 
+    def memorising_hint(self, y: ArrayLike) -> str:
+        """Over-dispersed counts (variance at least :data:`OVERDISPERSED` times the mean,
+        exposures aside): a Poisson GP can only explain the excess variance by a latent
+        that follows every row, and a negative binomial models it.
+
+        Parameters
+        ----------
+        y : array-like of shape (n_samples,)
+            The counts.
+
+        Returns
+        -------
+        str
+            The sentence, or "" for counts no more dispersed than that.
+
+        Examples
+        --------
+        >>> Poisson().memorising_hint([0.0, 0.0, 1.0, 9.0])[:36]
+        'The counts vary 5.7 times as much as'
+        """
+        y = np.asarray(y, dtype=float)
+        mean, var = float(np.mean(y)), float(np.var(y))
+        if not (mean > 0.0 and var >= OVERDISPERSED * mean):
+            return ""
+        return (f"The counts vary {var / mean:.1f} times as much as a Poisson variable of "
+                f"their mean ({mean:.3g}): over-dispersed counts, which "
+                f"likelihood='negative_binomial' models (its dispersion learnt by ML-II) "
+                f"instead of a latent function that follows every row.")
+
+
+#: Variance / mean of the counts from which a memorising Poisson fit suggests the negative
+#: binomial (:meth:`Poisson.memorising_hint`).
+OVERDISPERSED = 2.0
+
 
 class NegativeBinomial(QuadratureParams, _CountLikelihood):
     """Negative-binomial counts (NB2) with a log link and a learnable dispersion r.

@@ -698,10 +698,10 @@ def _warn_degenerate_kernel(problem, owner):
                       f"its nearest neighbour by {np.median(nearest):.2g} (median over rows): "
                       f"each row is nearly independent of the others, so the model "
                       f"memorises the training targets and predicts the prior's mean between "
-                      f"them (a lengthscale far below the rows' spacing). Standardise X, or "
-                      f"bound the lengthscale below by about the rows' spacing "
-                      f"(lengthscale_bounds=(low, high)).", ConvergenceWarning,
-                      stacklevel=user_stacklevel())
+                      f"them (a lengthscale far below the rows' spacing). "
+                      f"{_memorising_hint(problem)}Standardise X, or bound the lengthscale "
+                      f"below by about the rows' spacing (lengthscale_bounds=(low, high)).",
+                      ConvergenceWarning, stacklevel=user_stacklevel())
         return "independent"
     if np.nanmin(C) > 1.0 - CONSTANT_GAP:
         warnings.warn(f"{owner}: the fitted kernel {kernel} correlates every two training "
@@ -712,6 +712,17 @@ def _warn_degenerate_kernel(problem, owner):
                       ConvergenceWarning, stacklevel=user_stacklevel())
         return "constant"
     return None
+
+
+def _memorising_hint(problem):
+    """The likelihood's reason for a memorising fit, from its targets (its
+    ``memorising_hint``), followed by a space; "" where it has none."""
+    likelihood, y = getattr(problem, "likelihood", None), getattr(problem, "y", None)
+    hint = getattr(likelihood, "memorising_hint", None)
+    if hint is None or not isinstance(y, np.ndarray):
+        return ""
+    text = hint(y)
+    return text + " " if text else ""
 
 
 def _warn_at_bounds(problem, theta, bounds, owner, grad=None, degenerate=None):

@@ -656,3 +656,28 @@ def test_a_degenerate_fitted_kernel_warns_and_is_not_offered_as_a_fit(lengthscal
     text = " ".join(str(w.message) for w in caught)
     assert kind.split()[0] in text or kind in text, text
     assert "keep the fit as it is" not in text
+
+
+@pytest.mark.parametrize("dispersed", [True, False])
+def test_a_memorising_poisson_fit_of_over_dispersed_counts_suggests_the_negative_binomial(
+        dispersed):
+    """A Poisson fit whose kernel leaves every row independent (statsmodels' randhie
+    visits, variance 6x the mean, ended so) says that the counts are over-dispersed and
+    names likelihood='negative_binomial'; counts as dispersed as a Poisson's do not get the
+    sentence.  Truth: the counts' variance and mean computed here."""
+    from types import SimpleNamespace
+
+    from fastep.likelihoods import Poisson
+    from fastep.models._mlii import _warn_degenerate_kernel
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 3))
+    mean = np.full(80, 2.5)
+    y = (rng.poisson(rng.gamma(0.4, mean / 0.4)) if dispersed else rng.poisson(mean))
+    y = y.astype(float)
+    assert (y.var() / y.mean() >= 2.0) == dispersed
+    problem = SimpleNamespace(X=X, y=y, kernel=RBF(1.0, 1e-4), likelihood=Poisson())
+    with pytest.warns(fastep.ConvergenceWarning, match="nearly independent") as caught:
+        assert _warn_degenerate_kernel(problem, "EPGaussianProcessRegressor") == "independent"
+    text = " ".join(str(w.message) for w in caught)
+    assert ("likelihood='negative_binomial'" in text) == dispersed, text
+    assert ("over-dispersed" in text) == dispersed
