@@ -274,8 +274,10 @@ class KernelSet:
         suffix = "_parallel" if parallel else "_serial"
         self.parallel_sites = wrap(i8(TiltedFn, SITE_DATA, SITE_BUFFERS, f8, b1))(
             _twin(parallel_sites, suffix))
-        self.power_sites = wrap(i8(TiltedFn, SITE_DATA, SITE_BUFFERS, f8_1d, f8, f8, b1))(
-            _twin(power_sites, suffix))
+        # without the GIL: sparse EP's worker threads run the serial loop each on its own
+        # chunks' rows, and a likelihood without a closed form makes it most of a sweep
+        self.power_sites = wrap(i8(TiltedFn, SITE_DATA, SITE_BUFFERS, f8_1d, f8, f8, b1),
+                                nogil=True)(_twin(power_sites, suffix))
         self.build_b = wrap(_twin(build_b, suffix))
         self.scale_columns = wrap(_twin(scale_columns, suffix))
         self.row_sumsq = wrap(_twin(row_sumsq, suffix))
