@@ -84,6 +84,17 @@ class RegressorFit:
             fastep.EPGaussianProcessRegressor(likelihood=name).fit(self.X, self.y)
 
 
+def best_seconds(fn, repeats=5):
+    """The shortest of ``repeats`` timed calls of ``fn`` (for ratios taken in one setup)."""
+    import time
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 class TiltedOverProbit:
     """Per-site cost of the tilted moments over probit's, on the same 20,000 ordinary
     cavities (means N(0, 1), variances U(0.2, 2)), best of five each, in one setup:
@@ -119,21 +130,12 @@ class TiltedOverProbit:
         self.lik.tilted(self.y, self.mu, self.var, extra=self.extra)
         self.probit.tilted(sign, self.mu, self.var)
 
-    def _best(self, fn):
-        import time
-        best = np.inf
-        for _ in range(5):
-            t0 = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t0)
-        return best
-
     def time_tilted(self, name):
         self.lik.tilted(self.y, self.mu, self.var, extra=self.extra)
 
     def track_ratio_to_probit(self, name):
-        mine = self._best(lambda: self.lik.tilted(self.y, self.mu, self.var, extra=self.extra))
-        return mine / self._best(lambda: self.probit.tilted(self.sign, self.mu, self.var))
+        mine = best_seconds(lambda: self.lik.tilted(self.y, self.mu, self.var, extra=self.extra))
+        return mine / best_seconds(lambda: self.probit.tilted(self.sign, self.mu, self.var))
 
     track_ratio_to_probit.unit = "ratio"
 
@@ -166,16 +168,15 @@ class SparseSweepOverProbit:
             self._run(lik, y, 1)
 
     def _run(self, lik, y, iters):
-        import time
-        t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", fastep.ConvergenceWarning)
             fastep.sparse_ep(RBF(1.0, 1.0), self.Z, self.X, y, lik, max_iter=iters,
                              tol=1e-300, schedule="parallel")
-        return time.perf_counter() - t0
 
     def _sweep(self, lik, y):
-        return min(self._run(lik, y, 3) - self._run(lik, y, 1) for _ in range(3)) / 2.0
+        """Seconds of one sweep: three runs' less one run's, over two."""
+        return (best_seconds(lambda: self._run(lik, y, 3), 3)
+                - best_seconds(lambda: self._run(lik, y, 1), 3)) / 2.0
 
     def track_ratio_to_probit(self, name):
         (probit, y_p), (lik, y) = self.cases

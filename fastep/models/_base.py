@@ -14,10 +14,10 @@
   (bad input, numerical trouble, Ctrl-C) leaves the estimator exactly as it was.
 * **One fit recipe** (:meth:`FastepEstimator._fit`, which every estimator's ``fit``
   calls): the data checked and read (:meth:`~FastepEstimator._fit_data`), ``device``
-  resolved once, the random generator made, then the model fitted
-  (:meth:`~FastepEstimator._fit_model`).  :class:`EPEstimator`'s ``_fit_model`` is the
-  EP recipe: an immutable :class:`~fastep.models._latent.EPConfig`, the kernel and
-  inducing inputs (:meth:`~EPEstimator._problem`), the latent problems the estimator
+  resolved once, the configuration checked (:meth:`~FastepEstimator._fit_config`: for
+  the EP estimators an immutable :class:`~fastep.models._latent.EPConfig`), the random
+  generator made, then the model fitted (:meth:`~FastepEstimator._fit_model`).
+  :class:`EPEstimator`'s ``_fit_model`` is the EP recipe: the kernel and inducing inputs (:meth:`~EPEstimator._problem`), the latent problems the estimator
   makes from them (:meth:`~EPEstimator._problems`), each fitted with the one ML-II loop
   (:func:`~fastep.models._mlii.fit_theta`), and the fitted attributes set from the
   fitted problems (:meth:`~EPEstimator._set_fits`).  An estimator supplies only those
@@ -197,8 +197,9 @@ class FastepEstimator(BaseEstimator):
         so that a fit refused leaves a user's RandomState untouched), then
         :meth:`_fit_model`.  Returns self."""
         fit_data = self._fit_data(X, y, **data)
-        backend = (resolve(self.device, type(self).__name__, dense_algebra=self._dense_algebra)
-                   if "device" in self.get_params(deep=False) else None)
+        device = getattr(self, "device", None)          # the collapsed regressor has none
+        backend = (None if device is None else
+                   resolve(device, type(self).__name__, dense_algebra=self._dense_algebra))
         config = self._fit_config(fit_data, backend)
         self._fit_model(fit_data, config, as_generator(self.random_state))
         return self

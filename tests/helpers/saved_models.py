@@ -94,6 +94,14 @@ def predictions(est, Xt):
     return out
 
 
+def fitted(name, est, args, kwargs):
+    """A case's estimator fitted, and its predictions (warnings silenced)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(*args, **kwargs)
+        return est, predictions(est, test_inputs(name))
+
+
 def make(outdir):
     import fastep
     outdir = Path(outdir)
@@ -103,10 +111,7 @@ def make(outdir):
             est = factory()
         except TypeError:                       # this version lacks the estimator
             continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            est.fit(*args, **kwargs)
-            pred = predictions(est, test_inputs(name))
+        est, pred = fitted(name, est, args, kwargs)
         fastep.save_model(est, outdir / f"{name}.npz")
         np.savez(outdir / f"{name}.expected.npz", **pred)
         print(name, sorted(pred))
@@ -121,11 +126,7 @@ def refit(outdir):
     for name, (factory, args, kwargs) in cases().items():
         if not (outdir / f"{name}.expected.npz").exists():
             continue
-        est = factory()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            est.fit(*args, **kwargs)
-            got = predictions(est, test_inputs(name))
+        _, got = fitted(name, factory(), args, kwargs)
         expected = np.load(outdir / f"{name}.expected.npz")
         same = sorted(got) == sorted(expected.files) and all(
             np.array_equal(got[k], expected[k]) for k in expected.files)
