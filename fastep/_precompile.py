@@ -68,6 +68,14 @@ def precompile(verbose: bool = False) -> float:
         res = nested_ep(K, np.array([0, 1, 2, 0, 1, 2]), 3, max_iter=2)   # nested EP's loops
     MultinomialProbit(3).predict_proba(*predict_latent(res.posterior, K[:, :2], np.ones(2)))
     _likelihood_paths()
+    from .inference.markov_ep import markov_ep, markov_ep_gradient, markov_predict
+    t = np.arange(6.0) + np.array([0.0, 0.3, 0.0, 0.3, 0.0, 0.3])  # irregular: step cache
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for kernel in (Matern32(), Matern12() + Matern52()):   # two states; the generic D
+            rm = markov_ep(t, y, kernel, Probit(), max_iter=2)
+            markov_ep_gradient(rm, t, y, kernel, Probit())
+            markov_predict(rm, t, t[:2] + 0.5, kernel)
     from . import models  # noqa: F401  (the estimators, and scikit-learn with them)
     robust = RobustMax(3)                      # multiclass GWI: S(x, j) and its gradient
     robust.predict_proba(np.zeros((2, 3)), np.ones((2, 3)))

@@ -18,18 +18,23 @@ def _counts(n, seed=0):
 
 
 class MarkovIteration:
-    """Four iterations of markov_ep at n = 10^5 (Matern-3/2, Poisson), after one."""
+    """Four iterations of markov_ep at n = 10^5 (Matern-3/2, Poisson), after one; on a
+    daily grid and on jittered days (each step's transition computed once a run)."""
 
     number = 1
     repeat = (1, 5, 30.0)
+    params = ["regular", "irregular"]
+    param_names = ["times"]
 
-    def setup(self):
+    def setup(self, times):
         self.t, self.y = _counts(100_000)
+        if times == "irregular":
+            self.t = self.t + np.random.default_rng(1).uniform(-0.45, 0.45, self.t.size)
         self.kernel, self.lik = Matern32(1.0, 30.0), Poisson()
         fastep.markov_ep(self.t[:1000], self.y[:1000], self.kernel, self.lik, max_iter=1,
                          tol=0.0)
 
-    def time_four_iterations(self):
+    def time_four_iterations(self, times):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", fastep.ConvergenceWarning)
             fastep.markov_ep(self.t, self.y, self.kernel, self.lik, max_iter=4, tol=0.0)

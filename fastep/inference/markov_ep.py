@@ -32,6 +32,7 @@ from .._checks import float_array
 from ..exceptions import ConvergenceWarning, EPNumericalWarning
 from ..kernels.statespace import PERIODIC_ORDER, state_space
 from ._kalman import cavities, filter_smooth, log_norms, update_sites
+from ._transitions import step_cache
 from ._sweep import fill_cavities
 
 
@@ -111,7 +112,8 @@ def _log_norm(ts, tau, nu, starts, kernel, periodic_order, smooth=False):
     mf, Pf = np.empty((n, D)), np.empty((n, D, D))
     mean, var = np.empty(n), np.empty(n)
     log_norm = np.empty(starts.shape[0] - 1)
-    filter_smooth(ts, tau, nu, starts, *ss.arrays, mf, Pf, mean, var, log_norm, smooth)
+    filter_smooth(ts, tau, nu, starts, *ss.arrays, mf, Pf, mean, var, log_norm, smooth,
+                  *step_cache(ts, starts, ss))
     return float(np.sum(log_norm)), mean, var
 
 
@@ -225,9 +227,11 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
     clip = bool(getattr(likelihood, "log_concave", True))
 
     mc, vc, ok = np.empty(n), np.empty(n), np.empty(n, dtype=np.bool_)
+    As, Qs = step_cache(ts, starts, ss)
 
     def posterior(tau, nu):
-        filter_smooth(ts, tau, nu, starts, *ss.arrays, mf, Pf, mean, var, log_norm, True)
+        filter_smooth(ts, tau, nu, starts, *ss.arrays, mf, Pf, mean, var, log_norm, True,
+                      As, Qs)
         cavities(mean, var, tau, nu, ok, mc, vc)
         return ok, mc, vc
 
@@ -256,7 +260,8 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
             ok, mc, vc = posterior(tau, nu)
         last = (tau, nu)
         idx = np.flatnonzero(ok)
-        _, d1, d2 = likelihood.tilted(ys[idx], mc[idx], vc[idx], extra=es[idx])
+        sel = slice(None) if idx.shape[0] == n else idx    # (views where all are proper)
+        _, d1, d2 = likelihood.tilted(ys[sel], mc[sel], vc[sel], extra=es[sel])
         new_tau, new_nu = tau.copy(), nu.copy()
         previous = change
         change = update_sites(idx, d1, d2, mc, vc, tau, nu, step, clip, new_tau, new_nu)

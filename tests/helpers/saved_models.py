@@ -16,6 +16,16 @@ from pathlib import Path
 import numpy as np
 
 
+
+def _relative_gap(a, b):
+    """Largest |a - b| / |b| (0 where both are 0; inf for labels that differ)."""
+    try:
+        a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    except (TypeError, ValueError):
+        return float("inf")
+    scale = np.where(b == 0.0, 1.0, np.abs(b))
+    return float(np.max(np.abs(a - b) / scale, initial=0.0))
+
 def _data(n=40, d=2, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.uniform(-2.0, 2.0, (n, d))
@@ -131,7 +141,9 @@ def refit(outdir):
         same = sorted(got) == sorted(expected.files) and all(
             np.array_equal(got[k], expected[k]) for k in expected.files)
         differ += not same
-        print(f"{name:22s} {'identical' if same else 'DIFFERENT'}")
+        gap = "" if same or sorted(got) != sorted(expected.files) else "  (largest relative " \
+            f"difference {max(_relative_gap(got[k], expected[k]) for k in expected.files):.1e})"
+        print(f"{name:22s} {'identical' if same else 'DIFFERENT'}{gap}")
     print("every case identical" if not differ else f"{differ} cases differ")
     return differ
 

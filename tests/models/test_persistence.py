@@ -738,6 +738,10 @@ def test_models_saved_by_earlier_versions_predict_as_they_did(path):
     # (their quadrature changed since 0.2: a loaded Student-t model, whose EP is rerun
     # from its saved sites, moves by 1.2e-11 relative; probit sums by 1e-15)
     rtol = 0.0 if path.parent.name != "0.2" else 1e-9
+    if path.stem.startswith("markov") and rtol == 0.0:
+        # the Kalman filter's two-state model predicts and smooths in scalars since issue
+        # 63's speed-up (the same products, added in another order): rounding, 9e-16
+        rtol = 1e-13
     for key in expected.files:
         np.testing.assert_allclose(got[key], expected[key], rtol=rtol, atol=0, err_msg=key)
 
