@@ -271,13 +271,12 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
             break
         if adaptive and change >= previous and step > 0.05:
             step = max(0.5 * step, 0.05)
+    last = d1 = d2 = None           # (the loop's, freed before the evidence: peak memory)
     ok, mc, vc = posterior(tau, nu)
-    log_z = np.zeros(n)
-    site = np.zeros(n)
-    if ok.any():
-        log_z[ok] = likelihood.tilted(ys[ok], mc[ok], vc[ok], extra=es[ok])[0]
-        site[ok] = _site_normaliser(mc[ok], vc[ok], tau[ok], nu[ok])
-    evidence = float(np.sum(log_norm) + np.sum(log_z - site))
+    sel = slice(None) if ok.all() else ok               # (views where all are proper)
+    terms = np.sum(likelihood.tilted(ys[sel], mc[sel], vc[sel], extra=es[sel])[0]
+                   - _site_normaliser(mc[sel], vc[sel], tau[sel], nu[sel])) if ok.any() else 0.0
+    evidence = float(np.sum(log_norm) + terms)
     change = change if max_iter > 0 else math.nan
     if not converged and max_iter > 0:
         warnings.warn(f"markov_ep did not converge in max_iter={max_iter} iterations "
