@@ -11,7 +11,8 @@ Site i, ``exp(-tau_i f^2 / 2 + nu_i f)``, updates the predicted state N(m, P) wi
 and contributes ``-log(d) / 2 + (2 nu H m - tau (H m)^2 + nu^2 s) / (2 d)`` to the log of
 ``int p(f) prod_i site_i(f_i) df`` (a site with tau = nu = 0 contributes nothing).  The
 backward pass recomputes each step's prediction instead of storing it (memory: the
-filtered means and covariances, n (D + D^2) numbers).  Independent series (ragged, given
+filtered means and covariances, n (D + D^2) numbers, and on irregular times each step's
+transition, 2 n D^2 more).  Independent series (ragged, given
 by their start offsets) run in parallel, one ``prange`` iteration each.  The transitions
 A(dt), Q(dt) come from :mod:`fastep.inference._transitions`; a model of two states (a
 Matern-3/2, the commonest) predicts and smooths in scalars.
@@ -25,7 +26,8 @@ from numba import prange
 
 from .._jit import jit, pjit
 from .._sites import cavity, damped_site
-from ._transitions import BLAS_STATES, _sandwich_add, _slot
+from ._transitions import BLAS_STATES, _held, _sandwich_add, _slot
+
 
 @jit
 def _solve(M, B, X, W):
@@ -37,17 +39,6 @@ def _solve(M, B, X, W):
         return
     if D == 1:
         X[0, 0] = B[0, 0] / M[0, 0]
-        return
-    if D == 2:
-        # Cramer's rule (the Matern-3/2 model's every smoother step; the elimination's
-        # loops cost more than its arithmetic)
-        m00, m01, m10, m11 = M[0, 0], M[0, 1], M[1, 0], M[1, 1]
-        det = m00 * m11 - m01 * m10
-        b00, b01, b10, b11 = B[0, 0], B[0, 1], B[1, 0], B[1, 1]
-        X[0, 0] = (m11 * b00 - m01 * b10) / det
-        X[0, 1] = (m11 * b01 - m01 * b11) / det
-        X[1, 0] = (m00 * b10 - m10 * b00) / det
-        X[1, 1] = (m00 * b11 - m10 * b01) / det
         return
     for r in range(D):
         for q in range(D):
@@ -83,10 +74,11 @@ def _series(t, tau, nu, kind, order, rate, fstart, sstart, Pinf, h, mf, Pf, mean
     normaliser log int p(f) prod_i site_i(f_i) df and (``smooth``) writes the filtered
     moments into mf, Pf and the marginals into mean, var (the filter alone reads only
     mf's width D: one row will do).  The transitions come from ``As_all[i], Qs_all[i]``
-    (the step into row i, :func:`step_transitions`) where those hold a row per point;
-    else the last two distinct steps' are kept (:func:`_slot`), so a regular grid
-    computes one, and a grid with every k-th point held out (steps 1 and 2 in turn)
-    two, not one per point."""
+    (the step into row i, :func:`~fastep.inference._transitions.step_transitions`)
+    where those hold a row per point; else the last two distinct steps' are kept
+    (:func:`~fastep.inference._transitions._slot`), so a regular grid computes one, and
+    a grid with every k-th point held out (steps 1 and 2 in turn) two, not one per
+    point."""
     n = t.shape[0]
     D = mf.shape[1]
     cached = As_all.shape[0] == n
@@ -102,16 +94,10 @@ def _series(t, tau, nu, kind, order, rate, fstart, sstart, Pinf, h, mf, Pf, mean
             if cached:
                 A, Q = As_all[i], Qs_all[i]
             else:
-                # (the slots' test here, not in _slot: a call with 14 array arguments,
-                # not inlined, cost about 100 ns a point, two thirds of the filter)
                 dt = t[i] - t[i - 1]
-                if dt == dts[0]:
-                    used = 0
-                elif dt == dts[1]:
-                    used = 1
-                else:
-                    used = _slot(dt, dts, used, As, Qs, kind, order, rate, fstart, sstart,
-                                 Pinf, W1, W2, W3)
+                k = _held(dt, dts)
+                used = k if k >= 0 else _slot(dt, dts, used, As, Qs, kind, order, rate,
+                                              fstart, sstart, Pinf, W1, W2, W3)
                 A, Q = As[used], Qs[used]
             if D == 2:
                 _predict2(A, Q, m, P)
@@ -151,7 +137,7 @@ def _series(t, tau, nu, kind, order, rate, fstart, sstart, Pinf, h, mf, Pf, mean
             Pf[i] = P
     if not smooth:
         return log_norm
-    # RTS smoother, backwards: G = Pf A^T Pp^-1 from Pp G^T = A Pf (Cholesky of Pp)
+    # RTS smoother, backwards: G = Pf A^T Pp^-1 from Pp G^T = A Pf
     ms, Ps = mf[n - 1].copy(), Pf[n - 1].copy()
     mean[n - 1] = _h_vec(ms, h)
     var[n - 1] = _h_mat(Ps, h)
@@ -162,13 +148,9 @@ def _series(t, tau, nu, kind, order, rate, fstart, sstart, Pinf, h, mf, Pf, mean
             A, Q = As_all[i + 1], Qs_all[i + 1]
         else:
             dt = t[i + 1] - t[i]
-            if dt == dts[0]:
-                used = 0
-            elif dt == dts[1]:
-                used = 1
-            else:
-                used = _slot(dt, dts, used, As, Qs, kind, order, rate, fstart, sstart,
-                             Pinf, W1, W2, W3)
+            k = _held(dt, dts)
+            used = k if k >= 0 else _slot(dt, dts, used, As, Qs, kind, order, rate, fstart,
+                                          sstart, Pinf, W1, W2, W3)
             A, Q = As[used], Qs[used]
         if D == 2:
             _rts_step2(A, Q, mf, Pf, i, ms, Ps)
@@ -292,7 +274,8 @@ def filter_smooth(t, tau, nu, starts, kind, order, rate, fstart, sstart, Pinf, h
     """Every series ``starts[j]:starts[j + 1]`` of the sorted times ``t`` filtered and
     (``smooth``) smoothed, one prange iteration each, writing only its own rows;
     ``log_norm[j]`` its log normaliser.  ``As, Qs``: every step's transition
-    (:func:`step_transitions`), or empty (computed as the filter goes)."""
+    (:func:`~fastep.inference._transitions.step_transitions`), or empty (computed as
+    the filter goes)."""
     for j in prange(starts.shape[0] - 1):
         a = starts[j]
         b = starts[j + 1]

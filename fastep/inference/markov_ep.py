@@ -112,8 +112,9 @@ def _log_norm(ts, tau, nu, starts, kernel, periodic_order, smooth=False):
     mf, Pf = np.empty((n, D)), np.empty((n, D, D))
     mean, var = np.empty(n), np.empty(n)
     log_norm = np.empty(starts.shape[0] - 1)
+    none = np.zeros((0, D, D))          # (one pass: the transitions computed as it goes)
     filter_smooth(ts, tau, nu, starts, *ss.arrays, mf, Pf, mean, var, log_norm, smooth,
-                  *step_cache(ts, starts, ss))
+                  none, none)
     return float(np.sum(log_norm)), mean, var
 
 
@@ -271,7 +272,7 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
             break
         if adaptive and change >= previous and step > 0.05:
             step = max(0.5 * step, 0.05)
-    last = d1 = d2 = None           # (the loop's, freed before the evidence: peak memory)
+    last = idx = _ = d1 = d2 = None   # (the loop's, freed before the evidence: memory)
     ok, mc, vc = posterior(tau, nu)
     sel = slice(None) if ok.all() else ok               # (views where all are proper)
     terms = np.sum(likelihood.tilted(ys[sel], mc[sel], vc[sel], extra=es[sel])[0]

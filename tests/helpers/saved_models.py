@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 
 
-
 def _relative_gap(a, b):
     """Largest |a - b| / |b| (0 where both are 0; inf for labels that differ)."""
     try:
@@ -25,6 +24,7 @@ def _relative_gap(a, b):
         return float("inf")
     scale = np.where(b == 0.0, 1.0, np.abs(b))
     return float(np.max(np.abs(a - b) / scale, initial=0.0))
+
 
 def _data(n=40, d=2, seed=0):
     rng = np.random.default_rng(seed)

@@ -105,7 +105,7 @@ def _transition(ss, dt):
     D = ss.n_states
     A, Q = np.zeros((D, D)), np.zeros((D, D))
     _transitions._transition(dt, *ss.arrays[:5], ss.pinf, A, Q,
-                        *(np.zeros((D, D)) for _ in range(3)))
+                             *(np.zeros((D, D)) for _ in range(3)))
     return A, Q
 
 
@@ -345,3 +345,37 @@ def test_gradient_filters_in_parallel_equal_one_after_another(series):
                    theta - step * np.eye(theta.size)[j]), res.periodic_order, smooth=True)[0]) / (2 * step)
               for j in range(theta.size)]
     np.testing.assert_array_equal(parallel, serial)
+
+
+def test_step_transitions_read_or_computed_give_the_same_filter():
+    """Irregular times, three series and a repeated time: the filter and smoother reading
+    every step's transition (computed once, in parallel blocks) equal those computing
+    them as they go, to the bit; the cache is taken where the filter's two slots would
+    compute most steps, and the slots' count starts again with every series."""
+    from fastep.inference._kalman import filter_smooth
+    from fastep.inference._transitions import slot_misses, step_cache
+    from fastep.kernels.statespace import state_space
+    rng = np.random.default_rng(3)
+    n = 9000                                      # (more than two blocks of rows)
+    t = np.sort(rng.uniform(0.0, 900.0, n))
+    t[100] = t[101]
+    starts = np.array([0, 2500, 2501, n], dtype=np.int64)   # one series of a single point
+    tau, nu = rng.uniform(-0.05, 2.0, n), rng.normal(size=n)
+    first = np.zeros(n, dtype=bool)
+    first[starts[:-1]] = True
+    for kernel in (Matern32(1.0, 30.0), Matern52(0.7, 10.0) + Matern12(0.2, 2.0)):
+        ss = state_space(kernel)
+        D = ss.n_states
+        outs = []
+        for cache in (step_cache(t, starts, ss), (np.zeros((0, D, D)),) * 2):
+            mf, Pf = np.empty((n, D)), np.empty((n, D, D))
+            mean, var, ln = np.empty(n), np.empty(n), np.empty(3)
+            filter_smooth(t, tau, nu, starts, *ss.arrays, mf, Pf, mean, var, ln, True, *cache)
+            outs.append((mean, var, ln))
+        assert step_cache(t, starts, ss)[0].shape == (n, D, D)
+        for a, b in zip(*outs):
+            np.testing.assert_array_equal(a, b)
+    grid = np.tile(np.arange(4.0), 250)           # 250 series of 4 days: a step each
+    first = np.arange(1000) % 4 == 0
+    assert slot_misses(grid, first) == 250
+    assert slot_misses(np.arange(1000.0), np.arange(1000) == 0) == 1
