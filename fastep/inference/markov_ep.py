@@ -272,7 +272,8 @@ def markov_ep(t: Any, y: Any, kernel: Any, likelihood: Any, *, series: Any = Non
             break
         if adaptive and change >= previous and step > 0.05:
             step = max(0.5 * step, 0.05)
-    last = idx = _ = d1 = d2 = None   # (the loop's, freed before the evidence: memory)
+    last = _ = d1 = d2 = None        # (the loop's, freed before the evidence: memory)
+    idx = np.empty(0, dtype=np.int64)
     ok, mc, vc = posterior(tau, nu)
     sel = slice(None) if ok.all() else ok               # (views where all are proper)
     terms = np.sum(likelihood.tilted(ys[sel], mc[sel], vc[sel], extra=es[sel])[0]
