@@ -5,8 +5,10 @@ with lengthscale 30; ``--irregular`` jitters the times), this prints the median 
 ``--repeats`` of one :func:`fastep.inference.markov_ep.markov_ep` iteration (filter,
 smoother, cavities, tilted moments, site update: ``(t(max_iter=4) - t(max_iter=1)) /
 3``), per point, and its floor measured in the same run: one Kalman filter + RTS smoother
-pass at the same n and state size (the compiled ``filter_smooth`` alone, fixed sites) plus
-one vectorised ``likelihood.tilted`` of the n sites; then the ratio iteration / floor and
+pass at the same n and state size (the compiled ``filter_smooth`` alone, fixed sites, reading
+the steps' transitions that ``markov_ep`` computes once a run where the times are
+irregular, :func:`fastep.inference._transitions.step_cache`, made before the clock as there)
+plus one vectorised ``likelihood.tilted`` of the n sites; then the ratio iteration / floor and
 the spread of the per-point times across n (``--check``: ratio at most 3, spread at most
 1.3), the process's peak memory and ``markov_ep``'s own peak allocation at the largest n
 (``--check``: under 3 GB at 10^7).
