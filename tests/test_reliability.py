@@ -422,6 +422,26 @@ def test_non_finite_or_1d_inputs_name_x_the_entry_and_the_fix(name, bad, word):
     assert "array=[" not in str(info.value)
 
 
+@pytest.mark.parametrize("name", list(_estimators()))
+def test_datetime_inputs_are_refused_with_the_conversion(name):
+    """0.3: datetime64 X (as an array or a DataFrame column) was turned into numbers in
+    its own unit by scikit-learn's checks: a model fitted on days, asked about times in
+    seconds, predicted the far future without a word.  Refused at fit and predict, with
+    the conversion to write."""
+    import pandas as pd
+    make, X, y = _estimators()[name]
+    days = np.datetime64("2020-01-01") + np.arange(X.shape[0]).astype("timedelta64[D]")
+    kw = {} if name == "gwi" else {"optimizer": None}
+    for bad in (days[:, None], pd.DataFrame({"t": days, "x": X[:, 0]})):
+        with pytest.raises(ValueError, match=r"X holds datetime64 .*np\.timedelta64\(1, 'D'\)"):
+            make(**kw).fit(bad, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = make(**kw).fit(X[:, :1], y)
+    with pytest.raises(ValueError, match="X holds datetime64"):
+        est.predict(days[:3, None].astype("datetime64[s]"))
+
+
 class _Interrupt:
     """A scikit-learn-style optimiser that is interrupted (as by Ctrl-C) at its third
     evaluation."""

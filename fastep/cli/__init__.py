@@ -113,7 +113,9 @@ def main(argv=None):
                    "E[y]; binomial: successes out of --trials; weibull, log_logistic, log_normal: survival times, with --event, "
                    "for which predict also writes t_median; tobit: censored at --lower / "
                    "--upper or the limit columns)")
-    p.add_argument("--kernel", choices=["rbf", "matern32", "matern52"], default="rbf")
+    p.add_argument("--kernel", choices=["rbf", "matern32", "matern52"],
+                   help="the kernel (default rbf; with --inference markov matern32, and rbf, "
+                   "which has no state-space form, is refused)")
     p.add_argument("--inference", choices=["ep", "markov"], default="ep",
                    help="markov: state-space EP in O(n) over one feature column, time, and "
                    "optionally a second, a series id (--features TIME[,SERIES]; --model "

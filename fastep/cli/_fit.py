@@ -170,10 +170,14 @@ def _markov(args, d):
 def _estimator(args, d, m):
     import fastep
     kw = {"random_state": args.seed}
+    chosen = args.kernel is not None
     if getattr(args, "inference", "ep") == "markov":
         kw["inference"] = "markov"
-        if args.kernel == "rbf":            # no state-space form: the Matern of time
-            args.kernel = "matern32"
+        if args.kernel == "rbf":
+            raise ValueError("--kernel rbf has no state-space form, which --inference markov "
+                             "needs: use --kernel matern32 (the default there) or matern52.")
+        args.kernel = args.kernel or "matern32"
+    args.kernel = args.kernel or "rbf"
     if args.model != "multiclass":
         kw["optimizer"] = None if args.no_optimize else "L-BFGS-B"
     if args.max_iter is not None:          # EP sweeps; GWI's optimiser iterations
@@ -190,7 +194,7 @@ def _estimator(args, d, m):
         # GWIClassifier's own defaults (RBF(4, median distance), min(200, n) inducing
         # inputs) unless a kernel or lengthscale is chosen: on wine, log loss 0.058
         # against 0.183 with RBF(1, sqrt(d)) and 100 inducing inputs
-        if args.kernel == "rbf" and args.lengthscale is None:
+        if not chosen and args.lengthscale is None:
             kernel = None
         return fastep.GWIClassifier(kernel, **kw)
     cls = getattr(fastep, MODELS[args.model][0])

@@ -45,6 +45,7 @@ def class_labels(y, return_inverse=False, name="y"):
 def validate_X(estimator: Any, X: ArrayLike, **kwargs: Any) -> np.ndarray:
     """scikit-learn's ``validate_data`` of X alone (typed: the checked array); X that is
     not finite or not 2-d gets fastep's message (:func:`_bad_inputs`)."""
+    _no_datetimes(X)
     try:
         return validate_data(estimator, X, **kwargs)
     except ValueError as exc:
@@ -57,6 +58,7 @@ def validate_X_y(estimator: Any, X: ArrayLike, y: ArrayLike,
     """scikit-learn's ``validate_data`` of X and y (typed: the checked arrays).  Targets
     that are not finite get fastep's message (scikit-learn's names neither the row nor the
     fix): the index of the first, and what to do; so does X (:func:`_bad_inputs`)."""
+    _no_datetimes(X)
     try:
         return validate_data(estimator, X, y, **kwargs)
     except ValueError as exc:
@@ -64,6 +66,20 @@ def validate_X_y(estimator: Any, X: ArrayLike, y: ArrayLike,
         if str(exc).startswith("Found input variables with inconsistent numbers of samples"):
             same_rows(X, y)
         _non_finite_targets(exc, y, "y")
+
+
+def _no_datetimes(X: Any) -> None:
+    """A ValueError for datetime64 or timedelta64 columns in X (an array or a DataFrame):
+    scikit-learn's checks turn them into numbers in their own unit (days, seconds, ...),
+    so a model fitted on days and asked about seconds would be silently wrong."""
+    dtypes = getattr(X, "dtypes", None)              # a DataFrame's, column by column
+    if dtypes is None or isinstance(dtypes, np.dtype):
+        dtypes = [getattr(X, "dtype", None)]
+    if any(getattr(t, "kind", "") in ("M", "m") for t in dtypes):
+        raise ValueError("X holds datetime64 or timedelta64 values; fastep reads X as "
+                         "numbers, and the unit of a time would be a guess. Convert the "
+                         "times to numbers first, e.g. (t - t0) / np.timedelta64(1, 'D') "
+                         "for days since t0, the same way at fit and at predict.")
 
 
 def same_rows(X: Any, y: Any) -> None:

@@ -962,6 +962,11 @@ def test_fit_a_count_series_with_state_space_ep(tmp_path, capsys):
     assert main(["fit", str(path), "-o", str(model), "--model", "regression", "--likelihood",
                  "poisson", "--target", "count", "--inference", "markov"]) == 2
     assert "one feature column, time" in capsys.readouterr().err
+    # an explicit --kernel rbf has no state-space form: refused, not silently a Matern
+    assert main(["fit", str(path), "-o", str(model), "--model", "regression", "--likelihood",
+                 "poisson", "--target", "count", "--features", "day", "--inference",
+                 "markov", "--kernel", "rbf"]) == 2
+    assert "--kernel rbf has no state-space form" in capsys.readouterr().err
 
 
 def test_skip_survives_a_chunk_whose_rows_are_all_left_out(tmp_path):
