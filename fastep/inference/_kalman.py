@@ -12,10 +12,10 @@ and contributes ``-log(d) / 2 + (2 nu H m - tau (H m)^2 + nu^2 s) / (2 d)`` to t
 ``int p(f) prod_i site_i(f_i) df`` (a site with tau = nu = 0 contributes nothing).  The
 backward pass recomputes each step's prediction instead of storing it (memory: the
 filtered means and covariances, n (D + D^2) numbers, and on irregular times each step's
-transition, 2 n D^2 more).  Independent series (ragged, given
-by their start offsets) run in parallel, one ``prange`` iteration each.  The transitions
-A(dt), Q(dt) come from :mod:`fastep.inference._transitions`; a model of two states (a
-Matern-3/2, the commonest) predicts and smooths in scalars.
+transition, 2 n D^2 more).  Independent series (ragged, given by their start offsets) run
+in parallel, one ``prange`` iteration each.  The transitions A(dt), Q(dt) come from
+:mod:`fastep.inference._transitions`; a model of two states (a Matern-3/2, the commonest)
+predicts and smooths in scalars.
 """
 from __future__ import annotations
 
