@@ -690,7 +690,9 @@ def _warn_variance_dominated(std, owner):
                       f"training inputs it returns to the prior's), so the predicted mean of "
                       f"the counts, exposure * exp(mean + variance / 2), is dominated by that "
                       f"variance. predict_median(X) gives exposure * exp(mean), a steadier "
-                      f"point prediction; predict_latent gives the latent mean and sd.",
+                      f"point prediction; predict_latent gives the latent mean and sd. For "
+                      f"forecasts, a kernel with a level (ConstantKernel(c) + the kernel) "
+                      f"returns to the counts' level instead of exp(0).",
                       UserWarning, stacklevel=2)
 
 
