@@ -37,9 +37,6 @@ def _solve(M, B, X, W):
     if D >= BLAS_STATES:
         X[:, :] = np.linalg.solve(M, B)
         return
-    if D == 1:
-        X[0, 0] = B[0, 0] / M[0, 0]
-        return
     for r in range(D):
         for q in range(D):
             W[r, q] = M[r, q]
@@ -191,7 +188,10 @@ def _series(t, tau, nu, kind, order, rate, fstart, sstart, Pinf, h, mf, Pf, mean
 @jit(inline="always")
 def _predict2(A, Q, m, P):
     """The filter's prediction ``m <- A m``, ``P <- A P A^T + Q`` for a model of two
-    states, in scalars (as :func:`_rts_step2`)."""
+    states, in scalars (as :func:`_rts_step2`): the arithmetic of ``_sandwich_add``'s
+    two-state block, inlined here because that call, not inlined, cost more than it
+    (filter 0.09 -> 0.04 us a point at n = 10^5; inlining ``_sandwich_add`` itself gained
+    less and added 3 s of compilation)."""
     a00, a01, a10, a11 = A[0, 0], A[0, 1], A[1, 0], A[1, 1]
     m0, m1 = m[0], m[1]
     m[0] = a00 * m0 + a01 * m1
